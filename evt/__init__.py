@@ -1,0 +1,12 @@
+"""evt: fuse the work around matrix multiplies into CUTLASS SM90 epilogue-visitor-tree kernels.
+
+Use it as `torch.compile(model, backend="evt")` (registered through the `torch_dynamo_backends`
+entry point); `evt.explain(fn, *args)` reports what it fused.
+"""
+
+__version__ = "0.1.0"
+
+from evt.runtime import ops as _ops  # noqa: E402,F401  (registers evt::fused_gemm)
+from evt.explain import Report, explain  # noqa: E402
+
+__all__ = ["Report", "__version__", "explain"]

@@ -1,0 +1,126 @@
+"""The `torch.compile` backend: `torch.compile(model, backend="evt")`.
+
+Capture: evt rewrites the *joint* forward+backward graph, before AOTAutograd splits it, so the
+min-cut partitioner sees each region as one opaque op (never recomputed, never split) and values a
+forward region stores for the backward become ordinary saved tensors.
+
+Two routes, one pipeline (`evt.pipeline.fuse`):
+- `rest="inductor"` (default): Inductor's `joint_custom_pre_pass` hook. It is called on the joint
+  graph in training and on the forward graph in inference, and Inductor then compiles everything
+  outside the regions. Chosen over a custom `partition_fn` because Inductor keeps its own
+  partitioner, caches, CUDA graphs and codegen, and we only swap its decomposition table for one
+  that keeps `gelu`/`gelu_backward` whole (so they map to single CUTLASS functors).
+- `rest="eager"`: AOTAutograd with a `partition_fn` that runs the same pipeline and then the
+  min-cut partitioner; the rest runs op by op. No C++ compiler needed: fast for tests and debugging.
+
+Training never crashes because of evt: any failure in the pipeline leaves the graph (or the
+failing region) unfused, with one warning saying why.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch.fx import Graph
+
+import evt
+from evt import pipeline
+from evt.report import GraphReport
+
+EVT_OPTIONS = {"rest": ("inductor", "eager")}
+_listeners: list[Callable[[GraphReport], None]] = []
+
+
+@functools.cache
+def decompositions() -> dict:
+    """Inductor's decomposition table, keeping the ops evt maps to single CUTLASS functors."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    aten = torch.ops.aten
+    keep = {aten.gelu.default, aten.gelu_backward.default}
+    return {op: fn for op, fn in select_decomp_table().items() if op not in keep}
+
+
+@functools.cache
+def source_hash() -> str:
+    """Hash of evt's own sources: part of the pass uuid, so Inductor's caches never replay a
+    graph that an older evt rewrote."""
+    h = hashlib.sha256(evt.__version__.encode())
+    root = Path(evt.__file__).parent
+    for f in sorted(root.rglob("*")):
+        if f.suffix in (".py", ".j2", ".h"):
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def fuse_graph(graph: Graph) -> GraphReport | None:
+    """Run the pipeline; on any failure warn once and leave the graph as it is."""
+    try:
+        report = pipeline.fuse(graph)
+    except Exception as e:  # noqa: BLE001 - training must not crash because of evt
+        warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
+        return None
+    for listener in _listeners:
+        listener(report)
+    return report
+
+
+class JointPass(CustomGraphPass):
+    """Inductor's `joint_custom_pre_pass`: evt's pipeline on the joint (or inference) graph."""
+
+    def __call__(self, graph: Graph) -> None:
+        fuse_graph(graph)
+
+    def uuid(self) -> str:
+        return f"evt-{source_hash()}"
+
+
+def evt_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
+    options = dict(options or {})
+    rest = options.pop("rest", "inductor")
+    if rest not in EVT_OPTIONS["rest"]:
+        raise ValueError(f"evt: options['rest'] must be one of {EVT_OPTIONS['rest']}, got {rest!r}")
+    if rest == "eager":
+        return _eager(gm, example_inputs)
+    return _inductor(gm, example_inputs, options, mode)
+
+
+def _inductor(gm, example_inputs, options: dict, mode: str | None):
+    from torch._inductor import list_mode_options
+    from torch._inductor.compile_fx import compile_fx
+
+    patches = {**(list_mode_options(mode) if mode else {}), **options}
+    patches["joint_custom_pre_pass"] = JointPass()
+    return compile_fx(gm, example_inputs, config_patches=patches, decompositions=decompositions())
+
+
+def _eager(gm, example_inputs):
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    def partition_fn(joint, joint_inputs, **kwargs):
+        fuse_graph(joint.graph)
+        joint.recompile()
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+    def inference(module, inputs):
+        fuse_graph(module.graph)
+        module.recompile()
+        return make_boxed_func(module.forward)
+
+    def run(module, inputs):
+        return make_boxed_func(module.forward)
+
+    return aot_autograd(
+        fw_compiler=run,
+        bw_compiler=run,
+        inference_compiler=inference,
+        partition_fn=partition_fn,
+        decompositions=decompositions(),
+    )(gm, example_inputs)

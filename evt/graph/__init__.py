@@ -1,0 +1,1 @@
+"""Capture-side stage: graph passes on the joint forward+backward aten graph."""

@@ -1,0 +1,91 @@
+"""Replace each region by one `evt::fused_gemm` call (plus a `getitem` per output).
+
+All fallible work (building specs, fake outputs) happens before the graph is touched, per region:
+a region that fails is left unfused with one warning naming it, and the graph stays valid.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+
+import torch
+from torch._guards import detect_fake_mode
+from torch.fx import Graph, Node
+
+from evt import ir
+from evt.codegen.tree import BuiltRegion, build_region
+from evt.errors import EvtError
+from evt.partition.region import Region
+
+FUSED_GEMM = torch.ops.evt.fused_gemm.default
+
+
+def lower_regions(graph: Graph, regions: list[Region]) -> list[tuple[Region, BuiltRegion]]:
+    plans = []
+    for i, region in enumerate(regions):
+        name = f"evt_{region.side[0]}{i}_{region.anchor.name}"
+        try:
+            plans.append((region, build_region(region, name)))
+        except EvtError as e:
+            warnings.warn(f"evt: region {name} stays unfused: {e}", stacklevel=2)
+    replaced: dict[Node, Node] = {}  # outputs of regions lowered so far -> their getitem
+    for region, b in plans:
+        inputs = [replaced.get(n, n) for n in b.inputs]
+        _replace(graph, region, b, inputs, replaced)
+    if plans:
+        _toposort(graph)
+    return plans
+
+
+def _fake_outputs(spec: ir.KernelSpec, inputs: list[Node]) -> list[torch.Tensor]:
+    vals = [n.meta["val"] for n in inputs]
+    mode = detect_fake_mode(vals)
+    with mode if mode is not None else torch._subclasses.FakeTensorMode():
+        return FUSED_GEMM(ir.to_json(spec), vals)
+
+
+def _replace(graph: Graph, region: Region, b: BuiltRegion, inputs: list[Node], replaced) -> None:
+    fakes = _fake_outputs(b.spec, inputs)
+    with graph.inserting_after(region.nodes[-1]):
+        call = graph.call_function(FUSED_GEMM, (ir.to_json(b.spec), inputs))
+    call.meta.update(val=fakes, evt_side=region.side, evt_spec=b.spec)
+    _copy_trace(region, call)
+    for i, old in enumerate(b.outputs):
+        with graph.inserting_after(call):
+            item = graph.call_function(operator.getitem, (call, i))
+        item.meta.update(val=fakes[i], evt_side=region.side)
+        _copy_trace(region, item)
+        old.replace_all_uses_with(item)
+        replaced[old] = item
+    for node in reversed(region.nodes):
+        graph.erase_node(node)
+
+
+def _copy_trace(region: Region, node: Node) -> None:
+    for key in ("stack_trace", "nn_module_stack", "partitioner_tag"):
+        if key in region.anchor.meta:
+            node.meta[key] = region.anchor.meta[key]
+
+
+def _toposort(graph: Graph) -> None:
+    """Restore a topological node order (a region's outputs may have users placed before the
+    region's last node, where its call now sits), moving as few nodes as possible."""
+    placed: set[Node] = set()
+    ordered: list[Node] = []
+    for root in list(graph.nodes):
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            pending = [a for a in n.all_input_nodes if a not in placed]
+            if n in placed or not pending:
+                stack.pop()
+                if n not in placed:
+                    placed.add(n)
+                    ordered.append(n)
+            else:
+                stack.extend(reversed(pending))
+    output = graph.output_node()
+    for n in ordered:
+        if n is not output and n.op != "placeholder":
+            output.prepend(n)

@@ -1,0 +1,28 @@
+"""The graph verifier, run after every pass in tests (and at EVT_DEBUG>=2): FX invariants plus
+evt's own (every node has a fake value; every fused call's spec parses and matches its outputs)."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import Graph
+
+from evt import ir
+from evt.errors import GraphVerifyError
+
+FUSED_GEMM = torch.ops.evt.fused_gemm.default
+
+
+def verify(graph: Graph, after: str = "?") -> None:
+    try:
+        graph.lint()
+    except Exception as e:
+        raise GraphVerifyError(f"after pass '{after}': graph.lint() failed: {e}") from e
+    for node in graph.nodes:
+        if node.op in ("call_function", "placeholder") and "val" not in node.meta:
+            raise GraphVerifyError(f"after pass '{after}': no meta['val'] on {node.format_node()}")
+        if node.target is FUSED_GEMM:
+            spec = ir.from_json(node.args[0])
+            if len(node.meta["val"]) != spec.num_outputs:
+                raise GraphVerifyError(f"after pass '{after}': {node.name} output count mismatch")
+            if len(node.args[1]) != spec.num_inputs:
+                raise GraphVerifyError(f"after pass '{after}': {node.name} input count mismatch")

@@ -1,0 +1,66 @@
+"""An independent validator of a partition: it recomputes every constraint from the graph.
+
+It shares no decision logic with any partitioner: sides are recomputed from the tangents, GEMMs
+recognized by target, acyclicity checked on the contracted graph with networkx.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import Graph, Node
+
+from evt.errors import PartitionError
+from evt.graph.epilogue_rules import epilogue_expr, tensor_args
+from evt.graph.layouts import load_kind
+from evt.partition.contract import is_acyclic
+from evt.partition.region import Region
+
+aten = torch.ops.aten
+GEMM_TARGETS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
+
+
+def _backward_nodes(graph: Graph) -> set[Node]:
+    out: set[Node] = set()
+    for n in graph.nodes:
+        tangent = n.op == "placeholder" and str(n.target).startswith("tangents")
+        if tangent or any(a in out for a in n.all_input_nodes):
+            out.add(n)
+    return out
+
+
+def validate(graph: Graph, regions: list[Region]) -> None:
+    """Raise `PartitionError` naming the region and the broken constraint."""
+    backward = _backward_nodes(graph)
+    seen: set[Node] = set()
+    for i, r in enumerate(regions):
+        where = f"region {i} (anchor {r.anchor.name})"
+        if seen & set(r.nodes):
+            raise PartitionError(f"{where}: shares nodes with another region")
+        seen.update(r.nodes)
+        _check_region(r, where, backward)
+    if not is_acyclic(graph, [r.nodes for r in regions]):
+        raise PartitionError("the graph of contracted regions has a cycle")
+
+
+def _check_region(r: Region, where: str, backward: set[Node]) -> None:
+    gemms = [n for n in r.nodes if n.target in GEMM_TARGETS]
+    if gemms != [r.anchor]:
+        raise PartitionError(f"{where}: needs exactly one GEMM, the anchor; has {gemms}")
+    sides = {"backward" if n in backward else "forward" for n in r.nodes}
+    if sides != {r.side}:
+        raise PartitionError(f"{where}: mixes sides {sorted(sides)} (declared {r.side})")
+    shape = tuple(r.anchor.meta["val"].shape)
+    inside = {r.anchor}
+    for n in r.epilogue:
+        expr = epilogue_expr(n)
+        if expr is None:
+            raise PartitionError(f"{where}: {n.format_node()} is not epilogue-able")
+        if tuple(n.meta["val"].shape) != shape:
+            raise PartitionError(f"{where}: {n.name} has shape {tuple(n.meta['val'].shape)}")
+        args = tensor_args(expr)
+        if not any(a in inside for a in args):
+            raise PartitionError(f"{where}: {n.name} is not downstream of the GEMM in the region")
+        for a in args:
+            if a not in r.nodes and load_kind(a.meta.get("val"), *shape) is None:
+                raise PartitionError(f"{where}: {n.name} reads {a.name}, which no load can read")
+        inside.add(n)

@@ -1,0 +1,72 @@
+"""The pipeline: the one place that lists evt's passes, in order.
+
+    graph passes -> partition -> validate -> lower regions -> dead code -> verify
+
+Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch.fx import Graph
+
+from evt import debug
+from evt.errors import EvtError
+from evt.graph.annotate_sides import annotate_sides
+from evt.graph.eliminate_dead_code import eliminate_dead_code
+from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
+from evt.graph.lower_regions import lower_regions
+from evt.graph.verify import verify
+from evt.partition import Region, partition, validate
+from evt.report import GraphReport, RegionReport, bytes_saved, format_table, op_name
+
+Pass = Callable[[Graph], Graph]
+
+GRAPH_PASSES: list[tuple[str, Pass]] = [
+    ("annotate_sides", annotate_sides),
+    ("fold_gemm_operands", fold_gemm_operands),
+]
+
+
+def run_passes(graph: Graph, passes: list[tuple[str, Pass]], check: bool) -> None:
+    done: list[str] = []
+    for name, fn in passes:
+        try:
+            fn(graph)
+        except EvtError:
+            raise
+        except Exception as e:
+            raise EvtError(f"pass '{name}' failed (after {done or 'no passes'}): {e}") from e
+        done.append(name)
+        debug.log(2, f"graph after {name}:\n{graph}")
+        if check:
+            verify(graph, after=name)
+
+
+def fuse(graph: Graph, check: bool = False) -> GraphReport:
+    """Run the whole pipeline on `graph` in place; returns what was fused."""
+    run_passes(graph, GRAPH_PASSES, check)
+    regions = partition(graph)
+    validate(graph, regions)
+    gemms = sum(GEMM in n.meta for n in graph.nodes)
+    summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
+    lowered = lower_regions(graph, regions)
+    run_passes(graph, [("eliminate_dead_code", eliminate_dead_code)], check)
+    verify(graph, after="lower_regions")
+    report = GraphReport(unfused_gemms=gemms - len(lowered))
+    for region, built in lowered:
+        anchor, fused, saved = summaries[region.anchor]
+        report.regions.append(
+            RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec)
+        )
+    debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms))
+    return report
+
+
+def _summary(r: Region) -> tuple[str, list[str], int]:
+    return (
+        op_name(r.anchor),
+        [op_name(n) for n in r.epilogue],
+        bytes_saved(r.nodes, r.inputs(), r.outputs()),
+    )

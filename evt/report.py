@@ -1,0 +1,64 @@
+"""What evt did to a graph: the regions it formed, what each fused, what it saves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+from evt import ir
+
+
+@dataclass(frozen=True)
+class RegionReport:
+    name: str
+    side: str  # "forward" | "backward"
+    anchor: str  # the GEMM's aten op, e.g. "aten.mm"
+    fused: list[str]  # aten ops fused into the epilogue, in graph order
+    bytes_saved: int  # global-memory bytes the fusion avoids (estimate from shapes)
+    spec: ir.KernelSpec
+
+
+@dataclass
+class GraphReport:
+    regions: list[RegionReport] = field(default_factory=list)
+    unfused_gemms: int = 0
+    fallbacks: list[str] = field(default_factory=list)  # regions left unfused, with the reason
+
+
+def op_name(node: Node) -> str:
+    """'aten.gelu' for torch.ops.aten.gelu.default."""
+    t = node.target
+    name = getattr(t, "name", lambda: str(t))()
+    return name.split(".")[0].replace("::", ".")
+
+
+def nbytes(node: Node) -> int:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    try:
+        return int(val.numel()) * val.element_size()
+    except (TypeError, ValueError, RuntimeError):  # unbacked symbolic size
+        return 0
+
+
+def bytes_saved(nodes: tuple[Node, ...], inputs: list[Node], outputs: list[Node]) -> int:
+    """Unfused traffic (each node reads its inputs and writes its output) minus fused traffic
+    (the region reads its inputs once and writes its outputs once)."""
+    unfused = sum(nbytes(n) + sum(nbytes(a) for a in n.all_input_nodes) for n in nodes)
+    fused = sum(nbytes(n) for n in inputs) + sum(nbytes(n) for n in outputs)
+    return max(unfused - fused, 0)
+
+
+def format_table(regions: list[RegionReport], unfused_gemms: int) -> str:
+    rows = [("kernel", "side", "anchor", "fused", "bytes saved")]
+    rows += [
+        (r.name, r.side, r.anchor, ", ".join(r.fused), f"{r.bytes_saved:,}") for r in regions
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(f"{len(regions)} fused regions, {unfused_gemms} GEMMs left unfused")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""The reference path: a pure-torch interpreter of the EVT IR, node by node.
+
+It reads only the `KernelSpec` (never FX nodes), computes the GEMM and every epilogue node in
+fp32, reads each load through the strides its node kind implies (a Row broadcast has M-stride 0, a
+Col broadcast N-stride 0), and rounds once, at each store. On a machine without CUDA the backend
+runs every region through it; on the GPU it is the unfused fallback and `EVT_VERIFY=1`'s oracle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from evt import ir
+
+F32 = torch.float32
+
+
+def _gelu_backward(grad: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    cdf = 0.5 * (1.0 + torch.erf(z * (1.0 / math.sqrt(2.0))))
+    pdf = torch.exp(-0.5 * z * z) * (1.0 / math.sqrt(2.0 * math.pi))
+    return grad * (cdf + z * pdf)
+
+
+def _gelu_tanh_backward(grad: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    k = math.sqrt(2.0 / math.pi)
+    inner = k * (z + 0.044715 * z * z * z)
+    t = torch.tanh(inner)
+    dinner = k * (1.0 + 3.0 * 0.044715 * z * z)
+    return grad * (0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * dinner)
+
+
+COMPUTE_REFERENCE = {
+    "identity": lambda x: x,
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "neg": torch.neg,
+    "relu": torch.relu,
+    "gelu": lambda x: torch.nn.functional.gelu(x),
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "gelu_backward": _gelu_backward,
+    "gelu_tanh_backward": _gelu_tanh_backward,
+}
+
+
+def problem_shape(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> tuple[int, int, int, int]:
+    """(M, N, K, L) from the operand tensors as passed."""
+    a, b = inputs[spec.gemm.a.input], inputs[spec.gemm.b.input]
+    m, k = (a.shape[-1], a.shape[-2]) if spec.gemm.a.transposed else (a.shape[-2], a.shape[-1])
+    n = b.shape[-2] if spec.gemm.b.transposed else b.shape[-1]
+    batch = a.shape[0] if spec.gemm.batched else 1
+    return m, n, k, batch  # plain ints, or SymInts under fake tensors
+
+
+def _operand(t: torch.Tensor, op: ir.Operand, batched: bool) -> torch.Tensor:
+    t = t.mT if op.transposed else t
+    return t if batched else t.unsqueeze(0)
+
+
+def _load(node: ir.Node, t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
+    """Read an input as [L, M, N] through the strides its node kind implies."""
+    L, M, N = shape
+    if isinstance(node, ir.AuxLoad):
+        s = t.stride()
+        strides = (s[0] if t.dim() == 3 else 0, s[-2], s[-1])
+    elif isinstance(node, ir.RowBroadcast):
+        strides = (0, 0, t.stride(-1))
+    else:  # ColBroadcast: an M-vector stored as [M] or [M, 1]
+        strides = (0, t.stride(0) if t.dim() == 1 else t.stride(-2), 0)
+    return torch.as_strided(t, (L, M, N), strides, t.storage_offset()).to(F32)
+
+
+def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Execute `spec` on `inputs`; returns [D, aux outputs...] shaped [L, M, N] or [M, N]."""
+    M, N, K, L = problem_shape(spec, inputs)
+    g = spec.gemm
+    a = _operand(inputs[g.a.input], g.a, g.batched).to(F32)
+    b = _operand(inputs[g.b.input], g.b, g.batched).to(F32)
+    values: dict[str, torch.Tensor] = {}
+    outputs: dict[int, torch.Tensor] = {}
+    for node in spec.nodes:
+        values[node.name] = _visit(node, values, inputs, a, b, (L, M, N), outputs)
+    outputs[0] = _store(values[spec.d], spec.d_dtype)
+    result = [outputs[i] for i in range(spec.num_outputs)]
+    return result if g.batched else [o.squeeze(0) for o in result]
+
+
+def _visit(node, values, inputs, a, b, shape, outputs) -> torch.Tensor:
+    if isinstance(node, ir.AccFetch):
+        return torch.matmul(a, b)
+    if isinstance(node, (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)):
+        return _load(node, inputs[node.input], shape)
+    if isinstance(node, ir.ScalarBroadcast):
+        return torch.full(shape, node.value, dtype=F32, device=a.device)
+    if isinstance(node, ir.Compute):
+        out = COMPUTE_REFERENCE[node.op](*(values[x] for x in node.args))
+        return out if node.dtype == "f32" else out.to(ir.torch_dtype(node.dtype)).to(F32)
+    assert isinstance(node, ir.AuxStore), node
+    outputs[node.output] = _store(values[node.arg], node.dtype)
+    return values[node.arg]
+
+
+def _store(value: torch.Tensor, dtype: str) -> torch.Tensor:
+    """Round once into a fresh contiguous tensor (never a view of an input)."""
+    out = torch.empty(value.shape, dtype=ir.torch_dtype(dtype), device=value.device)
+    return out.copy_(value)

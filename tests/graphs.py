@@ -1,0 +1,91 @@
+"""Small modules and joint-graph capture helpers shared by the CPU tests."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx import Graph
+
+from evt.backend import decompositions, evt_backend
+
+
+class LinearAct(nn.Module):
+    def __init__(self, k=32, n=48, act="gelu", bias=True):
+        super().__init__()
+        self.fc = nn.Linear(k, n, bias=bias)
+        self.act = act
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.act == "gelu":
+            return F.gelu(y)
+        if self.act == "gelu_tanh":
+            return F.gelu(y, approximate="tanh")
+        if self.act == "relu":
+            return F.relu(y)
+        return y
+
+
+class Arith(nn.Module):
+    """mm followed by scalar and tensor arithmetic, a cast, neg and sub."""
+
+    def __init__(self, k=32, n=48):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n, k) / k**0.5)
+
+    def forward(self, x, r):
+        y = x @ self.w.t()
+        y = (y * 0.5 - r) / 2.0
+        return (-y).to(torch.float32) + r
+
+
+def capture_joint(model: nn.Module, *args) -> Graph:
+    """The joint forward+backward aten graph evt's pass sees (no evt rewriting)."""
+    graphs = []
+
+    def partition_fn(joint, joint_inputs, **kw):
+        from functorch.compile import min_cut_rematerialization_partition
+
+        graphs.append(copy.deepcopy(joint.graph))
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kw)
+
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def run(gm, _):
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(
+        fw_compiler=run, partition_fn=partition_fn, decompositions=decompositions()
+    )
+    out = torch.compile(model, backend=backend)(*args)
+    torch._dynamo.reset()
+    del out
+    return graphs[0]
+
+
+def train_compare(model: nn.Module, args, dtype, rest="eager", tol=None):
+    """Run forward+backward eagerly and with evt; return max relative errors per tensor."""
+    model = model.to(dtype)
+    ref, fused = model, copy.deepcopy(model)
+    a1 = [a.to(dtype).detach().requires_grad_(a.dtype.is_floating_point) for a in args]
+    a2 = [a.detach().clone().requires_grad_(a.requires_grad) for a in a1]
+    compiled = torch.compile(fused, backend=evt_backend, options={"rest": rest})
+    y1, y2 = ref(*a1), compiled(*a2)
+    y1.float().pow(2).mean().backward()
+    y2.float().pow(2).mean().backward()
+    pairs = [("out", y1, y2)]
+    pairs += [(f"grad_in{i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(a1, a2)) if a.grad is not None]
+    pairs += [
+        (f"grad_{n}", p.grad, q.grad)
+        for (n, p), q in zip(ref.named_parameters(), fused.parameters())
+    ]
+    return {name: rel_err(b, a) for name, a, b in pairs}
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.double(), want.double()
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()

@@ -1,0 +1,120 @@
+"""Passes, the greedy partitioner and the independent validator, on captured joint graphs."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn as nn
+
+from evt.errors import PartitionError
+from evt.examples import MLP
+from evt.graph.annotate_sides import annotate_sides
+from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
+from evt.graph.verify import verify
+from evt.partition import Region, partition, validate
+from evt.pipeline import fuse
+from tests.graphs import capture_joint
+
+aten = torch.ops.aten
+
+
+def mlp_graph():
+    torch.manual_seed(0)
+    return capture_joint(MLP(32, 64), torch.randn(16, 32, requires_grad=True))
+
+
+def prepared(graph):
+    return fold_gemm_operands(annotate_sides(graph))
+
+
+def test_sides_follow_the_tangents():
+    g = prepared(mlp_graph())
+    for n in g.nodes:
+        if n.op == "placeholder":
+            want = "backward" if n.name.startswith("tangents") else "forward"
+            assert n.meta["evt_side"] == want
+    gelu_bwd = next(n for n in g.nodes if n.target == aten.gelu_backward.default)
+    assert gelu_bwd.meta["evt_side"] == "backward"
+
+
+def test_transposes_fold_into_operand_layouts():
+    g = prepared(mlp_graph())
+    for n in g.nodes:
+        if GEMM in n.meta:
+            ops = n.meta[GEMM]
+            for base in (ops.a, ops.b):
+                assert base.target != aten.permute.default, n.format_node()
+    # backward dgrad: mm(grad, permute(permute(W2))) reads W2 itself, untransposed
+    dgrad = [n for n in g.nodes if n.target == aten.mm.default][0]
+    assert dgrad.meta[GEMM].b.name == "primals_4" and not dgrad.meta[GEMM].b_transposed
+
+
+def test_greedy_partition_is_valid_and_one_sided():
+    g = prepared(mlp_graph())
+    regions = partition(g)
+    validate(g, regions)
+    assert len(regions) == 4
+    assert [r.side for r in regions] == ["forward", "forward", "backward", "backward"]
+
+
+def test_validator_rejects_two_gemms_in_a_region():
+    g = prepared(mlp_graph())
+    regions = partition(g)
+    other = next(n for n in g.nodes if n.target == aten.mm.default and n is not regions[2].anchor)
+    bad = dataclasses.replace(regions[2], nodes=regions[2].nodes + (other,))
+    with pytest.raises(PartitionError, match="exactly one GEMM"):
+        validate(g, [bad])
+
+
+def test_validator_rejects_mixed_sides():
+    g = prepared(mlp_graph())
+    regions = partition(g)
+    gelu_bwd = next(n for n in g.nodes if n.target == aten.gelu_backward.default)
+    bad = dataclasses.replace(regions[0], nodes=regions[0].nodes + (gelu_bwd,))
+    with pytest.raises(PartitionError, match="mixes sides"):
+        validate(g, [bad])
+
+
+def test_validator_rejects_overlap_and_non_downstream_nodes():
+    g = prepared(mlp_graph())
+    r = partition(g)
+    with pytest.raises(PartitionError, match="shares nodes"):
+        validate(g, [r[0], r[0]])
+    first_add = r[1].epilogue[-1]
+    bad = Region(r[0].anchor, (r[0].anchor, first_add), "forward")
+    with pytest.raises(PartitionError):
+        validate(g, [bad])
+
+
+class RowNormalize(nn.Module):
+    """y - y.sum(1): fusing the subtraction would put the row sum (which needs all of y)
+    both after and before the GEMM's kernel: a cycle the partitioner must refuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(48, 32))
+
+    def forward(self, x):
+        y = x @ self.w.t()
+        return y - y.sum(dim=1, keepdim=True)
+
+
+def test_cycle_inducing_fusion_is_refused():
+    g = prepared(capture_joint(RowNormalize(), torch.randn(16, 32, requires_grad=True)))
+    regions = partition(g)
+    validate(g, regions)
+    fwd = [r for r in regions if r.side == "forward"]
+    assert fwd == []  # the only epilogue candidate reads the row sum of the GEMM itself
+    sub = next(n for n in g.nodes if n.target == aten.sub.Tensor)
+    with pytest.raises(PartitionError, match="cycle"):
+        anchor = sub.args[0]
+        validate(g, [Region(anchor, (anchor, sub), "forward")])
+
+
+def test_full_pipeline_leaves_a_verified_graph():
+    g = mlp_graph()
+    report = fuse(g, check=True)
+    verify(g, after="test")
+    calls = [n for n in g.nodes if n.target == torch.ops.evt.fused_gemm.default]
+    assert len(calls) == len(report.regions) == 4
+    assert not [n for n in g.nodes if n.target == aten.gelu.default]

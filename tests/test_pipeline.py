@@ -1,0 +1,93 @@
+"""Capture -> passes -> partition -> lowering -> reference execution, against eager (CPU)."""
+
+import pytest
+import torch
+
+import evt
+from evt.examples import EXAMPLES, MLP
+from tests.graphs import Arith, LinearAct, rel_err, train_compare
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+
+def test_entry_point_registers_backend():
+    assert "evt" in torch._dynamo.list_backends()
+
+
+def test_mlp_regions_forward_and_backward():
+    step, args = EXAMPLES["mlp"].build(torch.float32, "cpu")
+    report = evt.explain(step, *args)
+    got = [(r.side, r.anchor, r.fused) for r in report.regions]
+    assert got == [
+        ("forward", "aten.addmm", ["aten.gelu"]),
+        ("forward", "aten.addmm", ["aten.add"]),
+        ("backward", "aten.mm", ["aten.gelu_backward"]),  # GELU' in the dgrad GEMM
+        ("backward", "aten.mm", ["aten.add"]),  # residual gradient
+    ]
+    assert report.unfused_gemms == 2  # the two weight-gradient GEMMs have nothing to fuse
+    assert all(r.bytes_saved > 0 for r in report.regions)
+    assert "evt_b2_mm" in str(report)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mlp_training_matches_eager(dtype):
+    torch.manual_seed(0)
+    errs = train_compare(MLP(64, 256), [torch.randn(128, 64)], dtype)
+    assert set(errs) == {"out", "grad_in0", "grad_fc1.weight", "grad_fc1.bias",
+                         "grad_fc2.weight", "grad_fc2.bias"}
+    assert max(errs.values()) < TOL[dtype], errs
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "relu", "none"])
+def test_linear_activation(act):
+    torch.manual_seed(1)
+    model = LinearAct(act=act)
+    errs = train_compare(model, [torch.randn(40, 32)], torch.float32)
+    assert max(errs.values()) < TOL[torch.float32], errs
+    report = evt.explain(lambda x: model(x).sum().backward(), torch.randn(40, 32, requires_grad=True))
+    forward = [r.fused for r in report.regions if r.side == "forward"]
+    assert forward == ([] if act == "none" else [[f"aten.{act.split('_')[0]}"]])
+
+
+def test_arithmetic_scalars_casts():
+    torch.manual_seed(2)
+    x, r = torch.randn(24, 32), torch.randn(24, 48)
+    errs = train_compare(Arith(), [x, r], torch.float32)
+    assert max(errs.values()) < TOL[torch.float32], errs
+    m = Arith()
+    report = evt.explain(lambda x, r: m(x, r).sum().backward(), x.requires_grad_(), r)
+    fwd = [r for r in report.regions if r.side == "forward"]
+    assert len(fwd) == 1
+    assert {"aten.mul", "aten.sub", "aten.div", "aten.neg", "aten.add"} <= set(fwd[0].fused)
+
+
+def test_inference_graph_forms_forward_regions():
+    torch.manual_seed(3)
+    model = MLP(64, 256)
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        report = evt.explain(model, x)
+        assert [r.side for r in report.regions] == ["forward", "forward"]
+        compiled = torch.compile(model, backend="evt", options={"rest": "eager"})
+        assert rel_err(compiled(x), model(x)) < 1e-5
+
+
+def test_region_formation_does_not_depend_on_dtype():
+    def regions(dtype):
+        model = MLP(64, 128).to(dtype)
+        x = torch.randn(32, 64, dtype=dtype, requires_grad=True)
+        report = evt.explain(lambda x: model(x).sum().backward(), x)
+        return [(r.side, r.anchor, r.fused) for r in report.regions]
+
+    assert regions(torch.float32) == regions(torch.bfloat16)
+
+
+def test_inductor_route_trains():
+    torch.manual_seed(4)
+    errs = train_compare(MLP(32, 64), [torch.randn(16, 32)], torch.float32, rest="inductor")
+    assert max(errs.values()) < TOL[torch.float32], errs
+
+
+def test_bad_option_is_a_clear_error():
+    with pytest.raises(Exception, match="rest"):
+        torch.compile(MLP(8, 8), backend="evt", options={"rest": "nope"})(torch.randn(2, 8))

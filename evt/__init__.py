@@ -6,7 +6,7 @@ entry point); `evt.explain(fn, *args)` reports what it fused.
 
 __version__ = "0.1.0"
 
-from evt.runtime import ops as _ops  # noqa: E402,F401  (registers evt::fused_gemm)
 from evt.explain import Report, explain  # noqa: E402
+from evt.runtime import ops as _ops  # noqa: E402,F401  (registers evt::fused_gemm)
 
 __all__ = ["Report", "__version__", "explain"]

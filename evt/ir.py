@@ -24,7 +24,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar, Literal, Union
+from typing import ClassVar
 
 import torch
 
@@ -142,7 +142,7 @@ class AuxStore:
     major: str = "n"
 
 
-Node = Union[AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarBroadcast, Compute, AuxStore]
+Node = AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarBroadcast | Compute | AuxStore
 NODE_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarBroadcast, Compute, AuxStore)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 from torch.fx import Node
@@ -26,8 +25,8 @@ class Expr:
     dtype: torch.dtype | None = None  # round the result to this dtype (an explicit cast)
 
 
-Arg = Union[Node, float, int, Expr]
-Rule = Callable[[Node], Union[Expr, None]]
+Arg = Node | float | int | Expr
+Rule = Callable[[Node], Expr | None]
 
 
 def _alpha(node: Node, y: Arg) -> Arg:

@@ -1,0 +1,64 @@
+"""The `evt` command line.
+
+    evt dump --example mlp --out DIR   capture a training step, fuse, write each kernel's C++
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from evt import ir
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def _dump(args: argparse.Namespace) -> int:
+    from evt.codegen.config import default_config
+    from evt.codegen.emit import render
+    from evt.codegen.nvcc import nvcc_command
+    from evt.examples import EXAMPLES
+    from evt.explain import explain
+
+    step, inputs = EXAMPLES[args.example].build(DTYPES[args.dtype], args.device)
+    report = explain(step, *inputs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for r in report.regions:
+        cu = out / f"{r.name}.cu"
+        cu.write_text(render(r.spec, default_config(r.spec)))
+        (out / f"{r.name}.tree.txt").write_text(ir.format_tree(r.spec))
+        cmd = shlex.join(nvcc_command(cu.name, f"{r.name}.so"))
+        (out / f"{r.name}.nvcc.sh").write_text(f"#!/bin/sh\n# run in {out}\n{cmd}\n")
+    table = str(report)
+    (out / "summary.txt").write_text(table + "\n")
+    print(table)
+    print(f"wrote {len(report.regions)} kernels (.cu, .tree.txt, .nvcc.sh) to {out}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    from evt.examples import EXAMPLES
+
+    p = argparse.ArgumentParser(prog="evt", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("dump", help="capture an example, fuse it, write the generated kernels")
+    d.add_argument("--example", choices=sorted(EXAMPLES), default="mlp")
+    d.add_argument("--out", default="evt-dump", help="output folder (default: evt-dump)")
+    d.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    d.add_argument("--device", default="cpu", help="where to trace the example (default: cpu)")
+    d.set_defaults(fn=_dump)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

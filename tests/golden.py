@@ -1,0 +1,62 @@
+"""The golden set: generated `.cu` for a few fixed graphs, so a refactor can prove it changed no
+kernel. Regenerate (after an intended codegen change) with:
+
+    python -m tests.golden
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+import evt
+from evt.codegen.config import default_config
+from evt.codegen.emit import render
+from evt.examples import MLP
+from tests.graphs import Arith, LinearAct
+
+ROOT = Path(__file__).parent / "golden"
+
+
+def _mlp():
+    m = MLP(256, 1024).bfloat16()
+    return (lambda x: m(x).sum().backward()), (torch.randn(64, 256, dtype=torch.bfloat16, requires_grad=True),)
+
+
+def _linear_gelu_tanh():
+    m = LinearAct(64, 128, "gelu_tanh").bfloat16()
+    return (lambda x: m(x).sum().backward()), (torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True),)
+
+
+def _arith():
+    m = Arith(64, 128).bfloat16()
+    x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
+    return (lambda x, r: m(x, r).sum().backward()), (x, torch.randn(32, 128, dtype=torch.bfloat16))
+
+
+GRAPHS = {"mlp": _mlp, "linear_gelu_tanh": _linear_gelu_tanh, "arith": _arith}
+
+
+def generate(name: str) -> dict[str, str]:
+    """Kernel file name -> generated source, for one golden graph."""
+    fn, args = GRAPHS[name]()
+    report = evt.explain(fn, *args)
+    return {f"{r.name}.cu": render(r.spec, default_config(r.spec)) for r in report.regions}
+
+
+def update() -> None:
+    for name in GRAPHS:
+        folder = ROOT / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.cu"):
+            old.unlink()
+        for file, text in generate(name).items():
+            (folder / file).write_text(text)
+        print(f"wrote {folder}")
+
+
+if __name__ == "__main__":
+    update()
+    sys.exit(0)

@@ -34,14 +34,27 @@ def op_name(node: Node) -> str:
     return name.split(".")[0].replace("::", ".")
 
 
+def size_hint(x, fallback: int = 4096) -> int:
+    """A concrete value for a possibly symbolic size, without adding a guard."""
+    if isinstance(x, int):
+        return x
+    from torch.fx.experimental import symbolic_shapes as ss
+
+    hint = getattr(ss, "optimization_hint", None) or getattr(ss, "hint_int", None)
+    try:
+        return int(hint(x, fallback=fallback)) if hint else fallback
+    except Exception:  # noqa: BLE001 - an unbacked size: any positive guess will do
+        return fallback
+
+
 def nbytes(node: Node) -> int:
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return 0
-    try:
-        return int(val.numel()) * val.element_size()
-    except (TypeError, ValueError, RuntimeError):  # unbacked symbolic size
-        return 0
+    numel = 1
+    for d in val.shape:
+        numel *= size_hint(d)
+    return numel * val.element_size()
 
 
 def bytes_saved(nodes: tuple[Node, ...], inputs: list[Node], outputs: list[Node]) -> int:

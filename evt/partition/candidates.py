@@ -1,0 +1,76 @@
+"""Reachability pruning: which nodes each GEMM could ever absorb.
+
+A node is a candidate of GEMM g only if g reaches it through epilogue-able nodes of g's side and
+[M, N] shape, and every input it reads is either another such node or loadable from global memory
+(an aux tensor or a row/column vector). Without this pruning the ILP has a variable per
+(GEMM, node) pair and explodes on real graphs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from torch.fx import Graph, Node
+
+from evt.graph.annotate_sides import side
+from evt.graph.epilogue_rules import epilogue_expr, tensor_args
+from evt.graph.layouts import gemm_shape, load_kind
+
+
+@dataclass
+class Candidates:
+    anchor: Node
+    shape: tuple[int, int]
+    nodes: list[Node] = field(default_factory=list)  # graph order, anchor excluded
+    must_join: dict[Node, list[Node]] = field(default_factory=dict)  # inputs that cannot be loaded
+
+    def members(self) -> list[Node]:
+        return [self.anchor, *self.nodes]
+
+
+def find_candidates(graph: Graph) -> list[Candidates]:
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    out = []
+    for node in graph.nodes:
+        shape = gemm_shape(node)
+        if shape is not None:
+            c = _grow(node, shape, order)
+            if c.nodes:
+                out.append(c)
+    return out
+
+
+def _grow(anchor: Node, shape: tuple[int, int], order: dict[Node, int]) -> Candidates:
+    """Walk users from the anchor in graph order, keeping nodes an epilogue could compute."""
+    c = Candidates(anchor, shape)
+    reach = {anchor}
+    heap = [(order[u], u) for u in anchor.users]
+    heapq.heapify(heap)
+    seen = set(anchor.users)
+    while heap:
+        _, node = heapq.heappop(heap)
+        if not _eligible(node, anchor, shape):
+            continue
+        args = tensor_args(epilogue_expr(node))
+        unloadable = [a for a in args if load_kind(a.meta.get("val"), *shape) is None]
+        if any(a not in reach for a in unloadable):
+            continue
+        reach.add(node)
+        c.nodes.append(node)
+        c.must_join[node] = [a for a in unloadable if a is not anchor]
+        for u in node.users:
+            if u not in seen:
+                seen.add(u)
+                heapq.heappush(heap, (order[u], u))
+    return c
+
+
+def _eligible(node: Node, anchor: Node, shape: tuple[int, int]) -> bool:
+    val = node.meta.get("val")
+    return (
+        epilogue_expr(node) is not None
+        and val is not None
+        and tuple(val.shape) == shape
+        and side(node) == side(anchor)
+    )

@@ -1,0 +1,98 @@
+"""Split the partitioning problem into independent components, each a small labelled DiGraph that
+holds everything the ILP reads (and nothing that differs between repeated layers, like names).
+
+Vertices: the component's GEMMs (`role="anchor"`), their candidate nodes (`role="node"`) and the
+outside tensors those read (`role="ext"`). Edge flags: `fx` (a data edge), `load` (the consumer can
+read that input from memory; without it both must share a region), `cand` (GEMM -> a node it may
+absorb) and `path` (u -> v when a path leaves the component at u and re-enters at v: what lets the
+ILP's acyclicity constraints see every cycle a fusion could close).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+from torch.fx import Node
+
+from evt.graph.layouts import load_kind
+from evt.partition.candidates import Candidates
+from evt.report import nbytes
+
+
+@dataclass
+class Component:
+    graph: nx.DiGraph
+    anchors: list[Node]
+
+
+def components(cands: list[Candidates]) -> list[Component]:
+    """GEMMs whose candidate sets overlap, or where one's node reads the other's, are solved
+    together. An edge into a GEMM (an operand) does not link: that is how layers chain, and
+    linking them would make one component of a whole model."""
+    owners: dict[Node, list[int]] = {}
+    for i, c in enumerate(cands):
+        for n in c.members():
+            owners.setdefault(n, []).append(i)
+    link = nx.Graph()
+    link.add_nodes_from(range(len(cands)))
+    for n, own in owners.items():
+        readers = [j for u in n.users for j in owners.get(u, []) if cands[j].anchor is not u]
+        nx.add_path(link, own + readers)
+    parts = sorted(sorted(p) for p in nx.connected_components(link))
+    return [_component([cands[i] for i in part]) for part in parts]
+
+
+def _component(cands: list[Candidates]) -> Component:
+    inside = {n for c in cands for n in c.members()}
+    g = nx.DiGraph()
+    for c in cands:
+        g.add_node(c.anchor, role="anchor", **_attrs(c.anchor, inside))
+        for n in c.nodes:
+            g.add_node(n, role="node", **_attrs(n, inside))
+            _flag(g, c.anchor, n, cand=True)
+    for c in cands:
+        for n in c.nodes:
+            _add_inputs(g, n, c.shape, inside)
+    for n in inside:
+        for v in _reentries(n, inside):
+            _flag(g, n, v, path=True)
+    for _, data in g.nodes(data=True):
+        data["label"] = ":".join(str(data.get(k, "")) for k in ("role", "target", "bytes", "escapes", "aux"))
+    for _, _, data in g.edges(data=True):
+        data["label"] = ":".join(k for k in ("fx", "load", "cand", "path") if data.get(k))
+    return Component(g, [c.anchor for c in cands])
+
+
+def _flag(g: nx.DiGraph, u: Node, v: Node, **flags: bool) -> None:
+    if not g.has_edge(u, v):
+        g.add_edge(u, v)
+    g.edges[u, v].update(flags)
+
+
+def _attrs(n: Node, inside: set[Node]) -> dict:
+    escapes = any(u not in inside for u in n.users)
+    return {"bytes": nbytes(n), "escapes": escapes, "target": str(n.target)}
+
+
+def _add_inputs(g: nx.DiGraph, n: Node, shape: tuple[int, int], inside: set[Node]) -> None:
+    for a in n.all_input_nodes:
+        kind = load_kind(a.meta.get("val"), *shape)
+        if a not in inside:
+            g.add_node(a, role="ext", bytes=nbytes(a), escapes=True, aux=kind == "aux_load")
+        _flag(g, a, n, fx=True, load=kind is not None)
+
+
+def _reentries(start: Node, inside: set[Node]) -> set[Node]:
+    """Component nodes reached from `start` through at least one node outside the component."""
+    found: set[Node] = set()
+    stack = [u for u in start.users if u not in inside]
+    seen = set(stack)
+    while stack:
+        for u in stack.pop().users:
+            if u in inside:
+                found.add(u)
+            elif u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return found

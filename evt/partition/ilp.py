@@ -1,0 +1,111 @@
+"""The ILP partitioner: candidates -> independent components -> one ILP each (cached across
+isomorphic components) -> regions. HiGHS (highspy) by default, CBC as fallback; a component whose
+solve fails or runs out of time takes the greedy partitioner's regions, with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulp
+from torch.fx import Graph, Node
+
+from evt import debug
+from evt.graph.annotate_sides import side
+from evt.partition import greedy, ilp_model, solve_cache
+from evt.partition.candidates import find_candidates
+from evt.partition.components import Component, components
+from evt.partition.contract import is_acyclic
+from evt.partition.region import Region
+
+TIME_LIMIT_S = float(os.environ.get("EVT_ILP_TIME_LIMIT", "10"))
+
+
+@dataclass
+class Stats:
+    components: int = 0
+    cache_hits: int = 0
+    variables: int = 0
+    constraints: int = 0
+    solve_s: float = 0.0
+    objective_mib: float = 0.0
+    fallbacks: int = 0
+
+
+def partition(graph: Graph, max_aux: int = greedy.MAX_AUX_TENSORS) -> list[Region]:
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    comps = components(find_candidates(graph))
+    stats = Stats(components=len(comps))
+    chosen = [_solve(c, max_aux, stats, graph) for c in comps]
+    regions = _regions([m for sol in chosen for m in sol.items()], order)
+    if not is_acyclic(graph, [r.nodes for r in regions]):
+        warnings.warn("evt: per-component ILP solutions close a cycle; using greedy", stacklevel=2)
+        regions = greedy.partition(graph)
+    debug.log(1, f"ILP partition: {stats}; {len(regions)} regions")
+    return regions
+
+
+def _solve(comp: Component, max_aux: int, stats: Stats, graph: Graph) -> dict[Node, list[Node]]:
+    salt = f"aux{max_aux}"
+    cached = solve_cache.lookup(comp.graph, salt)
+    if cached is not None:
+        stats.cache_hits += 1
+        return cached
+    solution = _run_ilp(comp, max_aux, stats)
+    if solution is None:
+        stats.fallbacks += 1
+        anchors = set(comp.anchors)
+        return {r.anchor: list(r.epilogue) for r in greedy.partition(graph) if r.anchor in anchors}
+    solve_cache.store(comp.graph, salt, solution)
+    return solution
+
+
+def _run_ilp(comp: Component, max_aux: int, stats: Stats) -> dict[Node, list[Node]] | None:
+    model = ilp_model.build(comp.graph, max_aux)
+    stats.variables += len(model.problem.variables())
+    stats.constraints += model.problem.numConstraints()
+    if debug.level() >= 3:
+        _write_lp(model, comp)
+    start = time.perf_counter()
+    status = model.problem.solve(_solver())
+    stats.solve_s += time.perf_counter() - start
+    if pulp.LpStatus[status] != "Optimal":
+        warnings.warn(
+            f"evt: ILP for the component of {[a.name for a in comp.anchors]} ended "
+            f"'{pulp.LpStatus[status]}' (time limit {TIME_LIMIT_S:g} s, EVT_ILP_TIME_LIMIT); "
+            "using the greedy partition there",
+            stacklevel=2,
+        )
+        return None
+    stats.objective_mib += pulp.value(model.problem.objective) or 0.0
+    return {
+        a: [n for (aa, n), var in model.x.items() if aa is a and var.value() > 0.5]
+        for a in comp.anchors
+    }
+
+
+def _solver() -> pulp.LpSolver:
+    if "HiGHS" in pulp.listSolvers(onlyAvailable=True):
+        return pulp.HiGHS(msg=False, timeLimit=TIME_LIMIT_S, gapRel=0.0)
+    return pulp.PULP_CBC_CMD(msg=False, timeLimit=TIME_LIMIT_S, gapRel=0.0)
+
+
+def _write_lp(model: ilp_model.Model, comp: Component) -> None:
+    folder = Path(os.environ.get("EVT_DEBUG_DIR", "evt-debug"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"partition_{comp.anchors[0].name}.lp"
+    model.problem.writeLP(str(path))
+    debug.log(3, f"wrote ILP model {path}")
+
+
+def _regions(solution: list[tuple[Node, list[Node]]], order: dict[Node, int]) -> list[Region]:
+    regions = [
+        Region(a, (a, *sorted(members, key=order.__getitem__)), side(a))
+        for a, members in solution
+        if members
+    ]
+    return sorted(regions, key=lambda r: order[r.anchor])

@@ -30,11 +30,12 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph
 
 import evt
-from evt import pipeline
+from evt import debug, pipeline
 from evt.report import GraphReport
 
 EVT_OPTIONS = {"rest": ("inductor", "eager")}
 _listeners: list[Callable[[GraphReport], None]] = []
+DRAW = False  # set by `evt.explain(..., draw=True)`: reports carry a picture of each partition
 
 
 @functools.cache
@@ -62,7 +63,7 @@ def source_hash() -> str:
 def fuse_graph(graph: Graph) -> GraphReport | None:
     """Run the pipeline; on any failure warn once and leave the graph as it is."""
     try:
-        report = pipeline.fuse(graph)
+        report = pipeline.fuse(graph, check=debug.level() >= 2, draw=DRAW)
     except Exception as e:  # noqa: BLE001 - training must not crash because of evt
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
         return None

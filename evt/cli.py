@@ -1,6 +1,7 @@
 """The `evt` command line.
 
-    evt dump --example mlp --out DIR   capture a training step, fuse, write each kernel's C++
+    evt dump --example mlp --out DIR [--draw]   capture a training step, fuse, write each
+                                                kernel's C++ (and a picture of the partition)
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ def _dump(args: argparse.Namespace) -> int:
     from evt.explain import explain
 
     step, inputs = EXAMPLES[args.example].build(DTYPES[args.dtype], args.device)
-    report = explain(step, *inputs)
+    report = explain(step, *inputs, draw=args.draw)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.draw:
+        _draw(report, out)
     for r in report.regions:
         cu = out / f"{r.name}.cu"
         cu.write_text(render(r.spec, default_config(r.spec)))
@@ -41,6 +44,17 @@ def _dump(args: argparse.Namespace) -> int:
     return 0
 
 
+def _draw(report, out: Path) -> None:
+    from evt.partition.draw import write
+
+    for i, g in enumerate(report.graphs):
+        try:
+            files = write(g.drawing, out / f"partition_{i}")
+            print("drew " + ", ".join(str(f) for f in files))
+        except FileNotFoundError as e:
+            print(f"evt dump --draw: {e}", file=sys.stderr)
+
+
 def parser() -> argparse.ArgumentParser:
     from evt.examples import EXAMPLES
 
@@ -51,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="evt-dump", help="output folder (default: evt-dump)")
     d.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     d.add_argument("--device", default="cpu", help="where to trace the example (default: cpu)")
+    d.add_argument("--draw", action="store_true",
+                   help="also draw each partition (.dot, and .svg/.png with Graphviz's dot)")
     d.set_defaults(fn=_dump)
     return p
 

@@ -25,12 +25,13 @@ class Report:
         return format_table(self.regions, self.unfused_gemms)
 
 
-def explain(fn, *args, options: dict | None = None, **kwargs) -> Report:
+def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs) -> Report:
     """Compile `fn` with the evt backend (Inductor's and AOTAutograd's caches off, so every graph
     is really captured), call it once on `args`, and return what evt did, forward and backward.
 
     `fn` is typically a training step: forward, loss and `loss.backward()`. `options` are the
     backend's (default `{"rest": "eager"}`: the regions do not depend on how the rest runs).
+    With `draw`, each graph report carries a pydot picture of its partition (`.drawing`).
     """
     from evt import backend
 
@@ -38,12 +39,14 @@ def explain(fn, *args, options: dict | None = None, **kwargs) -> Report:
     options = {"rest": "eager", **(options or {})}
     torch._dynamo.reset()
     backend._listeners.append(report.graphs.append)
+    backend.DRAW = draw
     try:
         with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
             enable_autograd_cache=False
         ):
             torch.compile(fn, backend=backend.evt_backend, options=options)(*args, **kwargs)
     finally:
+        backend.DRAW = False
         backend._listeners.remove(report.graphs.append)
         torch._dynamo.reset()
     return report

@@ -19,6 +19,7 @@ from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.lower_regions import lower_regions
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
+from evt.partition.draw import to_dot
 from evt.report import GraphReport, RegionReport, bytes_saved, format_table, op_name
 
 Pass = Callable[[Graph], Graph]
@@ -44,17 +45,19 @@ def run_passes(graph: Graph, passes: list[tuple[str, Pass]], check: bool) -> Non
             verify(graph, after=name)
 
 
-def fuse(graph: Graph, check: bool = False) -> GraphReport:
-    """Run the whole pipeline on `graph` in place; returns what was fused."""
+def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
+    """Run the whole pipeline on `graph` in place; returns what was fused (and, with `draw`, a
+    picture of the partition)."""
     run_passes(graph, GRAPH_PASSES, check)
     regions = partition(graph)
     validate(graph, regions)
+    drawing = to_dot(graph, regions) if draw else None
     gemms = sum(GEMM in n.meta for n in graph.nodes)
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     lowered = lower_regions(graph, regions)
     run_passes(graph, [("eliminate_dead_code", eliminate_dead_code)], check)
     verify(graph, after="lower_regions")
-    report = GraphReport(unfused_gemms=gemms - len(lowered))
+    report = GraphReport(unfused_gemms=gemms - len(lowered), drawing=drawing)
     for region, built in lowered:
         anchor, fused, saved = summaries[region.anchor]
         report.regions.append(

@@ -25,6 +25,7 @@ class GraphReport:
     regions: list[RegionReport] = field(default_factory=list)
     unfused_gemms: int = 0
     fallbacks: list[str] = field(default_factory=list)  # regions left unfused, with the reason
+    drawing: object | None = None  # a pydot graph of the partition, when asked for
 
 
 def op_name(node: Node) -> str:

@@ -28,8 +28,9 @@ def _backward_nodes(graph: Graph) -> set[Node]:
     return out
 
 
-def validate(graph: Graph, regions: list[Region]) -> None:
-    """Raise `PartitionError` naming the region and the broken constraint."""
+def validate(graph: Graph, regions: list[Region], max_aux: int = 4) -> None:
+    """Raise `PartitionError` naming the region and the broken constraint. `max_aux` bounds the
+    aux tensors (full [M, N] loads plus stores besides D) of each region's epilogue."""
     backward = _backward_nodes(graph)
     seen: set[Node] = set()
     for i, r in enumerate(regions):
@@ -38,6 +39,8 @@ def validate(graph: Graph, regions: list[Region]) -> None:
             raise PartitionError(f"{where}: shares nodes with another region")
         seen.update(r.nodes)
         _check_region(r, where, backward)
+        if _aux_tensors(r) > max_aux:
+            raise PartitionError(f"{where}: {_aux_tensors(r)} aux loads+stores > {max_aux}")
     if not is_acyclic(graph, [r.nodes for r in regions]):
         raise PartitionError("the graph of contracted regions has a cycle")
 
@@ -64,3 +67,14 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
             if a not in r.nodes and load_kind(a.meta.get("val"), *shape) is None:
                 raise PartitionError(f"{where}: {n.name} reads {a.name}, which no load can read")
         inside.add(n)
+
+
+def _aux_tensors(r: Region) -> int:
+    inside = set(r.nodes)
+    shape = tuple(r.anchor.meta["val"].shape)
+    loads = {
+        a for n in r.epilogue for a in n.all_input_nodes
+        if a not in inside and tuple(a.meta["val"].shape) == shape
+    }
+    stores = sum(any(u not in inside for u in n.users) for n in r.nodes) - 1
+    return len(loads) + stores

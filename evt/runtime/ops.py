@@ -25,4 +25,6 @@ def _fused_gemm_fake(spec: str, inputs: list[torch.Tensor]) -> list[torch.Tensor
     M, N, _, L = reference.problem_shape(kernel, inputs)
     shape = (L, M, N) if kernel.gemm.batched else (M, N)
     device = inputs[kernel.gemm.a.input].device
-    return [torch.empty(shape, dtype=ir.torch_dtype(d), device=device) for d in kernel.output_dtypes()]
+    return [
+        torch.empty(shape, dtype=ir.torch_dtype(d), device=device) for d in kernel.output_dtypes()
+    ]

@@ -1,0 +1,119 @@
+"""How things are timed.
+
+- Run time: the median of many calls after warm-up. On CUDA `triton.testing.do_bench(fn,
+  return_mode="median")` when triton imports (it also flushes L2 before every call), else CUDA
+  events around each call; on CPU (tests only) a wall-clock timer.
+- Input sets: when one set of inputs and outputs fits in L2, calls rotate through several fresh
+  sets, so no call finds its operands already cached.
+- Compile time: the first call of a freshly compiled callable (tracing, compiling, building
+  kernels and one run), cold (empty Inductor caches) and warm (caches filled), separately.
+- Peak memory (training steps): `torch.cuda.max_memory_allocated` over one call, above what was
+  allocated before it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+L2_BYTES_DEFAULT = 50 * 2**20  # H100 / H200
+MAX_INPUT_SETS = 8
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timer_name(device: str) -> str:
+    if not device.startswith("cuda"):
+        return "cpu-wallclock"
+    try:
+        import triton.testing  # noqa: F401
+    except ImportError:
+        return "cuda-events"
+    return "triton.do_bench"
+
+
+def time_ms(fn: Callable[[], object], device: str) -> float:
+    """The median time of one call of `fn`, in milliseconds."""
+    name = timer_name(device)
+    if name == "triton.do_bench":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    if name == "cuda-events":
+        return _cuda_events_ms(fn)
+    return _wallclock_ms(fn)
+
+
+def _cuda_events_ms(fn, warmup: int = 10, reps: int = 50) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _wallclock_ms(fn, reps: int = 3) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def l2_bytes(device: str) -> int:
+    if device.startswith("cuda"):
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or (
+            L2_BYTES_DEFAULT
+        )
+    return L2_BYTES_DEFAULT
+
+
+def input_set_count(working_set: int, l2: int) -> int:
+    """1 when the working set exceeds L2, else enough sets to cover 3x L2 (at most 8)."""
+    if working_set <= 0 or working_set > l2:
+        return 1
+    return min(MAX_INPUT_SETS, math.ceil(3 * l2 / working_set))
+
+
+def rotating(fn: Callable, input_sets: list[tuple]) -> Callable[[], object]:
+    """A no-argument call that runs `fn` on the next input set each time."""
+    cycle = itertools.cycle(input_sets)
+    return lambda: fn(*next(cycle))
+
+
+def first_call_s(make: Callable[[], Callable], inputs: tuple, device: str):
+    """Build a callable with `make()` and time its first call: (seconds, callable, outputs)."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn = make()
+    out = fn(*inputs)
+    sync(device)
+    return time.perf_counter() - t0, fn, out
+
+
+def peak_memory(fn: Callable[[], object], device: str) -> int | None:
+    """Bytes allocated at the peak of one call, above what was allocated before it."""
+    if not device.startswith("cuda"):
+        return None
+    sync(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    fn()
+    sync(device)
+    return torch.cuda.max_memory_allocated(device) - before

@@ -1,0 +1,102 @@
+"""The training-step models, written out as plain nn.Modules (no library layers beyond Linear,
+LayerNorm and scaled_dot_product_attention) so a reader can check what is measured."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MLP(nn.Module):
+    """fc2(GELU(fc1(x))), GELU exact or tanh."""
+
+    def __init__(self, dim: int, hidden: int, approximate: str = "none"):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.approximate = approximate
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+
+
+class MLPBlock(nn.Module):
+    """x + MLP(x): the MLP of a transformer layer with its residual, no normalization."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.mlp = MLP(dim, hidden)
+
+    def forward(self, x):
+        return x + self.mlp(x)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: one qkv Linear, SDPA, an output projection."""
+
+    def __init__(self, dim: int, heads: int, causal: bool):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.heads, self.causal = heads, causal
+
+    def forward(self, x):  # x: B x S x dim
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+class PreLNBlock(nn.Module):
+    """GPT-2 (causal, tanh GELU) and ViT (bidirectional, exact GELU) blocks:
+    x + attn(ln1(x)), then + mlp(ln2(.))."""
+
+    def __init__(self, dim: int, heads: int, hidden: int, causal: bool, approximate: str):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = SelfAttention(dim, heads, causal)
+        self.mlp = MLP(dim, hidden, approximate)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class PostLNLayer(nn.Module):
+    """A BERT layer: ln1(x + attn(x)), then ln2(. + mlp(.)); bidirectional, exact GELU."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = SelfAttention(dim, heads, causal=False)
+        self.mlp = MLP(dim, hidden)
+
+    def forward(self, x):
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+
+class LMHead(nn.Module):
+    """GPT-2's final LayerNorm and vocabulary projection (no bias); returns the logits."""
+
+    def __init__(self, dim: int, vocab: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, x):
+        return self.head(self.ln(x))
+
+
+class WithLoss(nn.Module):
+    """A model and its loss in one module, the unit every compiled baseline compiles:
+    cross-entropy for logits against class targets, else MSE in fp32 against a random target."""
+
+    def __init__(self, model: nn.Module, loss: str):
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        out = self.model(x).float()
+        if self.loss == "ce":
+            return F.cross_entropy(out.flatten(0, -2), target.flatten())
+        return F.mse_loss(out, target)

@@ -1,0 +1,123 @@
+"""The GEMM+epilogue suite: each pattern of `evt.bench.patterns` at shapes from real models.
+
+Shapes are (M, N, K): the GEMM's output is M x N, its reduction K; M is batch x sequence tokens.
+  FFN_UP    BERT-Large 16x512 tokens 1024->4096, GPT-2 small 8x1024 tokens 768->3072,
+            ViT-B/16 64x197 tokens 768->3072 (M = 12608, not a multiple of 128)
+  FFN_DOWN  the same layers' down projections (large K: 4096, 3072)
+  HEAD      LM heads: GPT-2 (vocab 50257 padded to 50304), BERT-Large MLM (30522 -> 30528),
+            a LLaMA-7B-sized head (4096 tokens, K = 4096, vocab 32000)
+  ATTN      (B, H, S, D) of the same three models' self-attention
+A backward pattern takes the shape of the GEMM it runs: GELU' in the dgrad of the FFN down
+projection is dy (M x dim) @ W2 (dim x hidden), the same M, N, K as FFN_UP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from evt.bench import patterns as P
+from evt.bench.workload import Case, Workload, randn, tiny, to_reference
+
+FFN_UP = {"bert": (8192, 4096, 1024), "gpt2": (8192, 3072, 768), "vit": (12608, 3072, 768)}
+FFN_DOWN = {"bert": (8192, 1024, 4096), "gpt2": (8192, 768, 3072), "vit": (12608, 768, 3072)}
+HEAD = {"gpt2": (8192, 50304, 768), "bert": (8192, 30528, 1024), "llama": (4096, 32000, 4096)}
+ATTN = {"gpt2": (8, 12, 1024, 64), "bert": (16, 16, 512, 64), "vit": (64, 12, 197, 64)}
+LINEAR_SHAPES = {**FFN_UP, "bert-down": FFN_DOWN["bert"]}
+
+
+def linear(dims, dtype, dev, g, residual: torch.dtype | None = None):
+    """x: M x K, w: N x K (scaled by 1/sqrt(K)), b: N, and optionally a residual r: M x N."""
+    m, n, k = dims
+    xs = (randn((m, k), dtype, dev, g), randn((n, k), dtype, dev, g, k**-0.5))
+    xs += (randn((n,), dtype, dev, g, 0.1),)
+    return xs + (randn((m, n), residual, dev, g),) if residual else xs
+
+
+def dgrad(dims, dtype, dev, g, aux: bool = True):
+    """dy: M x K, w: K x N (scaled by 1/sqrt(K)), and GELU's saved pre-activation h: M x N."""
+    m, n, k = dims
+    xs = (randn((m, k), dtype, dev, g), randn((k, n), dtype, dev, g, k**-0.5))
+    return xs + (randn((m, n), dtype, dev, g),) if aux else xs
+
+
+def head(dims, dtype, dev, g, lse: bool = False):
+    """x: M x K, w: N x K (1/sqrt(K)), targets t: M in [0, N), and optionally the saved lse."""
+    m, n, k = dims
+    x, w = randn((m, k), dtype, dev, g), randn((n, k), dtype, dev, g, k**-0.5)
+    t = torch.randint(n, (m,), generator=g, device=dev)
+    return (x, w, t, torch.logsumexp((x @ w.t()).float(), dim=1)) if lse else (x, w, t)
+
+
+def qkv(dims, dtype, dev, g, n: int = 3):
+    return tuple(randn(dims, dtype, dev, g) for _ in range(n))
+
+
+@dataclass(frozen=True)
+class Pattern:
+    fn: Callable
+    inputs: Callable  # (dims, dtype, device, generator) -> input tuple
+    gemm: Callable
+    shapes: dict[str, tuple[int, ...]]
+    variants: dict[str, Callable] = field(default_factory=dict)
+
+
+def _pattern(fn, inputs, gemm=P.gemm_xwt, shapes=LINEAR_SHAPES, **variants) -> Pattern:
+    return Pattern(fn, inputs, gemm, shapes, variants)
+
+
+PATTERNS: dict[str, Pattern] = {
+    "bias": _pattern(P.bias, linear, cublaslt=P.lt_bias),
+    "bias_relu": _pattern(P.bias_relu, linear, cublaslt=P.lt_bias_relu),
+    "bias_gelu": _pattern(P.bias_gelu, linear),
+    "bias_gelu_tanh": _pattern(P.bias_gelu_tanh, linear, cublaslt=P.lt_bias_gelu_tanh),
+    "bias_gelu_aux": _pattern(P.bias_gelu_aux, linear),
+    "dgrad_gelu": _pattern(P.dgrad_gelu, dgrad, P.gemm_dgrad, FFN_UP),
+    "dgrad_bias_grad": _pattern(
+        P.dgrad_bias_grad, lambda *a: dgrad(*a, aux=False), P.gemm_dgrad, FFN_DOWN
+    ),
+    "residual_scale_cast": _pattern(
+        P.residual_scale_cast, lambda *a: linear(*a, residual=torch.float32), shapes=FFN_DOWN
+    ),
+    "layernorm_stats": _pattern(
+        P.layernorm_stats, lambda *a: linear(*a, residual=a[1]), shapes=FFN_DOWN
+    ),
+    "softmax_stats": _pattern(P.softmax_stats, head, shapes=HEAD),
+    "ce_forward": _pattern(P.ce_forward, head, shapes=HEAD),
+    "ce_backward": _pattern(P.ce_backward, lambda *a: head(*a, lse=True), shapes=HEAD),
+    "attention_scores": _pattern(
+        P.attention_scores, lambda *a: qkv(*a, n=2), P.gemm_scores, ATTN
+    ),
+    "attention": _pattern(P.attention, qkv, P.gemm_attention, ATTN, sdpa=P.sdpa_attention),
+}
+
+
+def cases(small: bool = False) -> list[Case]:
+    """Every (pattern, shape) of the suite; `small` divides the sizes for CPU tests."""
+    out = []
+    for name, p in PATTERNS.items():
+        doc = (p.fn.__doc__ or name).strip().split("\n")[0]
+        for shape, dims in p.shapes.items():
+            dims = tiny(dims) if small else dims
+            out.append(Case(f"{name}/{shape}", "op", name, shape, dims, doc, frozenset(p.variants)))
+    return out
+
+
+def build(case: Case, dtype: torch.dtype, device: str) -> Workload:
+    p = PATTERNS[case.group]
+
+    def make_inputs(seed: int) -> tuple:
+        gen = torch.Generator(device).manual_seed(seed)
+        return p.inputs(case.dims, dtype, device, gen)
+
+    return Workload(
+        eager=p.fn,
+        target=p.fn,
+        wrap=lambda compiled: compiled,
+        make_inputs=make_inputs,
+        reference=lambda inputs: p.fn(*to_reference(inputs)),
+        gemm=p.gemm,
+        variants=dict(p.variants),
+    )

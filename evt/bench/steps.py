@@ -1,0 +1,120 @@
+"""Training steps: forward, loss and backward of a model from `evt.bench.models` (no optimizer).
+
+A step's outputs are the loss, the input's gradient and every parameter's gradient, all of which
+are checked against a float64 copy of the model. Batch sizes fill an H100 (8192..12608 tokens).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from evt.bench.models import LMHead, MLPBlock, PostLNLayer, PreLNBlock, WithLoss
+from evt.bench.workload import Case, Workload, randn, to_reference
+
+
+@dataclass(frozen=True)
+class Step:
+    doc: str
+    model: Callable[..., nn.Module]  # (**sizes) -> the model
+    loss: str  # "mse" against a random fp32 target, "ce" against random class targets
+    full: dict[str, int]
+    small: dict[str, int]  # the CPU-test sizes (same keys, same order)
+
+
+def _block(causal: bool, approximate: str):
+    return lambda dim, heads, hidden, **_: PreLNBlock(dim, heads, hidden, causal, approximate)
+
+
+_TINY_BLOCK = dict(batch=2, seq=16, dim=32, heads=2, hidden=64)
+STEPS: dict[str, Step] = {
+    "mlp": Step(
+        "MLP block x + fc2(gelu(fc1(x))), BERT-Large sizes, 16 x 512 tokens",
+        lambda dim, hidden, **_: MLPBlock(dim, hidden),
+        "mse",
+        dict(batch=16, seq=512, dim=1024, hidden=4096),
+        dict(batch=2, seq=16, dim=32, hidden=64),
+    ),
+    "gpt2": Step(
+        "GPT-2 small block (pre-LN, causal attention, tanh GELU), 8 x 1024 tokens",
+        _block(True, "tanh"),
+        "mse",
+        dict(batch=8, seq=1024, dim=768, heads=12, hidden=3072),
+        _TINY_BLOCK,
+    ),
+    "bert": Step(
+        "BERT-Large layer (post-LN, bidirectional attention, exact GELU), 16 x 512 tokens",
+        lambda dim, heads, hidden, **_: PostLNLayer(dim, heads, hidden),
+        "mse",
+        dict(batch=16, seq=512, dim=1024, heads=16, hidden=4096),
+        _TINY_BLOCK,
+    ),
+    "vit": Step(
+        "ViT-B/16 block (pre-LN, bidirectional, exact GELU), 64 images x 197 tokens",
+        _block(False, "none"),
+        "mse",
+        dict(batch=64, seq=197, dim=768, heads=12, hidden=3072),
+        {**_TINY_BLOCK, "seq": 17},
+    ),
+    "lm_head": Step(
+        "GPT-2 final LayerNorm + LM head (vocab 50304) + cross-entropy, 8 x 1024 tokens",
+        lambda dim, vocab, **_: LMHead(dim, vocab),
+        "ce",
+        dict(batch=8, seq=1024, dim=768, vocab=50304),
+        dict(batch=2, seq=16, dim=32, vocab=96),
+    ),
+}
+
+
+def cases(small: bool = False) -> list[Case]:
+    out = []
+    for name, s in STEPS.items():
+        dims = tuple((s.small if small else s.full).values())
+        out.append(Case(f"step/{name}", "step", name, name, dims, s.doc))
+    return out
+
+
+def make_step(module: Callable, params: list[torch.Tensor]) -> Callable:
+    """One training step through `module` (the model with its loss, compiled or not)."""
+
+    def step(x, target):
+        for p in params:
+            p.grad = None
+        x.grad = None
+        loss = module(x, target)
+        loss.backward()
+        return (loss.detach(), x.grad, *(p.grad for p in params))
+
+    return step
+
+
+def build(case: Case, dtype: torch.dtype, device: str) -> Workload:
+    s = STEPS[case.group]
+    sizes = dict(zip(s.full, case.dims))
+    torch.manual_seed(0)  # nn.Linear's and nn.LayerNorm's default initialization
+    module = WithLoss(s.model(**sizes), s.loss).to(device=device, dtype=dtype)
+    params = list(module.parameters())
+    shape = (sizes["batch"], sizes["seq"])
+
+    def make_inputs(seed: int) -> tuple:
+        gen = torch.Generator(device).manual_seed(seed)
+        x = randn((*shape, sizes["dim"]), dtype, device, gen).requires_grad_()
+        if s.loss == "ce":
+            return x, torch.randint(sizes["vocab"], shape, generator=gen, device=device)
+        return x, randn((*shape, sizes["dim"]), torch.float32, device, gen)
+
+    def reference(inputs: tuple) -> tuple:
+        ref = copy.deepcopy(module).double()
+        return make_step(ref, list(ref.parameters()))(*to_reference(inputs))
+
+    return Workload(
+        eager=make_step(module, params),
+        target=module,
+        wrap=lambda compiled: make_step(compiled, params),
+        make_inputs=make_inputs,
+        reference=reference,
+    )

@@ -1,0 +1,69 @@
+"""What the harness measures: a `Case` (cheap to list and plan) builds a `Workload` (tensors).
+
+A workload is the plain eager computation plus what the baselines need from it: the thing a
+compiler compiles (`target`: a function for a GEMM pattern, the model-with-loss for a training
+step), how to turn the compiled target back into a callable (`wrap`), the bare GEMM (speed of
+light) and the peers' hand-fused variants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # "<group>/<shape>", e.g. "bias_gelu/gpt2"
+    kind: str  # "op" (GEMM+epilogue pattern) or "step" (training step)
+    group: str  # the pattern or model name
+    shape: str  # which model the shape comes from
+    dims: tuple[int, ...]  # (M, N, K) for GEMMs, (B, H, S, D) for attention, model sizes for steps
+    doc: str
+    variants: frozenset[str] = frozenset()  # baselines with a hand-fused version (cublaslt, sdpa)
+
+
+@dataclass
+class Workload:
+    eager: Callable  # callable(*inputs) -> outputs: the computation as written
+    target: Callable  # what a compiled baseline compiles
+    wrap: Callable[[Callable], Callable]  # compiled target -> callable(*inputs) -> outputs
+    make_inputs: Callable[[int], tuple]  # seed -> a fresh random input set (never zeros)
+    reference: Callable[[tuple], tuple]  # the same inputs -> float64 (or float32) outputs
+    gemm: Callable | None = None  # the GEMM(s) alone, for the speed-of-light column
+    variants: dict[str, Callable] = field(default_factory=dict)
+
+
+def outputs(value) -> tuple[torch.Tensor, ...]:
+    """A function's result as a flat tuple of tensors."""
+    if isinstance(value, torch.Tensor):
+        return (value,)
+    return tuple(t for v in value for t in outputs(v))
+
+
+def to_reference(inputs: tuple) -> tuple:
+    """Floating-point inputs as float64 copies (keeping requires_grad), the rest as they are."""
+
+    def convert(t):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            return t
+        return t.detach().double().requires_grad_(t.requires_grad)
+
+    return tuple(convert(t) for t in inputs)
+
+
+def randn(shape, dtype, device, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    """Normal random values (drawn in fp32, then cast): never zeros, never a constant."""
+    t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+    return t.mul_(scale).to(dtype)
+
+
+def nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def tiny(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The CPU-test version of a shape: every size divided by 64, at least 4."""
+    return tuple(max(4, d // 64) for d in dims)

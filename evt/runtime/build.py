@@ -1,0 +1,199 @@
+"""Render, compile and cache one kernel: `build(spec) -> Path` of its shared library.
+
+A kernel depends only on static properties, so it is built from its canonical spec
+(`evt.runtime.canonical`) under a C name derived from its cache key (`k<16 hex>`): identical
+regions of different layers share one binary, and a new batch size never runs nvcc. `prefetch(spec)` starts a build on a thread pool (nvcc runs in a
+subprocess, so builds proceed in parallel while the graph finishes compiling).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import importlib.metadata
+import os
+import shlex
+import subprocess
+import threading
+import warnings
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import evt
+from evt import debug
+from evt.errors import CodegenError, CompileError
+from evt.ir import KernelSpec
+from evt.runtime import cache
+from evt.runtime.canonical import canonical
+
+ARCH = "sm_90a"
+NVCC_TIMEOUT_S = 1800
+# (cu_path, so_path) -> the finished process; nvcc's log is its stdout + stderr
+CompileFn = Callable[[Path, Path], subprocess.CompletedProcess]
+# what renders C++: `render(spec, config)`, `default_config(spec)`, `signature(spec, config)`;
+# None means evt.codegen.emit (tests substitute a fake)
+EMITTER: Any = None
+BUILDS: collections.Counter = collections.Counter()  # cache key -> compiler runs in this process
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    name: str  # the canonical C name the library is built under
+    region: str  # the region that asked first (for messages)
+    spec: KernelSpec  # named `name`
+    config: Any
+    source: str
+    signature: str  # what evt_<name>_signature() must return
+    compile_fn: CompileFn
+
+
+def emitter() -> Any:
+    if EMITTER is not None:
+        return EMITTER
+    from evt.codegen import emit
+
+    return emit
+
+
+def plan(spec: KernelSpec, config=None, compile_fn: CompileFn | None = None) -> Job:
+    """Render `spec` and compute its cache key (no compiler runs)."""
+    toolchain = _toolchain(compile_fn)
+    em = emitter()
+    try:
+        config = config or em.default_config(spec)
+        probe = canonical(spec)  # node and kernel names derived from structure alone
+        key = cache_key(probe, config, em.render(probe, config), toolchain)
+        named = canonical(spec, "k" + key[:16])
+        source = em.render(named, config)
+        signature = em.signature(named, config) if hasattr(em, "signature") else ""
+    except Exception as e:
+        raise CodegenError(f"evt: cannot render region {spec.name}: {type(e).__name__}: {e}") from e
+    return Job(key, named.name, spec.name, named, config, source, signature,
+               compile_fn or compile_with_nvcc)  # fmt: skip
+
+
+def cache_key(spec: KernelSpec, config, source: str, toolchain: tuple[str, ...]) -> str:
+    parts = (spec.signature(), repr(config), *toolchain, cutlass_version(), ARCH, evt.__version__,
+             _headers_digest(), source)  # fmt: skip
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def build(spec: KernelSpec, config=None, compile_fn: CompileFn | None = None) -> Path:
+    """The cached shared library of `spec`, compiling it if needed (at most once per machine)."""
+    return compile_job(plan(spec, config, compile_fn))
+
+
+def compile_job(job: Job) -> Path:
+    meta = {"name": job.name, "region": job.region, "signature": job.signature,
+            "config": repr(job.config), "spec": job.spec.signature()}  # fmt: skip
+    return cache.get_or_build(job.key, lambda tmp: _compile_into(job, tmp), meta)
+
+
+def _compile_into(job: Job, tmp: Path) -> None:
+    cu, so = tmp / cache.CU, tmp / cache.SO
+    cu.write_text(job.source)
+    debug.log(4, f"kernel {job.name} (region {job.region}): {cache.entry_dir(job.key) / cache.CU}")
+    BUILDS[job.key] += 1
+    try:
+        proc = job.compile_fn(cu, so)
+    except Exception as e:
+        (tmp / cache.LOG).write_text(f"{type(e).__name__}: {e}\n")
+        raise CompileError(_failure(job, f"the compiler could not run: {e}", str(e))) from e
+    log = ((proc.stdout or "") + (proc.stderr or "")).replace(
+        str(tmp), str(cache.failed_dir(job.key))
+    )
+    (tmp / cache.LOG).write_text(log)
+    if proc.returncode != 0 or not so.is_file():
+        raise CompileError(_failure(job, f"nvcc exited with {proc.returncode}", log))
+    if "C7510" in log:
+        warnings.warn(f"evt: kernel {job.name}: ptxas serialized wgmma (C7510), see "
+                      f"{cache.entry_dir(job.key) / cache.LOG}", stacklevel=2)  # fmt: skip
+
+
+def _failure(job: Job, what: str, log: str) -> str:
+    where = cache.failed_dir(job.key)
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()][:5] or lines[-5:]
+    return "\n".join([
+        f"evt: kernel {job.name} (built for region {job.region}) failed to compile: {what}",
+        f"  source: {where / cache.CU}",
+        f"  log:    {where / cache.LOG}",
+        *(["  first errors:"] + [f"    {ln}" for ln in errors] if errors else []),
+        "  The region runs unfused; EVT_DEBUG=5 prints the nvcc command line.",
+    ])  # fmt: skip
+
+
+def compile_with_nvcc(cu: Path, so: Path) -> subprocess.CompletedProcess:
+    from evt.codegen import nvcc
+
+    cmd = nvcc.nvcc_command(cu.name, so.name)  # relative: the log names kernel.cu, not a temp dir
+    debug.log(5, f"cd {shlex.quote(str(cu.parent))} && {shlex.join(cmd)}")
+    return subprocess.run(
+        cmd, cwd=cu.parent, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, check=False
+    )
+
+
+def _toolchain(compile_fn: CompileFn | None) -> tuple[str, ...]:
+    if compile_fn not in (None, compile_with_nvcc):  # an injected compiler is its own toolchain
+        return ("fn", f"{compile_fn.__module__}.{compile_fn.__qualname__}")  # type: ignore[union-attr]
+    from evt.codegen import nvcc
+
+    if nvcc.nvcc_path() is None:
+        raise CompileError("evt: nvcc not found, so no kernel can be compiled: put the CUDA "
+                           "toolkit's bin/ on PATH or set CUDA_HOME; regions run unfused")  # fmt: skip
+    return ("nvcc", nvcc.nvcc_version(), shlex.join(nvcc.nvcc_flags()))
+
+
+@lru_cache(maxsize=1)
+def cutlass_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return os.environ.get("EVT_CUTLASS_DIR", "unknown")
+
+
+@lru_cache(maxsize=1)
+def _headers_digest() -> str:
+    """The headers the generated source includes from evt/templates (not part of the source)."""
+    h = hashlib.sha256()
+    for f in sorted((Path(evt.__file__).parent / "templates").glob("*.h")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Background builds
+# ---------------------------------------------------------------------------------------------
+_futures: dict[str, Future] = {}
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="evt-nvcc")
+
+
+def submit(job: Job) -> Future:
+    """A future of `compile_job(job)`; one per key and process."""
+    with _lock:
+        if job.key not in _futures:
+            _futures[job.key] = _pool().submit(compile_job, job)
+        return _futures[job.key]
+
+
+def prefetch(spec: KernelSpec, config=None, compile_fn: CompileFn | None = None) -> Future:
+    """Start building `spec` in the background; the future holds the library path or the error."""
+    try:
+        return submit(plan(spec, config, compile_fn))
+    except Exception as e:  # render or toolchain failure: report it through the future
+        failed: Future = Future()
+        failed.set_exception(e)
+        return failed

@@ -1,0 +1,193 @@
+"""What must hold before a kernel launches: a device fault cannot be recovered from, a refusal can.
+
+`check(spec, infos)` is a pure function of the inputs' shapes, strides, dtypes, data pointers and
+devices (`TensorInfo`), so it is tested without a GPU. It returns the `Problem` the launcher
+passes to the kernel (M, N, K, L and 3 strides per input in CUTLASS mode order), or raises
+`LaunchError` whose message is the reason (the dispatcher then runs the region unfused).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from evt import ir
+from evt.errors import LaunchError
+from evt.runtime import reference
+
+ALIGN = 16  # bytes: TMA base addresses and strides
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    data_ptr: int
+    device: str
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorInfo:
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype, t.data_ptr(), str(t.device))
+
+
+@dataclass(frozen=True)
+class Role:
+    """How the kernel reads one input: modes (e.g. M, K, L), their extents and strides."""
+
+    what: str  # "A", "B", "aux load x", "row broadcast b", "col broadcast s"
+    input: int
+    dtype: str
+    modes: str  # one letter per mode, e.g. "MKL"
+    extents: tuple[int, int, int]
+    strides: tuple[int, int, int]
+    unit: int  # the mode that must have unit stride
+    zero: int | None  # a broadcast mode (stride 0 by construction)
+    tma: bool  # read through TMA: the unit mode must span whole 16-byte vectors
+
+
+@dataclass(frozen=True)
+class Problem:
+    M: int
+    N: int
+    K: int
+    L: int
+    input_strides: tuple[int, ...]  # 3 per input, CUTLASS mode order
+
+    def output_strides(self, batched: bool) -> tuple[int, int, int]:
+        return (self.N, 1, self.M * self.N if batched else 0)
+
+
+def static_reason(spec: ir.KernelSpec) -> str | None:
+    """Why no kernel can run `spec` whatever the inputs, else None."""
+    if spec.gemm.dtype == "f32":
+        if torch.get_float32_matmul_precision() == "highest":
+            return "fp32 needs TF32 kernels; torch.get_float32_matmul_precision() is 'highest'"
+        return "fp32 kernels are not generated yet"
+    for n in spec.nodes:
+        if isinstance(n, ir.AuxStore) and n.major != "n":
+            return f"aux store {n.name} is {n.major}-major; outputs are allocated N-major"
+    return None
+
+
+def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> Problem:
+    if len(infos) != spec.num_inputs:
+        raise LaunchError(f"{len(infos)} inputs, the kernel takes {spec.num_inputs}")
+    if len({i.device for i in infos}) > 1:
+        raise LaunchError(f"inputs on several devices: {sorted({i.device for i in infos})}")
+    M, N, K, L = (int(x) for x in reference.problem_shape(spec, infos))  # type: ignore[arg-type]
+    if min(M, N, K, L) <= 0:
+        raise LaunchError(f"empty problem (M, N, K, L) = {(M, N, K, L)}")
+    roles = _roles(spec, infos, (M, N, K, L))
+    strides = [(0, 0, 0)] * spec.num_inputs
+    for r in roles:
+        _check_role(r, infos[r.input])
+        triple = _passed_strides(r)
+        if strides[r.input] != (0, 0, 0) and strides[r.input] != triple:
+            raise LaunchError(f"input {r.input} is read in two roles with different strides")
+        strides[r.input] = triple
+    for i, dtype in enumerate(spec.output_dtypes()):
+        _check_extent(f"output {i}", "N", N, dtype)
+    return Problem(M, N, K, L, tuple(s for t in strides for s in t))
+
+
+def _roles(spec: ir.KernelSpec, infos: Sequence[TensorInfo], mnkl) -> list[Role]:
+    M, N, K, L = mnkl
+    g = spec.gemm
+    a, b = infos[g.a.input], infos[g.b.input]
+    _expect_dim(a, 3 if g.batched else 2, "A", g.a.input)
+    _expect_dim(b, 3 if g.batched else 2, "B", g.b.input)
+    s_a = _logical(a, g.a.transposed)
+    s_b = _logical(b, g.b.transposed)[::-1]  # CUTLASS's B is N x K
+    b_ext = _logical_shape(b, g.b.transposed)[::-1]
+    if b_ext != (N, K) or (g.batched and b.shape[0] != L):
+        raise LaunchError(f"input {g.b.input} (B) has shape {b.shape}; A implies K={K}, L={L}")
+    lstride = (lambda t: t.stride[0]) if g.batched else (lambda t: 0)
+    roles = [
+        Role("A", g.a.input, g.dtype, "MKL", (M, K, L), (*s_a, lstride(a)), "mk".index(g.a.major),
+             None, True),
+        Role("B", g.b.input, g.dtype, "NKL", (N, K, L), (*s_b, lstride(b)), "nk".index(g.b.major),
+             None, True),
+    ]  # fmt: skip
+    for n in spec.nodes:
+        if isinstance(n, (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)):
+            roles.append(_load_role(n, infos[n.input], (M, N, L), g.batched))
+    return roles
+
+
+def _load_role(n, t: TensorInfo, mnl, batched: bool) -> Role:
+    M, N, L = mnl
+    ext = (M, N, L)
+    if isinstance(n, ir.AuxLoad):
+        ok = t.shape[-2:] == (M, N) and (len(t.shape) == 2 or (batched and t.shape == (L, M, N)))
+        s_l = t.stride[0] if len(t.shape) == 3 else 0
+        role = Role(f"aux load {n.name}", n.input, n.dtype, "MNL", ext, (*t.stride[-2:], s_l),
+                    "mn".index(n.major), None, True)  # fmt: skip
+    elif isinstance(n, ir.RowBroadcast):
+        ok = len(t.shape) >= 1 and t.shape[-1] == N and math.prod(t.shape[:-1]) == 1
+        role = Role(f"row broadcast {n.name}", n.input, n.dtype, "MNL", ext,
+                    (0, t.stride[-1] if t.shape else 0, 0), 1, 0, False)  # fmt: skip
+    else:  # an M-vector stored as [M] or [..., M, 1]
+        ok = t.shape == (M,) or (len(t.shape) >= 2 and t.shape[-2:] == (M, 1)
+                                 and math.prod(t.shape[:-2]) == 1)  # fmt: skip
+        s_m = t.stride[0] if len(t.shape) == 1 else t.stride[-2] if t.shape else 0
+        role = Role(
+            f"col broadcast {n.name}", n.input, n.dtype, "MNL", ext, (s_m, 0, 0), 0, 1, False
+        )
+    if not ok:
+        raise LaunchError(f"input {n.input} ({role.what}) has shape {t.shape}; (M, N, L) = {mnl}")
+    return role
+
+
+def _logical_shape(t: TensorInfo, transposed: bool) -> tuple[int, int]:
+    rows, cols = t.shape[-2:]
+    return (cols, rows) if transposed else (rows, cols)
+
+
+def _logical(t: TensorInfo, transposed: bool) -> tuple[int, int]:
+    rows, cols = t.stride[-2:]
+    return (cols, rows) if transposed else (rows, cols)
+
+
+def _expect_dim(t: TensorInfo, dim: int, what: str, index: int) -> None:
+    if len(t.shape) != dim:
+        raise LaunchError(f"input {index} ({what}) has shape {t.shape}, expected {dim} dims")
+
+
+def _check_role(r: Role, t: TensorInfo) -> None:
+    where = f"input {r.input} ({r.what})"
+    if t.dtype != ir.torch_dtype(r.dtype):
+        raise LaunchError(f"{where} is {t.dtype}, the kernel was built for {r.dtype}")
+    size = t.dtype.itemsize
+    if t.data_ptr % ALIGN:
+        raise LaunchError(f"{where}: data pointer is {t.data_ptr % ALIGN} bytes past a 16-byte "
+                          "boundary (a narrow/split view?); the kernel needs 16-byte alignment")  # fmt: skip
+    unit = r.modes[r.unit]
+    if r.extents[r.unit] > 1 and r.strides[r.unit] != 1:
+        raise LaunchError(f"{where}: stride along {unit} is {r.strides[r.unit]}; the kernel was "
+                          f"built {unit.lower()}-major and needs it to be 1")  # fmt: skip
+    for i, mode in enumerate(r.modes):
+        if i not in (r.unit, r.zero) and r.extents[i] > 1 and (r.strides[i] * size) % ALIGN:
+            raise LaunchError(f"{where}: stride along {mode} is {r.strides[i]} elements "
+                              f"({r.strides[i] * size} bytes), not a multiple of 16 bytes")  # fmt: skip
+    if r.tma:
+        _check_extent(where, unit, r.extents[r.unit], r.dtype)
+
+
+def _check_extent(where: str, mode: str, extent: int, dtype: str) -> None:
+    size = ir.torch_dtype(dtype).itemsize
+    if (extent * size) % ALIGN:
+        raise LaunchError(f"{where}: {mode} = {extent} is not a multiple of {ALIGN // size} "
+                          f"{dtype} elements (16 bytes), which TMA needs")  # fmt: skip
+
+
+def _passed_strides(r: Role) -> tuple[int, int, int]:
+    """The strides handed to the kernel: unit and broadcast modes fixed, size-1 modes 0."""
+    out = [0 if r.extents[i] <= 1 else s for i, s in enumerate(r.strides)]
+    out[r.unit] = 1
+    if r.zero is not None:
+        out[r.zero] = 0
+    return (out[0], out[1], out[2])

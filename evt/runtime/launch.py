@@ -1,0 +1,155 @@
+"""Load a compiled kernel with ctypes and launch it on the current CUDA stream.
+
+The library's ABI (rendered by `evt.codegen.emit`):
+
+    int    evt_<name>_run(inputs, input_strides, outputs, output_strides, M, N, K, L,
+                          workspace, workspace_bytes, stream)      // 0 = success
+    size_t evt_<name>_workspace(M, N, K, L)
+    char const* evt_<name>_signature()
+
+A launch allocates its outputs and workspace from torch's caching allocator, enqueues the kernel on
+`torch.cuda.current_stream()` and never synchronizes, so a step stays capturable in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evt import ir
+from evt.errors import LaunchError
+from evt.runtime import cache as kernel_cache
+from evt.runtime import guards
+
+RETURN_CODES = {
+    -1: "Gemm::can_implement rejected the problem",
+    -2: "a stride contradicts the kernel's static (unit or zero) strides",
+    -3: "the workspace is too small",
+    -4: "no current CUDA device",
+}
+_I, _P = ctypes.c_int, ctypes.c_void_p
+RUN_ARGTYPES = [_P, _P, _P, _P, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]
+
+
+@dataclass(frozen=True)
+class Library:
+    path: Path
+    name: str  # the C name: evt_<name>_run
+    handle: ctypes.CDLL
+    run: Any
+    workspace: Any
+
+
+_libraries: dict[str, Library] = {}
+_lock = threading.Lock()
+
+
+def load(path: Path) -> Library:
+    """The library at `path` (a cache entry), loaded once per process."""
+    with _lock:
+        if str(path) not in _libraries:
+            _libraries[str(path)] = _load(Path(path))
+        return _libraries[str(path)]
+
+
+def _load(path: Path) -> Library:
+    try:
+        meta = json.loads((path.parent / kernel_cache.META).read_text())
+        name = meta["name"]
+        handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
+        run, workspace, signature = (
+            getattr(handle, f"evt_{name}_{fn}") for fn in ("run", "workspace", "signature")
+        )
+    except (OSError, ValueError, KeyError, AttributeError) as e:
+        raise LaunchError(f"cannot load kernel library {path}: {e}") from e
+    run.argtypes, run.restype = RUN_ARGTYPES, ctypes.c_int
+    workspace.argtypes, workspace.restype = [_I, _I, _I, _I], ctypes.c_size_t
+    signature.argtypes, signature.restype = [], ctypes.c_char_p
+    got = signature().decode()
+    if meta.get("signature") and got != meta["signature"]:
+        raise LaunchError(f"{path} says it is {got!r}, its cache entry says {meta['signature']!r}")
+    return Library(path, name, handle, run, workspace)
+
+
+@cache
+def capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def check_device(tensors: Sequence[torch.Tensor]) -> None:
+    """All tensors on one SM90 CUDA device (tests on CPU replace this function)."""
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise LaunchError(f"inputs on several devices: {sorted(map(str, devices))}")
+    (device,) = devices
+    if device.type != "cuda":
+        raise LaunchError(f"inputs on {device}; kernels run on CUDA")
+    major, minor = capability(device.index if device.index is not None else 0)
+    if (major, minor) != (9, 0):
+        raise LaunchError(f"{device} is sm_{major}{minor}; the kernels are built for sm_90a")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A region's kernel: `kernel(inputs) -> outputs`, guarded before every launch."""
+
+    spec: ir.KernelSpec
+    library: Library
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return self.launch(self.guard(inputs), inputs)
+
+    def guard(self, inputs: Sequence[torch.Tensor]) -> guards.Problem:
+        check_device(inputs)
+        return guards.check(self.spec, [guards.TensorInfo.of(t) for t in inputs])
+
+    def output_shape(self, p: guards.Problem) -> tuple[int, ...]:
+        return (p.L, p.M, p.N) if self.spec.gemm.batched else (p.M, p.N)
+
+    def launch(self, p: guards.Problem, inputs: Sequence[torch.Tensor], outputs=None):
+        """Enqueue the kernel; `outputs` (contiguous, e.g. NaN-poisoned by a test) or fresh ones."""
+        device, shape = inputs[0].device, self.output_shape(p)
+        dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
+        if outputs is None:
+            outputs = [torch.empty(shape, dtype=d, device=device) for d in dtypes]
+        _check_outputs(outputs, shape, dtypes, device)
+        ws_bytes = int(self.library.workspace(p.M, p.N, p.K, p.L))
+        workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=device) if ws_bytes else None
+        out_strides = p.output_strides(self.spec.gemm.batched) * len(outputs)
+        rc = self.library.run(
+            _pointers(inputs), _int64s(p.input_strides), _pointers(outputs), _int64s(out_strides),
+            p.M, p.N, p.K, p.L, None if workspace is None else workspace.data_ptr(), ws_bytes,
+            stream_handle(device),
+        )  # fmt: skip
+        if rc != 0:
+            why = RETURN_CODES.get(rc, f"cutlass::Status {rc}")
+            raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): {why}")
+        return outputs
+
+
+def stream_handle(device: torch.device) -> int | None:
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+
+
+def _check_outputs(outputs, shape, dtypes, device) -> None:
+    for i, (o, dtype) in enumerate(zip(outputs, dtypes, strict=True)):
+        ok = tuple(o.shape) == shape and o.dtype == dtype and o.device == device
+        if not (ok and o.is_contiguous() and o.data_ptr() % guards.ALIGN == 0):
+            raise LaunchError(f"output {i} must be a contiguous, 16-byte aligned {shape} {dtype} "
+                              f"tensor on {device}, got {tuple(o.shape)} {o.dtype} on {o.device}")  # fmt: skip
+
+
+def _pointers(tensors: Sequence[torch.Tensor]) -> ctypes.Array:
+    return (ctypes.c_void_p * len(tensors))(*(t.data_ptr() for t in tensors))
+
+
+def _int64s(values: Sequence[int]) -> ctypes.Array:
+    return (ctypes.c_int64 * len(values))(*values)

@@ -17,15 +17,24 @@ from evt.graph.annotate_sides import annotate_sides
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.lower_regions import lower_regions
+from evt.graph.sink_views import sink_views
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
 from evt.partition.draw import to_dot
-from evt.report import GraphReport, RegionReport, bytes_saved, format_table, op_name
+from evt.report import (
+    GraphReport,
+    RegionReport,
+    bytes_saved,
+    format_table,
+    op_name,
+    saved_for_backward,
+)
 
 Pass = Callable[[Graph], Graph]
 
 GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
+    ("sink_views", sink_views),
     ("fold_gemm_operands", fold_gemm_operands),
 ]
 
@@ -59,17 +68,18 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
     verify(graph, after="lower_regions")
     report = GraphReport(unfused_gemms=gemms - len(lowered), drawing=drawing)
     for region, built in lowered:
-        anchor, fused, saved = summaries[region.anchor]
+        anchor, fused, saved, kept = summaries[region.anchor]
         report.regions.append(
-            RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec)
+            RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec, kept)
         )
     debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms))
     return report
 
 
-def _summary(r: Region) -> tuple[str, list[str], int]:
+def _summary(r: Region) -> tuple[str, list[str], int, int]:
     return (
         op_name(r.anchor),
         [op_name(n) for n in r.epilogue],
         bytes_saved(r.nodes, r.inputs(), r.outputs()),
+        saved_for_backward(r.outputs()),
     )

@@ -18,6 +18,7 @@ class RegionReport:
     fused: list[str]  # aten ops fused into the epilogue, in graph order
     bytes_saved: int  # global-memory bytes the fusion avoids (estimate from shapes)
     spec: ir.KernelSpec
+    saved_for_backward: int = 0  # bytes of this forward kernel's outputs that the backward reads
 
 
 @dataclass
@@ -66,12 +67,21 @@ def bytes_saved(nodes: tuple[Node, ...], inputs: list[Node], outputs: list[Node]
     return max(unfused - fused, 0)
 
 
+def saved_for_backward(outputs: list[Node]) -> int:
+    """Bytes of forward values that backward nodes read: activation memory the step keeps."""
+    from evt.graph.annotate_sides import side
+
+    return sum(nbytes(n) for n in outputs if any(side(u) == "backward" for u in n.users))
+
+
 def format_table(regions: list[RegionReport], unfused_gemms: int) -> str:
-    rows = [("kernel", "side", "anchor", "fused", "bytes saved")]
+    rows = [("kernel", "side", "anchor", "fused", "bytes saved", "kept for bwd")]
     rows += [
-        (r.name, r.side, r.anchor, ", ".join(r.fused), f"{r.bytes_saved:,}") for r in regions
+        (r.name, r.side, r.anchor, ", ".join(r.fused), f"{r.bytes_saved:,}",
+         f"{r.saved_for_backward:,}" if r.side == "forward" else "")
+        for r in regions
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(f"{len(regions)} fused regions, {unfused_gemms} GEMMs left unfused")

@@ -1,0 +1,115 @@
+"""Sink reshapes below elementwise ops, so an epilogue sees the GEMM's own [M, N] layout.
+
+A Linear on a [B, S, K] activation is `view -> addmm -> view(B, S, N)`, and everything after it
+(bias-free activations, residual adds, GELU's backward) works on the 3-D view. For an epilogue-able
+op whose tensor inputs are such views of 2-D [M, N] values (or 3-D values that can be viewed as
+[M, N] for free, or N-vectors), this rewrites
+
+    op(view(x, (B, S, N)), r)  ->  view(op(x, view(r, (M, N))), (B, S, N))
+
+and repeats to a fixed point. Views are free; the graph gains no copies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch._guards import detect_fake_mode
+from torch.fx import Graph, Node
+
+from evt.graph.epilogue_rules import epilogue_expr
+
+aten = torch.ops.aten
+VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def sink_views(graph: Graph) -> Graph:
+    changed = True
+    while changed:
+        changed = any(_sink(node) for node in list(graph.nodes))
+    return graph
+
+
+def _flat_source(a: Node) -> Node | None:
+    """x when `a` is view(x) of a 2-D x into the same last dimension, else None."""
+    if a.op != "call_function" or a.target not in VIEWS:
+        return None
+    x = a.args[0]
+    if not isinstance(x, Node):
+        return None
+    xv, av = x.meta.get("val"), a.meta.get("val")
+    if xv is None or av is None or xv.dim() != 2 or av.dim() < 3:
+        return None
+    return x if av.shape[-1] == xv.shape[-1] else None
+
+
+def _sink(node: Node) -> bool:
+    if epilogue_expr(node) is None or "val" not in node.meta:
+        return False
+    out = node.meta["val"]
+    sources = [_flat_source(a) for a in node.all_input_nodes]
+    viewed = [a for a, s in zip(node.all_input_nodes, sources) if s is not None]
+    if not viewed or tuple(out.shape) != tuple(viewed[0].meta["val"].shape):
+        return False  # no input is a flattenable view, or the op broadcasts beyond it
+    m, n = _flat_source(viewed[0]).meta["val"].shape
+    mapping = {}
+    for a, src in zip(node.all_input_nodes, sources):
+        new = src if src is not None else _as_2d(a, m, n)
+        if new is False:
+            return False
+        mapping[a] = new
+    _rewrite(node, mapping, tuple(out.shape))
+    return True
+
+
+def _as_2d(a: Node, m, n):
+    """The [M, N]-compatible form of input `a`: a free view, `a` itself, or False."""
+    val = a.meta.get("val")
+    if val is None:
+        return False
+    if val.dim() <= 1:
+        return a
+    if val.shape[-1] != n and val.shape[-1] != 1:
+        return False
+    if all(d == 1 for d in val.shape[:-1]):
+        return ("view", (1, val.shape[-1]))
+    if math.prod(val.shape[:-1]) != m or not _viewable(val, m):
+        return False
+    return ("view", (m, val.shape[-1]))
+
+
+def _viewable(val: torch.Tensor, m) -> bool:
+    try:
+        with detect_fake_mode([val]) or torch._subclasses.FakeTensorMode():
+            val.view(m, val.shape[-1])
+        return True
+    except RuntimeError:
+        return False
+
+
+def _rewrite(node: Node, mapping: dict, shape: tuple) -> None:
+    graph = node.graph
+    with graph.inserting_before(node):
+        def arg(a):
+            new = mapping.get(a, a) if isinstance(a, Node) else a
+            if isinstance(new, tuple):
+                new = _make(graph, aten.view.default, (a, list(new[1])), {}, node)
+            return new
+
+        args = tuple(arg(a) for a in node.args)
+        flat = _make(graph, node.target, args, dict(node.kwargs), node)
+        back = _make(graph, aten.view.default, (flat, list(shape)), {}, node)
+    node.replace_all_uses_with(back)
+    graph.erase_node(node)
+
+
+def _make(graph: Graph, target, args, kwargs, like: Node) -> Node:
+    new = graph.call_function(target, args, kwargs)
+    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
+    with detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)]):
+        new.meta["val"] = target(*vals, **kwargs)
+    for key in ("evt_side", "stack_trace", "nn_module_stack"):
+        if key in like.meta:
+            new.meta[key] = like.meta[key]
+    return new

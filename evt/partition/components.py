@@ -24,26 +24,25 @@ from evt.report import nbytes
 class Component:
     graph: nx.DiGraph
     anchors: list[Node]
+    cands: list[Candidates]
 
 
-def components(cands: list[Candidates]) -> list[Component]:
-    """GEMMs whose candidate sets overlap, or where one's node reads the other's, are solved
-    together. An edge into a GEMM (an operand) does not link: that is how layers chain, and
-    linking them would make one component of a whole model."""
+def components(cands: list[Candidates], order: dict[Node, int]) -> list[Component]:
+    """GEMMs whose candidate sets overlap compete for nodes and are solved together; the rest
+    are independent up to cycles through other regions, which the caller repairs by merging."""
     owners: dict[Node, list[int]] = {}
     for i, c in enumerate(cands):
         for n in c.members():
             owners.setdefault(n, []).append(i)
     link = nx.Graph()
     link.add_nodes_from(range(len(cands)))
-    for n, own in owners.items():
-        readers = [j for u in n.users for j in owners.get(u, []) if cands[j].anchor is not u]
-        nx.add_path(link, own + readers)
+    for own in owners.values():
+        nx.add_path(link, own)
     parts = sorted(sorted(p) for p in nx.connected_components(link))
-    return [_component([cands[i] for i in part]) for part in parts]
+    return [component([cands[i] for i in part], order) for part in parts]
 
 
-def _component(cands: list[Candidates]) -> Component:
+def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
     inside = {n for c in cands for n in c.members()}
     g = nx.DiGraph()
     for c in cands:
@@ -54,14 +53,16 @@ def _component(cands: list[Candidates]) -> Component:
     for c in cands:
         for n in c.nodes:
             _add_inputs(g, n, c.shape, inside)
+    last = max(order[n] for n in inside)
     for n in inside:
-        for v in _reentries(n, inside):
+        for v in _reentries(n, inside, order, last):
             _flag(g, n, v, path=True)
-    for _, data in g.nodes(data=True):
+    for n, data in g.nodes(data=True):
+        data["pos"] = order[n]  # graph order: lets the cache try the obvious mapping first
         data["label"] = ":".join(str(data.get(k, "")) for k in ("role", "target", "bytes", "escapes", "aux"))
     for _, _, data in g.edges(data=True):
         data["label"] = ":".join(k for k in ("fx", "load", "cand", "path") if data.get(k))
-    return Component(g, [c.anchor for c in cands])
+    return Component(g, [c.anchor for c in cands], cands)
 
 
 def _flag(g: nx.DiGraph, u: Node, v: Node, **flags: bool) -> None:
@@ -83,16 +84,17 @@ def _add_inputs(g: nx.DiGraph, n: Node, shape: tuple[int, int], inside: set[Node
         _flag(g, a, n, fx=True, load=kind is not None)
 
 
-def _reentries(start: Node, inside: set[Node]) -> set[Node]:
-    """Component nodes reached from `start` through at least one node outside the component."""
+def _reentries(start: Node, inside: set[Node], order: dict[Node, int], last: int) -> set[Node]:
+    """Component nodes reached from `start` through at least one node outside the component.
+    Nodes after the component's last node (in topological order) cannot lead back: pruned."""
     found: set[Node] = set()
-    stack = [u for u in start.users if u not in inside]
+    stack = [u for u in start.users if u not in inside and order[u] < last]
     seen = set(stack)
     while stack:
         for u in stack.pop().users:
             if u in inside:
                 found.add(u)
-            elif u not in seen:
+            elif u not in seen and order[u] < last:
                 seen.add(u)
                 stack.append(u)
     return found

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import networkx as nx
 import pulp
 from torch.fx import Graph, Node
 
@@ -19,8 +20,8 @@ from evt import debug
 from evt.graph.annotate_sides import side
 from evt.partition import greedy, ilp_model, solve_cache
 from evt.partition.candidates import find_candidates
-from evt.partition.components import Component, components
-from evt.partition.contract import is_acyclic
+from evt.partition.components import Component, component, components
+from evt.partition.contract import contracted
 from evt.partition.region import Region
 
 TIME_LIMIT_S = float(os.environ.get("EVT_ILP_TIME_LIMIT", "10"))
@@ -36,6 +37,7 @@ class Stats:
     solve_s: float = 0.0
     objective_mib: float = 0.0
     fallbacks: int = 0
+    repairs: int = 0
 
     def __str__(self) -> str:
         return (
@@ -43,21 +45,50 @@ class Stats:
             f"{self.variables} variables, {self.constraints} constraints, solved in "
             f"{self.solve_s:.3f} s; keeps {self.objective_mib:.3f} MiB on chip versus unfused"
             + (f"; {self.fallbacks} fell back to greedy" if self.fallbacks else "")
+            + (f"; {self.repairs} cycle repairs" if self.repairs else "")
         )
+
+
+MAX_REPAIRS = 8
 
 
 def partition(graph: Graph, max_aux: int = greedy.MAX_AUX_TENSORS) -> list[Region]:
     order = {n: i for i, n in enumerate(graph.nodes)}
-    comps = components(find_candidates(graph))
+    comps = components(find_candidates(graph), order)
     stats = Stats(components=len(comps))
     chosen = [_solve(c, max_aux, stats, graph) for c in comps]
-    regions = _regions([m for sol in chosen for m in sol.items()], order)
-    if not is_acyclic(graph, [r.nodes for r in regions]):
-        warnings.warn("evt: per-component ILP solutions close a cycle; using greedy", stacklevel=2)
+    for _ in range(MAX_REPAIRS):
+        regions = _regions([m for sol in chosen for m in sol.items()], order)
+        cycle = _cycle(graph, regions)
+        if cycle is None:
+            break
+        comps, chosen = _merge(comps, chosen, cycle, order, max_aux, stats, graph)
+    else:
+        warnings.warn("evt: ILP regions kept closing cycles; using the greedy partition", stacklevel=2)
         regions = greedy.partition(graph)
     debug.log(1, f"ILP partition: {stats}; {len(regions)} regions")
     LAST_STATS.append(stats)
     return regions
+
+
+def _cycle(graph: Graph, regions: list[Region]) -> set[Node] | None:
+    """The anchors of the regions on a cycle of the contracted graph, or None."""
+    g = contracted(graph, [r.nodes for r in regions])
+    if nx.is_directed_acyclic_graph(g):  # fast; find_cycle on a large DAG is not
+        return None
+    edges = nx.find_cycle(g)
+    on_cycle = {v for e in edges for v in e[:2] if isinstance(v, tuple) and v[0] == "region"}
+    return {regions[v[1]].anchor for v in on_cycle}
+
+
+def _merge(comps, chosen, anchors, order, max_aux, stats, graph):
+    """Solve the components of the regions on a cycle again, as one component."""
+    hit = [i for i, c in enumerate(comps) if anchors & set(c.anchors)]
+    merged = component([c for i in hit for c in comps[i].cands], order)
+    stats.repairs += 1
+    keep = [i for i in range(len(comps)) if i not in hit]
+    return ([comps[i] for i in keep] + [merged],
+            [chosen[i] for i in keep] + [_solve(merged, max_aux, stats, graph)])
 
 
 def _solve(comp: Component, max_aux: int, stats: Stats, graph: Graph) -> dict[Node, list[Node]]:

@@ -10,23 +10,25 @@ success or failure, is remembered. Guard and launch depend on the call's tensors
 
 Test hooks: `INJECT[stage] = message` (or `EVT_INJECT="stage[:message],..."`) makes a stage fail;
 `use_kernels` decides whether inputs take the kernel path; `COMPILE_FN` replaces nvcc.
-`EVT_VERIFY=1` compares every launch with the reference path and raises `LaunchError` on mismatch.
+`EVT_VERIFY=1` compares every launch with the reference path (`evt.runtime.verify`).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 
 import torch
 
 from evt import debug, ir
-from evt.errors import EvtError, LaunchError
-from evt.runtime import build, guards, launch, reference
+from evt.errors import CompileError, EvtError, LaunchError
+from evt.runtime import build, guards, launch, reference, verify
 from evt.runtime.canonical import canonical
 
 STAGES = ("spec", "device", "render", "compile", "load", "guard", "launch")
@@ -34,7 +36,6 @@ INJECT: dict[str, str] = {}  # stage -> message: make that stage fail (tests)
 COMPILE_FN: build.CompileFn | None = None  # None: nvcc
 FALLBACKS: dict[str, str] = {}  # region name -> why it ran unfused (read by evt.explain)
 LAUNCHES: collections.Counter = collections.Counter()  # region name -> successful kernel launches
-TOLERANCE = {"bf16": 2e-2, "f16": 4e-3, "f32": 2e-3}  # EVT_VERIFY: max |err| / max |reference|
 
 _kernels: dict[str, launch.Kernel | EvtError] = {}  # canonical signature -> kernel or why not
 _lock = threading.Lock()
@@ -55,6 +56,18 @@ def use_kernels(inputs: Sequence[torch.Tensor]) -> bool:
     return any(t.is_cuda for t in inputs)
 
 
+def prefetch(spec: ir.KernelSpec) -> Future | None:
+    """Start building `spec`'s kernel in the background if this process can run it (an SM90 GPU
+    and no static reason against it); the backend calls this while it lowers regions."""
+    if guards.static_reason(spec) or not sm90_available():
+        return None
+    return build.prefetch(spec, compile_fn=COMPILE_FN)
+
+
+def sm90_available() -> bool:
+    return torch.cuda.is_available() and launch.capability(torch.cuda.current_device()) == (9, 0)
+
+
 def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     if not use_kernels(inputs):
         return reference.run(spec, inputs)
@@ -64,7 +77,7 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tenso
         return fallback(spec, inputs, str(e))
     LAUNCHES[spec.name] += 1
     if os.environ.get("EVT_VERIFY", "0") not in ("", "0"):
-        verify(spec, inputs, outputs)
+        verify.check(spec, inputs, outputs)
     return outputs
 
 
@@ -84,7 +97,7 @@ def _launch(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.T
 
 def kernel_for(spec: ir.KernelSpec) -> launch.Kernel:
     """The loaded kernel of `spec`'s signature; raises (the remembered) StageFailed otherwise."""
-    sig = canonical(spec).signature()
+    sig = _identity(spec)
     with _lock:
         found = _kernels.get(sig)
     if found is None:
@@ -97,6 +110,11 @@ def kernel_for(spec: ir.KernelSpec) -> launch.Kernel:
     if isinstance(found, EvtError):
         raise found
     return launch.Kernel(spec, found.library)  # named after this region
+
+
+@functools.lru_cache(maxsize=4096)
+def _identity(spec: ir.KernelSpec) -> str:
+    return canonical(spec).signature()
 
 
 def _acquire(spec: ir.KernelSpec) -> launch.Kernel:
@@ -120,8 +138,8 @@ def stage(name: str) -> Iterator[None]:
         yield
     except StageFailed:
         raise
-    except Exception as e:
-        raise StageFailed(name, e) from e
+    except Exception as e:  # a missing compiler shows up while planning: call it a compile failure
+        raise StageFailed("compile" if isinstance(e, CompileError) else name, e) from e
 
 
 def injected() -> dict[str, str]:
@@ -141,31 +159,6 @@ def fallback(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], reason: str):
         warnings.warn(f"evt: region {spec.name} runs unfused: {reason}", stacklevel=3)
         debug.log(1, f"region {spec.name} runs unfused: {reason}")
     return reference.run(spec, inputs)
-
-
-def verify(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], outputs: list[torch.Tensor]):
-    """EVT_VERIFY=1: compare with the reference path (synchronizes; skipped in graph capture)."""
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        return
-    expected = reference.run(spec, inputs)
-    for i, (got, ref, dtype) in enumerate(
-        zip(outputs, expected, spec.output_dtypes(), strict=True)
-    ):
-        err = relative_error(got, ref)
-        if not err <= TOLERANCE[dtype]:
-            raise LaunchError(f"EVT_VERIFY: region {spec.name} output {i} ({dtype}) differs from "
-                              f"the reference path: max error {err:.3g} relative to max |ref| "
-                              f"(tolerance {TOLERANCE[dtype]:g})")  # fmt: skip
-
-
-def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |got - ref| / max |ref|; inf where NaNs differ."""
-    got, ref = got.double(), ref.double()
-    if not torch.equal(got.isnan(), ref.isnan()):
-        return float("inf")
-    got, ref = got.nan_to_num(), ref.nan_to_num()
-    scale = ref.abs().max().item() if ref.numel() else 0.0
-    return (got - ref).abs().max().item() / max(scale, 1e-30) if ref.numel() else 0.0
 
 
 def reset() -> None:

@@ -123,8 +123,9 @@ def _load_role(n, t: TensorInfo, mnl, batched: bool) -> Role:
     ext = (M, N, L)
     if isinstance(n, ir.AuxLoad):
         ok = t.shape[-2:] == (M, N) and (len(t.shape) == 2 or (batched and t.shape == (L, M, N)))
+        s_m, s_n = t.stride[-2:] if len(t.shape) >= 2 else (0, 0)
         s_l = t.stride[0] if len(t.shape) == 3 else 0
-        role = Role(f"aux load {n.name}", n.input, n.dtype, "MNL", ext, (*t.stride[-2:], s_l),
+        role = Role(f"aux load {n.name}", n.input, n.dtype, "MNL", ext, (s_m, s_n, s_l),
                     "mn".index(n.major), None, True)  # fmt: skip
     elif isinstance(n, ir.RowBroadcast):
         ok = len(t.shape) >= 1 and t.shape[-1] == N and math.prod(t.shape[:-1]) == 1

@@ -1,0 +1,87 @@
+"""Fakes for the runtime tests: an emitter and compilers that run in milliseconds, and the MLP's
+first forward region (`tests.specs.mlp_fc1_forward`) with inputs and an eager version of it.
+
+Module-level functions, so that processes started with `spawn` can import them by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from evt import ir
+from tests import specs
+
+
+def fc1_spec(name: str = "evt_f0_addmm", dtype: str = "bf16") -> ir.KernelSpec:
+    """h = x @ W1.T + b1 (saved for backward), y = gelu(h), under the region name `name`."""
+    spec = dataclasses.replace(specs.mlp_fc1_forward(), name=name)
+    if dtype != "bf16":
+        spec = dataclasses.replace(spec, gemm=dataclasses.replace(spec.gemm, dtype=dtype))
+    return spec
+
+
+def fc1_inputs(m=64, k=32, n=48, dtype=torch.bfloat16, seed=0) -> list[torch.Tensor]:
+    """x [M, K], the Linear weight [N, K] (read transposed), bias [N]."""
+    g = torch.Generator().manual_seed(seed)
+    x, w, b = (torch.randn(*s, generator=g).to(dtype) for s in ((m, k), (n, k), (n,)))
+    return [x, w, b]
+
+
+def fc1_eager(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    x, w, b = inputs
+    pre = F.linear(x, w, b)
+    return [F.gelu(pre), pre]
+
+
+class FakeEmitter:
+    """Stands in for evt.codegen.emit: a source that names the kernel and spells its signature."""
+
+    @staticmethod
+    def default_config(spec: ir.KernelSpec) -> str:
+        return "fake-config"
+
+    @staticmethod
+    def render(spec: ir.KernelSpec, config) -> str:
+        return f"// kernel evt_{spec.name}_run, config {config}\n// {spec.signature()}\n"
+
+    @staticmethod
+    def signature(spec: ir.KernelSpec, config) -> str:
+        return f"{spec.name};{config}"
+
+
+def _count() -> None:
+    counter = os.environ.get("EVT_TEST_COUNTER")
+    if counter:
+        with open(counter, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def fake_compile(cu: Path, so: Path) -> subprocess.CompletedProcess:
+    """Writes a dummy library; counts calls in $EVT_TEST_COUNTER, sleeps $EVT_TEST_SLEEP s."""
+    _count()
+    time.sleep(float(os.environ.get("EVT_TEST_SLEEP", "0")))
+    so.write_bytes(b"not really a library\n" + cu.read_bytes())
+    return subprocess.CompletedProcess(["fake-nvcc"], 0, "", "")
+
+
+def failing_compile(cu: Path, so: Path) -> subprocess.CompletedProcess:
+    _count()
+    log = (
+        f'{cu}(42): error: identifier "evt_missing_functor" is undefined\n'
+        f"1 error detected in the compilation of {cu}.\n"
+    )
+    return subprocess.CompletedProcess(["fake-nvcc"], 2, "", log)
+
+
+def crashing_compile(cu: Path, so: Path) -> subprocess.CompletedProcess:
+    raise FileNotFoundError(2, "No such file or directory", "nvcc")
+
+
+def count(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0

@@ -1,0 +1,177 @@
+"""The dispatcher's fallback: every failure on the way to a launch runs the reference path, with one
+warning per region. "CUDA mode" is forced on CPU tensors; the compiler, the loader and the launch
+are fakes, so no test here needs nvcc or a GPU."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from evt import ir
+from evt.errors import LaunchError
+from evt.runtime import build, dispatch, launch, reference
+from tests.runtime_fakes import (
+    FakeEmitter,
+    count,
+    failing_compile,
+    fake_compile,
+    fc1_eager,
+    fc1_inputs,
+    fc1_spec,
+)
+
+
+def fake_load(path):
+    return launch.Library(path, "kfake", None, None, None)
+
+
+def reference_launch(self, problem, inputs, outputs=None):
+    return reference.run(self.spec, inputs)
+
+
+@pytest.fixture
+def cuda_mode(tmp_path, monkeypatch):
+    for var in ("EVT_INJECT", "EVT_VERIFY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EVT_TEST_COUNTER", str(tmp_path / "calls"))
+    monkeypatch.setattr(build, "EMITTER", FakeEmitter)
+    monkeypatch.setattr(build, "_futures", {})
+    monkeypatch.setattr(dispatch, "INJECT", {})
+    monkeypatch.setattr(dispatch, "COMPILE_FN", fake_compile)
+    monkeypatch.setattr(dispatch, "use_kernels", lambda inputs: True)
+    monkeypatch.setattr(launch, "check_device", lambda tensors: None)
+    monkeypatch.setattr(launch, "load", fake_load)
+    monkeypatch.setattr(launch.Kernel, "launch", reference_launch)
+    dispatch.reset()
+    yield tmp_path
+    dispatch.reset()
+
+
+def run_recording(spec, inputs, times=3):
+    """Run `times` times; (outputs of each run, evt warnings)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = [dispatch.run(spec, inputs) for _ in range(times)]
+    return outs, [str(w.message) for w in caught if str(w.message).startswith("evt:")]
+
+
+def assert_reference_and_eager(outs, spec, inputs):
+    expected = reference.run(spec, inputs)
+    eager = fc1_eager(inputs)
+    for out in outs:
+        for got, ref, eag in zip(out, expected, eager, strict=True):
+            assert torch.equal(got, ref)
+            torch.testing.assert_close(got.float(), eag.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("stage", ["render", "compile", "load", "guard", "launch"])
+def test_injected_failure_runs_unfused_with_one_warning(cuda_mode, monkeypatch, stage):
+    monkeypatch.setitem(dispatch.INJECT, stage, "boom")
+    spec, inputs = fc1_spec(), fc1_inputs()
+    outs, warned = run_recording(spec, inputs)
+    assert_reference_and_eager(outs, spec, inputs)
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(f"evt: region {spec.name} runs unfused: {stage} failed")
+    assert "boom" in warned[0] and "boom" in dispatch.FALLBACKS[spec.name]
+    assert dispatch.LAUNCHES[spec.name] == 0
+
+
+def test_injection_through_the_environment(cuda_mode, monkeypatch):
+    monkeypatch.setenv("EVT_INJECT", "compile:nvcc exploded")
+    _, warned = run_recording(fc1_spec(), fc1_inputs())
+    assert len(warned) == 1 and "compile failed" in warned[0] and "nvcc exploded" in warned[0]
+    assert count(cuda_mode / "calls") == 0
+
+
+def test_custom_op_falls_back_too(cuda_mode, monkeypatch):
+    monkeypatch.setitem(dispatch.INJECT, "load", "no library")
+    spec, inputs = fc1_spec(), fc1_inputs()
+    with pytest.warns(UserWarning, match="region evt_f0_addmm runs unfused: load failed"):
+        outs = torch.ops.evt.fused_gemm(ir.to_json(spec), inputs)
+    assert_reference_and_eager([outs], spec, inputs)
+
+
+def test_success_counts_launches(cuda_mode):
+    spec, inputs = fc1_spec(), fc1_inputs()
+    outs, warned = run_recording(spec, inputs)
+    assert warned == [] and dispatch.FALLBACKS == {}
+    assert dispatch.LAUNCHES[spec.name] == 3 and count(cuda_mode / "calls") == 1
+    assert_reference_and_eager(outs, spec, inputs)
+
+
+def test_compile_failure_is_remembered_and_warned_per_region(cuda_mode, monkeypatch):
+    monkeypatch.setattr(dispatch, "COMPILE_FN", failing_compile)
+    inputs = fc1_inputs()
+    _, warned_a = run_recording(fc1_spec("evt_f0_addmm"), inputs)
+    _, warned_b = run_recording(fc1_spec("evt_f7_addmm_5"), inputs)
+    assert len(warned_a) == len(warned_b) == 1 and count(cuda_mode / "calls") == 1
+    assert "evt_f7_addmm_5 runs unfused: compile failed" in warned_b[0]
+    assert "kernel.cu" in warned_a[0] and "evt_missing_functor" in warned_a[0]
+
+
+def test_guard_failure_is_per_call(cuda_mode):
+    spec = fc1_spec()
+    x, w, b = fc1_inputs(k=40)
+    misaligned = [x.narrow(1, 1, 32), w.narrow(1, 0, 32), b]
+    outs, warned = run_recording(spec, misaligned, times=2)
+    assert len(warned) == 1 and "guard failed" in warned[0] and "16-byte" in warned[0]
+    assert_reference_and_eager(outs, spec, misaligned)
+    _, warned = run_recording(spec, fc1_inputs(), times=1)
+    assert warned == [] and dispatch.LAUNCHES[spec.name] == 1
+
+
+def test_fp32_falls_back_with_reason_and_never_compiles(cuda_mode):
+    spec, inputs = fc1_spec(dtype="f32"), fc1_inputs(dtype=torch.float32)
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        _, warned = run_recording(spec, inputs)
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    reason = "fp32 needs TF32 kernels; torch.get_float32_matmul_precision() is 'highest'"
+    assert warned == [f"evt: region {spec.name} runs unfused: {reason}"]
+    assert dispatch.FALLBACKS == {spec.name: reason} and count(cuda_mode / "calls") == 0
+
+
+def test_cpu_tensors_take_the_reference_path_silently(monkeypatch):
+    dispatch.reset()
+    monkeypatch.setitem(dispatch.INJECT, "render", "never reached")
+    spec, inputs = fc1_spec(), fc1_inputs()
+    outs, warned = run_recording(spec, inputs, times=1)
+    assert warned == [] and dispatch.FALLBACKS == {} and not dispatch.LAUNCHES
+    assert_reference_and_eager(outs, spec, inputs)
+
+
+def test_verify_accepts_a_correct_kernel(cuda_mode, monkeypatch):
+    monkeypatch.setenv("EVT_VERIFY", "1")
+    _, warned = run_recording(fc1_spec(), fc1_inputs(), times=1)
+    assert warned == []
+
+
+@pytest.mark.parametrize("damage", ["offset", "nan"])
+def test_verify_rejects_a_wrong_kernel(cuda_mode, monkeypatch, damage):
+    def wrong_launch(self, problem, inputs, outputs=None):
+        out = reference.run(self.spec, inputs)
+        out[1] = (
+            out[1] + 1
+            if damage == "offset"
+            else out[1].index_fill(0, torch.tensor([3]), float("nan"))
+        )
+        return out
+
+    monkeypatch.setenv("EVT_VERIFY", "1")
+    monkeypatch.setattr(launch.Kernel, "launch", wrong_launch)
+    with pytest.raises(LaunchError, match=r"region evt_f0_addmm output 1 \(bf16\).*max error"):
+        dispatch.run(fc1_spec(), fc1_inputs())
+
+
+def test_missing_nvcc_is_a_compile_failure(cuda_mode, monkeypatch):
+    from evt.codegen import nvcc
+
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: None)
+    monkeypatch.setattr(dispatch, "COMPILE_FN", None)
+    _, warned = run_recording(fc1_spec(), fc1_inputs())
+    assert len(warned) == 1 and "runs unfused: compile failed: nvcc not found" in warned[0]

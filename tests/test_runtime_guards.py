@@ -1,0 +1,125 @@
+"""Launch guards as a pure function of shapes, strides, dtypes and data pointers (CPU tensors)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from evt import ir
+from evt.errors import LaunchError
+from evt.runtime import guards
+from tests import specs
+from tests.runtime_fakes import fc1_inputs, fc1_spec
+
+M, K, N = 64, 32, 48
+
+
+def check(spec: ir.KernelSpec, tensors) -> guards.Problem:
+    return guards.check(spec, [guards.TensorInfo.of(t) for t in tensors])
+
+
+def reason(spec: ir.KernelSpec, tensors) -> str:
+    with pytest.raises(LaunchError) as info:
+        check(spec, tensors)
+    return str(info.value)
+
+
+def test_good_inputs_give_cutlass_strides():
+    p = check(fc1_spec(), fc1_inputs(M, K, N))
+    assert (p.M, p.N, p.K, p.L) == (M, N, K, 1)
+    # A = x (M, K, L); B = W as N x K: (N, K, L); bias: (0, N-stride, 0)
+    assert p.input_strides == (K, 1, 0, K, 1, 0, 0, 1, 0)
+    assert p.output_strides(batched=False) == (N, 1, 0)
+
+
+def test_misaligned_storage_offset_from_narrow():
+    x, w, b = fc1_inputs(M, K + 8, N)
+    x = x.narrow(1, 1, K)  # storage offset of one bf16 element
+    w = w.narrow(1, 0, K)
+    assert "16-byte" in reason(fc1_spec(), [x, w, b]) and "input 0 (A)" in reason(
+        fc1_spec(), [x, w, b]
+    )
+
+
+def test_misaligned_split_of_a_bias():
+    x, w, _ = fc1_inputs(M, K, N)
+    _, bias = torch.randn(N + 1).to(torch.bfloat16).split([1, N])
+    assert "input 2 (row broadcast bias)" in reason(fc1_spec(), [x, w, bias])
+
+
+def test_wrong_major():
+    x, w, b = fc1_inputs(M, K, N)
+    x_m_major = x.t().contiguous().t()  # same values, unit stride along M
+    msg = reason(fc1_spec(), [x_m_major, w, b])
+    assert "input 0 (A)" in msg and "stride along K" in msg and "k-major" in msg
+
+
+def test_wrong_dtype():
+    x, w, b = fc1_inputs(M, K, N)
+    msg = reason(fc1_spec(), [x.float(), w, b])
+    assert "torch.float32" in msg and "bf16" in msg
+
+
+def test_row_stride_not_a_multiple_of_16_bytes():
+    x, w, b = fc1_inputs(M, K + 1, N)
+    msg = reason(fc1_spec(), [x.narrow(1, 0, K), w.narrow(1, 0, K), b])
+    assert "stride along M is 33 elements (66 bytes)" in msg
+
+
+def test_contiguous_extent_must_fill_16_bytes():
+    x, w, b = (t.narrow(-1, 0, 12) if t.dim() == 2 else t for t in fc1_inputs(M, 16, N))
+    assert "K = 12 is not a multiple of 8 bf16" in reason(fc1_spec(), [x, w, b])
+    assert "output 0: N = 12" in reason(fc1_spec(), fc1_inputs(M, K, 12))
+
+
+def test_shapes_must_agree():
+    x, w, b = fc1_inputs(M, K, N)
+    assert "input 1 (B)" in reason(fc1_spec(), [x, w[:, :16], b])
+    assert "input 2 (row broadcast bias)" in reason(fc1_spec(), [x, w, b[:40]])
+    assert "3 inputs, the kernel takes 4" in reason(specs.mlp_fc2_residual(), [x, w, b])
+    assert "empty problem" in reason(fc1_spec(), fc1_inputs(0, K, N))
+
+
+def test_several_devices():
+    infos = [guards.TensorInfo.of(t) for t in fc1_inputs(M, K, N)]
+    infos[1] = dataclasses.replace(infos[1], device="cuda:1")
+    with pytest.raises(LaunchError, match="several devices"):
+        guards.check(fc1_spec(), infos)
+
+
+def test_size_one_modes_pass_zero_strides():
+    x, w, b = fc1_inputs(1, K, N)
+    assert check(fc1_spec(), [x, w, b]).input_strides[:3] == (0, 1, 0)
+
+
+def test_aux_load_and_col_broadcast():
+    x, w, b = fc1_inputs(M, K, N)
+    residual = torch.randn(M, N).to(torch.bfloat16)
+    p = check(specs.mlp_fc2_residual(), [x, w, b, residual])
+    assert p.input_strides[9:] == (N, 1, 0)
+    msg = reason(specs.mlp_fc2_residual(), [x, w, b, residual.t().contiguous().t()])
+    assert "input 3 (aux load residual)" in msg and "n-major" in msg
+
+    a = torch.randn(K, M).to(torch.float16)  # A m-major, passed transposed
+    bm = torch.randn(K, N).to(torch.float16)
+    for scale in (torch.randn(M), torch.randn(M, 1)):
+        assert check(specs.dag_square(), [a, bm, scale]).input_strides[6:] == (1, 0, 0)
+    assert "col broadcast scale" in reason(specs.dag_square(), [a, bm, torch.randn(1, M)])
+
+
+def test_static_reasons(monkeypatch):
+    assert guards.static_reason(fc1_spec()) is None
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert "fp32 needs TF32 kernels" in guards.static_reason(fc1_spec(dtype="f32"))
+        torch.set_float32_matmul_precision("high")
+        assert "not generated yet" in guards.static_reason(fc1_spec(dtype="f32"))
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    spec = fc1_spec()
+    store = dataclasses.replace(spec.nodes[3], major="m")
+    m_store = dataclasses.replace(spec, nodes=(*spec.nodes[:3], store, *spec.nodes[4:]))
+    assert "m-major" in guards.static_reason(m_store)

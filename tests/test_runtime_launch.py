@@ -1,0 +1,113 @@
+"""The ctypes side of a launch, against a fake kernel library built with the host C compiler: it
+records its arguments and fills output 0 with ones, so pointers, strides and sizes are checked
+without CUDA (the tensors stay on the CPU; `check_device` is replaced)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from evt.errors import LaunchError
+from evt.runtime import cache, launch
+from tests.runtime_fakes import fc1_inputs, fc1_spec
+
+CC = shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(CC is None, reason="no host C compiler")
+
+FAKE_KERNEL = r"""
+#include <stddef.h>
+#include <stdint.h>
+static int64_t rec[64];
+static int rc = 0;
+int evt_kfake_run(void const* const* in, int64_t const* in_strides, void* const* out,
+                  int64_t const* out_strides, int M, int N, int K, int L, void* ws,
+                  size_t ws_bytes, void* stream) {
+  rec[0] = M; rec[1] = N; rec[2] = K; rec[3] = L;
+  rec[4] = (int64_t)ws_bytes; rec[5] = (int64_t)(intptr_t)ws; rec[6] = (int64_t)(intptr_t)stream;
+  for (int i = 0; i < 9; ++i) rec[8 + i] = in_strides[i];
+  for (int i = 0; i < 6; ++i) rec[20 + i] = out_strides[i];
+  for (int i = 0; i < 3; ++i) rec[30 + i] = (int64_t)(intptr_t)in[i];
+  for (int i = 0; i < 2; ++i) rec[33 + i] = (int64_t)(intptr_t)out[i];
+  uint16_t* d = (uint16_t*)out[0];
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) d[m * out_strides[0] + n * out_strides[1]] = 0x3F80;  /* 1.0 */
+  return rc;
+}
+size_t evt_kfake_workspace(int M, int N, int K, int L) { return 256; }
+char const* evt_kfake_signature(void) { return "kfake;sig"; }
+int64_t const* evt_test_record(void) { return rec; }
+void evt_test_set_rc(int value) { rc = value; }
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_library(tmp_path_factory):
+    entry = tmp_path_factory.mktemp("entry")
+    (entry / "fake.c").write_text(FAKE_KERNEL)
+    so = entry / cache.SO
+    subprocess.run([CC, "-shared", "-fPIC", "-O1", "-o", so, entry / "fake.c"], check=True)
+    (entry / cache.META).write_text(json.dumps({"name": "kfake", "signature": "kfake;sig"}))
+    return launch.load(so)
+
+
+@pytest.fixture
+def kernel(fake_library, monkeypatch):
+    monkeypatch.setattr(launch, "check_device", lambda tensors: None)
+    fake_library.handle.evt_test_set_rc(0)
+    return launch.Kernel(fc1_spec(), fake_library)
+
+
+def record(library: launch.Library) -> list[int]:
+    fn = library.handle.evt_test_record
+    fn.restype = ctypes.POINTER(ctypes.c_int64)
+    return fn()[:40]
+
+
+def test_arguments_reach_the_kernel(kernel):
+    M, K, N = 64, 32, 48
+    inputs = fc1_inputs(M, K, N)
+    outs = kernel(inputs)
+    rec = record(kernel.library)
+    assert rec[:5] == [M, N, K, 1, 256] and rec[5] != 0 and rec[6] == 0
+    assert rec[8:17] == [K, 1, 0, K, 1, 0, 0, 1, 0]
+    assert rec[20:26] == [N, 1, 0, N, 1, 0]
+    assert rec[30:33] == [t.data_ptr() for t in inputs]
+    assert rec[33:35] == [o.data_ptr() for o in outs]
+    assert [o.shape for o in outs] == [(M, N), (M, N)] and outs[0].dtype == torch.bfloat16
+    assert torch.equal(outs[0], torch.ones(M, N, dtype=torch.bfloat16))
+
+
+def test_preallocated_outputs_are_written(kernel):
+    inputs = fc1_inputs()
+    poisoned = [torch.full((64, 48), float("nan"), dtype=torch.bfloat16) for _ in range(2)]
+    outs = kernel.launch(kernel.guard(inputs), inputs, poisoned)
+    assert outs is poisoned and not outs[0].isnan().any()
+    with pytest.raises(LaunchError, match="output 1 must be a contiguous"):
+        kernel.launch(kernel.guard(inputs), inputs, [poisoned[0], poisoned[1].t()])
+
+
+def test_nonzero_return_code_is_a_launch_error(kernel):
+    kernel.library.handle.evt_test_set_rc(-1)
+    with pytest.raises(LaunchError, match="kfake.*can_implement"):
+        kernel(fc1_inputs())
+
+
+def test_library_is_loaded_once(fake_library):
+    assert launch.load(fake_library.path) is fake_library
+
+
+def test_signature_mismatch_and_missing_library(fake_library, tmp_path):
+    shutil.copy(fake_library.path, tmp_path / cache.SO)
+    (tmp_path / cache.META).write_text(json.dumps({"name": "kfake", "signature": "other"}))
+    with pytest.raises(LaunchError, match="says it is 'kfake;sig'"):
+        launch.load(tmp_path / cache.SO)
+    (tmp_path / cache.META).write_text(json.dumps({"name": "knone"}))
+    with pytest.raises(LaunchError, match="evt_knone_run"):
+        launch._load(tmp_path / cache.SO)
+    with pytest.raises(LaunchError, match="cannot load"):
+        launch.load(tmp_path / "missing" / cache.SO)

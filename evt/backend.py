@@ -32,6 +32,7 @@ from torch.fx import Graph
 import evt
 from evt import debug, pipeline
 from evt.report import GraphReport
+from evt.runtime import dispatch
 
 EVT_OPTIONS = {"rest": ("inductor", "eager")}
 _listeners: list[Callable[[GraphReport], None]] = []
@@ -67,6 +68,8 @@ def fuse_graph(graph: Graph) -> GraphReport | None:
     except Exception as e:  # noqa: BLE001 - training must not crash because of evt
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
         return None
+    for region in report.regions:  # compile kernels in parallel while Inductor works on the rest
+        dispatch.prefetch(region.spec)
     for listener in _listeners:
         listener(report)
     return report

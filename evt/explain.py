@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evt.report import GraphReport, RegionReport, format_table
+from evt.runtime import dispatch
 
 
 @dataclass
@@ -17,12 +18,16 @@ class Report:
     def regions(self) -> list[RegionReport]:
         return [r for g in self.graphs for r in g.regions]
 
+    fallbacks: dict[str, str] = field(default_factory=dict)  # region -> why it ran unfused
+
     @property
     def unfused_gemms(self) -> int:
         return sum(g.unfused_gemms for g in self.graphs)
 
     def __str__(self) -> str:
-        return format_table(self.regions, self.unfused_gemms)
+        lines = [format_table(self.regions, self.unfused_gemms)]
+        lines += [f"ran unfused: {name}: {why}" for name, why in self.fallbacks.items()]
+        return "\n".join(lines)
 
 
 def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs) -> Report:
@@ -38,6 +43,7 @@ def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs
     report = Report()
     options = {"rest": "eager", **(options or {})}
     torch._dynamo.reset()
+    dispatch.FALLBACKS.clear()  # what this run falls back on, nothing older
     backend._listeners.append(report.graphs.append)
     backend.DRAW = draw
     try:
@@ -49,4 +55,6 @@ def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs
         backend.DRAW = False
         backend._listeners.remove(report.graphs.append)
         torch._dynamo.reset()
+    names = {r.name for r in report.regions}
+    report.fallbacks = {k: v for k, v in dispatch.FALLBACKS.items() if k in names}
     return report

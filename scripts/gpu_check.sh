@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Everything the GPU machine is for, in one call (see ../shared/gpu/README.md):
+#   install the carried wheels and evt, run the GPU tests, time the MLP training step.
+# Usage on the device (carry .whl):  bash scripts/gpu_check.sh   (logs and JSON land in $OUT)
+set -uo pipefail
+OUT=${OUT:-/tmp/evt-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
+  || echo "pip install -e . failed (see install.log); backend='evt' is then unknown by name"
+export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-cache}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >"$OUT/gpu.txt"
+python3 -c "import torch; print(torch.__version__, torch.version.cuda)" >>"$OUT/gpu.txt"
+start=$(date +%s)
+python3 -m pytest -q -m gpu tests/ "${@}" 2>&1 | tail -60 | tee "$OUT/gpu_tests.log"
+echo "gpu tests: $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu_tests.log"
+grep -rl C7510 "$EVT_CACHE_DIR" 2>/dev/null | head -3 | sed 's/^/C7510 in: /' | tee -a "$OUT/gpu_tests.log"
+python3 scripts/mlp_step_time.py --json "$OUT/mlp_step.json" 2>&1 | tail -8 | tee "$OUT/mlp_step.log"

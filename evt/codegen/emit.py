@@ -1,0 +1,167 @@
+"""Render a KernelSpec to one CUDA translation unit: a CUTLASS 3.x SM90 GEMM whose epilogue is the
+spec's EVT, plus the `extern "C"` launcher.
+
+Python makes the decisions (C names, element types, stride types, tree or DAG, tile config) and
+builds a small view model, one dict per EVT node; `templates/gemm_sm90.cu.j2` holds the C++.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+
+import jinja2
+
+from evt.codegen.config import SCHEDULES, TileConfig, default_config
+from evt.codegen.visitor import plan_visitor
+from evt.errors import CodegenError
+from evt.ir import (
+    COMPUTE_OPS,
+    DTYPES,
+    AuxLoad,
+    AuxStore,
+    ColBroadcast,
+    Compute,
+    KernelSpec,
+    Node,
+    RowBroadcast,
+    ScalarBroadcast,
+    format_tree,
+    node_args,
+)
+
+__all__ = ["TileConfig", "c_identifier", "default_config", "render", "signature"]
+
+# layout tag of each operand major; B is N x K in CUTLASS's terms
+LAYOUT_A = {"k": "cutlass::layout::RowMajor", "m": "cutlass::layout::ColumnMajor"}
+LAYOUT_B = {"k": "cutlass::layout::ColumnMajor", "n": "cutlass::layout::RowMajor"}
+# CuTe stride type (M, N, L) of an aux tensor by its major; broadcasts have fixed ones
+STRIDE_AUX = {
+    "n": "cute::Stride<int64_t, cute::_1, int64_t>",
+    "m": "cute::Stride<cute::_1, int64_t, int64_t>",
+}
+STRIDE_ROW = "cute::Stride<cute::_0, cute::_1, int64_t>"
+STRIDE_COL = "cute::Stride<cute::_1, cute::_0, int64_t>"
+
+
+def c_identifier(name: str) -> str:
+    """A C identifier for an IR or kernel name: unsafe characters become `_`."""
+    out = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return f"_{out}" if not out or out[0].isdigit() else out
+
+
+def signature(spec: KernelSpec, config: TileConfig) -> str:
+    """What `evt_<name>_signature()` returns: the loader compares it with this."""
+    return f"{c_identifier(spec.name)};{config.label};{spec.signature()}"
+
+
+def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
+    config = config or default_config(spec)
+    plan = plan_visitor(spec)
+    names = _type_names(plan.nodes)
+    order = {n.name: i for i, n in enumerate(plan.nodes)}
+    kernel_schedule, epilogue_schedule, _ = SCHEDULES[config.schedule]
+    g = spec.gemm
+    return _template().render(
+        kernel=c_identifier(spec.name),
+        signature=json.dumps(signature(spec, config)),
+        config=config,
+        kernel_schedule=kernel_schedule,
+        epilogue_schedule=epilogue_schedule,
+        element_ab=DTYPES[g.dtype][1],
+        element_d=DTYPES[spec.d_dtype][1],
+        a=g.a, b=g.b, layout_a=LAYOUT_A[g.a.major], layout_b=LAYOUT_B[g.b.major],
+        nodes=[_node_view(n, names, order) for n in plan.nodes],
+        root=names[plan.root],
+        dag=plan.dag,
+        num_inputs=spec.num_inputs,
+        num_outputs=spec.num_outputs,
+        tree=_tree_text(spec),
+    )  # fmt: skip
+
+
+def _type_names(nodes: tuple[Node, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for n in nodes:
+        base = name = "evt_" + c_identifier(n.name).lstrip("_")
+        i = 2
+        while name in out.values():
+            name, i = f"{base}_{i}", i + 1
+        out[n.name] = name
+    return out
+
+
+def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
+    args = node_args(n)
+    view: dict = {
+        "kind": n.kind,
+        "name": names[n.name],
+        "comment": _comment(n),
+        "children": [names[a] for a in args],
+        "edges": [order[a] for a in args],
+    }
+    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast)):
+        view["input"] = n.input
+    if isinstance(n, AuxStore):
+        view["output"] = n.output
+    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, AuxStore)):
+        view["element"] = DTYPES[n.dtype][1]
+    if isinstance(n, (AuxLoad, AuxStore)):
+        view["stride"] = STRIDE_AUX[n.major]
+    elif isinstance(n, (RowBroadcast, ColBroadcast)):
+        view["stride"] = STRIDE_ROW if isinstance(n, RowBroadcast) else STRIDE_COL
+    elif isinstance(n, ScalarBroadcast):
+        view["value"] = _float_literal(n.value)
+    elif isinstance(n, Compute):
+        view["functor"] = _functor(n)
+    return view
+
+
+def _functor(n: Compute) -> str:
+    op = COMPUTE_OPS.get(n.op)
+    if op is None:
+        raise CodegenError(f"node {n.name}: no CUTLASS functor for op {n.op!r}")
+    if op.arity != len(n.args):
+        raise CodegenError(f"node {n.name}: {n.op} takes {op.arity} args, got {len(n.args)}")
+    return op.functor
+
+
+def _float_literal(value: float) -> str:
+    if math.isnan(value):
+        return "std::numeric_limits<float>::quiet_NaN()"
+    if math.isinf(value):
+        return ("-" if value < 0 else "") + "std::numeric_limits<float>::infinity()"
+    return f"static_cast<float>({value!r})"
+
+
+def _comment(n: Node) -> str:
+    text = f"{n.name}: {type(n).__name__}"
+    if isinstance(n, Compute):
+        return f"{text} {n.op}({', '.join(n.args)}) -> {n.dtype}"
+    if isinstance(n, AuxStore):
+        return f"{text}({n.arg}) -> output {n.output}, {n.dtype}, {n.major}-major"
+    if isinstance(n, ScalarBroadcast):
+        return f"{text} {n.value!r}"
+    if isinstance(n, AuxLoad):
+        return f"{text}(input {n.input}, {n.dtype}, {n.major}-major)"
+    if isinstance(n, (RowBroadcast, ColBroadcast)):
+        return f"{text}(input {n.input}, {n.dtype})"
+    return text
+
+
+def _tree_text(spec: KernelSpec) -> str:
+    return format_tree(spec).replace("*/", "* /")
+
+
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("evt", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return env.get_template("gemm_sm90.cu.j2")

@@ -1,0 +1,79 @@
+"""Where CUTLASS and nvcc are, and how a generated kernel is compiled to a shared library."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from evt.errors import CompileError
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
+# -DNDEBUG matters: CUTLASS's device asserts serialize the wgmma pipeline (ptxas C7510)
+OPT_FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG"]
+# one exported ABI per .so: the launcher marks its three functions visible, nothing else is
+SO_FLAGS = ["-shared", "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden"]
+
+
+def cutlass_dir() -> Path:
+    """The CUTLASS source tree (with `include/` and `tools/util/include/`): `$EVT_CUTLASS_DIR`, or
+    the copy inside the nvidia-cutlass wheel (`cutlass_library/source`)."""
+    env = os.environ.get("EVT_CUTLASS_DIR")
+    if env:
+        root = Path(env)
+    else:
+        spec = importlib.util.find_spec("cutlass_library")
+        if spec is None or not spec.submodule_search_locations:
+            raise CompileError(
+                "CUTLASS headers not found: install the nvidia-cutlass wheel "
+                "(pip install 'nvidia-cutlass==4.2.*') or set EVT_CUTLASS_DIR to a CUTLASS checkout"
+            )
+        root = Path(list(spec.submodule_search_locations)[0]) / "source"
+    if not (root / "include" / "cutlass" / "cutlass.h").is_file():
+        raise CompileError(
+            f"{root} has no include/cutlass/cutlass.h: point EVT_CUTLASS_DIR at a CUTLASS checkout"
+        )
+    return root
+
+
+def nvcc_path() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidate = Path(home) / "bin" / "nvcc" if home else None
+    return str(candidate) if candidate and candidate.is_file() else None
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    """The release line of `nvcc --version`, e.g. `Cuda compilation tools, release 13.0, V13.0.88`."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return "none"
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    lines = [ln for ln in out.splitlines() if "release" in ln]
+    return lines[-1].strip() if lines else out.strip()
+
+
+def local_headers() -> list[Path]:
+    """The headers of ours that every kernel includes: a build cache key must hash them too."""
+    return sorted(TEMPLATES.glob("*.h"))
+
+
+def nvcc_flags() -> list[str]:
+    root = cutlass_dir()
+    includes = [root / "include", root / "tools" / "util" / "include", TEMPLATES]
+    return [*ARCH_FLAGS, *OPT_FLAGS, *(f"-I{p}" for p in includes), *SO_FLAGS]
+
+
+def nvcc_command(cu_path: str | Path, out_path: str | Path) -> list[str]:
+    """The command line that builds `cu_path` into the shared library `out_path`."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CompileError("nvcc not found: put the CUDA toolkit's bin/ on PATH or set CUDA_HOME")
+    return [nvcc, *nvcc_flags(), "-o", str(out_path), str(cu_path)]

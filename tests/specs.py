@@ -1,0 +1,76 @@
+"""Hand-built KernelSpecs for the codegen and compile tests (and anyone who needs a fixed kernel).
+
+Inputs follow the ABI: the GEMM operands first, then the epilogue inputs; D is output 0.
+"""
+
+from __future__ import annotations
+
+from evt.ir import (
+    AccFetch,
+    AuxLoad,
+    AuxStore,
+    ColBroadcast,
+    Compute,
+    Gemm,
+    KernelSpec,
+    Operand,
+    RowBroadcast,
+    ScalarBroadcast,
+)
+
+# y = x @ W.T with W an nn.Linear weight [N, K]: A = x (k-major), B = W passed as [N, K]
+LINEAR = Gemm(Operand(0, False, "k"), Operand(1, True, "k"), "bf16")
+
+
+def mlp_fc1_forward() -> KernelSpec:
+    """h = x @ W1.T + b1 (saved for backward), y = gelu(h)."""
+    nodes = (
+        AccFetch("acc"),
+        RowBroadcast("bias", 2, "bf16"),
+        Compute("add", "add", ("acc", "bias")),
+        AuxStore("save_add", "add", 1, "bf16"),
+        Compute("gelu", "gelu", ("add",)),
+    )
+    return KernelSpec("mlp_fc1_forward", LINEAR, nodes, "gelu", "bf16", 3)
+
+
+def mlp_fc2_residual() -> KernelSpec:
+    """y = h @ W2.T + b2 + residual."""
+    nodes = (
+        AccFetch("acc"),
+        RowBroadcast("bias", 2, "bf16"),
+        Compute("add", "add", ("acc", "bias")),
+        AuxLoad("residual", 3, "bf16", "n"),
+        Compute("add_1", "add", ("add", "residual")),
+    )
+    return KernelSpec("mlp_fc2_residual", LINEAR, nodes, "add_1", "bf16", 4)
+
+
+def mlp_dgrad_gelu() -> KernelSpec:
+    """grad_h = (grad_y @ W2) * gelu'(z): W2 [K, N] row-major is B n-major, no transpose."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, False, "n"), "bf16")
+    nodes = (
+        AccFetch("acc"),
+        AuxLoad("z", 2, "bf16", "n"),
+        Compute("gelu_backward", "gelu_backward", ("acc", "z")),
+    )
+    return KernelSpec("mlp_dgrad_gelu", gemm, nodes, "gelu_backward", "bf16", 3)
+
+
+def dag_square() -> KernelSpec:
+    """A genuine DAG (acc read three times): D = (acc * acc + acc) * 0.5 * scale[m], in f16
+    operands with A m-major, a per-row (M-vector) fp32 scale and fp32 D."""
+    gemm = Gemm(Operand(0, True, "m"), Operand(1, False, "n"), "f16")
+    nodes = (
+        AccFetch("acc"),
+        Compute("mul", "mul", ("acc", "acc")),
+        Compute("add", "add", ("mul", "acc")),
+        ScalarBroadcast("half", 0.5),
+        Compute("mul_1", "mul", ("add", "half")),
+        ColBroadcast("scale", 2, "f32"),
+        Compute("mul_2", "mul", ("mul_1", "scale")),
+    )
+    return KernelSpec("dag_square", gemm, nodes, "mul_2", "f32", 3)
+
+
+ALL = {f.__name__: f for f in (mlp_fc1_forward, mlp_fc2_residual, mlp_dgrad_gelu, dag_square)}

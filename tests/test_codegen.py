@@ -1,0 +1,130 @@
+"""CPU tests of the C++ rendering: the text of the generated kernels, the visitor plan, configs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from evt.codegen.config import PINGPONG, TileConfig, default_config
+from evt.codegen.emit import c_identifier, render, signature
+from evt.codegen.visitor import plan_visitor
+from evt.errors import CodegenError
+from evt.ir import AccFetch, AuxLoad, AuxStore, Compute, KernelSpec
+from tests import specs
+
+ABI = ("_run(", "_workspace(int M, int N, int K, int L)", "_signature()")
+
+
+def _usings(text: str) -> set[str]:
+    return set(re.findall(r"^using (evt_\w+) =", text, re.M))
+
+
+@pytest.mark.parametrize("name", sorted(specs.ALL))
+def test_every_node_has_a_named_using_and_the_abi(name):
+    spec = specs.ALL[name]()
+    text = render(spec)
+    assert {f"evt_{n.name}" for n in spec.nodes} <= _usings(text)
+    for suffix in ABI:
+        assert 'extern "C"' in text and f"evt_{spec.name}{suffix}" in text
+    assert "ElementC = void" in text and "StageCountAutoCarveout" in text
+    assert "{{ " not in text and "{%" not in text  # no Jinja left over
+
+
+def test_fc1_forward_is_a_chain_through_the_store():
+    text = render(specs.mlp_fc1_forward())
+    assert "Sm90TopologicalVisitor" not in text
+    assert "fusion::Sm90RowBroadcast<0, TileShape, cutlass::bfloat16_t" in text
+    assert "AuxStoreDescriptor<" in text and "fusion::Sm90AuxStore<" in text
+    assert "cutlass::epilogue::thread::GELU," in text
+    # gelu reads the store, which passes `add` through; D is gelu
+    assert re.search(r"using evt_gelu = fusion::Sm90EVT<[^;]*evt_save_add>;", text)
+    assert "using CustomEVT = evt_gelu;" in text
+    assert "out_ptr<cutlass::bfloat16_t>(outputs, 1)" in text
+    assert "KernelTmaWarpSpecializedCooperative" in text and "cute::Int<256>" in text
+
+
+def test_fc2_residual_loads_aux_through_tma():
+    text = render(specs.mlp_fc2_residual())
+    assert "AuxLoadDescriptor<" in text and "fusion::Sm90AuxLoad<" in text
+    assert "in_ptr<cutlass::bfloat16_t>(inputs, 3)" in text
+    assert "using CustomEVT = evt_add_1;" in text
+
+
+def test_dgrad_uses_evt_functor_and_row_major_b():
+    text = render(specs.mlp_dgrad_gelu())
+    assert "fusion::Sm90Compute<evt::GeluBackward," in text
+    assert "using LayoutB = cutlass::layout::RowMajor;" in text
+    assert re.search(r"Sm90EVT<[^;]*evt_acc, evt_z>;", text)
+
+
+def test_dag_uses_topological_visitor():
+    text = render(specs.dag_square())
+    assert "fusion::Sm90TopologicalVisitor<" in text
+    assert "cute::seq<0, 0>,  // evt_mul" in text and "cute::seq<1, 0>,  // evt_add" in text
+    assert "Sm90EVT" not in text
+    assert "fusion::Sm90ColBroadcast<0, TileShape, float" in text
+    assert "evt_half_args{{static_cast<float>(0.5)}}" in text
+    assert "using LayoutA = cutlass::layout::ColumnMajor;" in text
+    assert "using ElementD = float;" in text and "using ElementAB = cutlass::half_t;" in text
+
+
+def test_pingpong_config():
+    text = render(specs.mlp_fc1_forward(), PINGPONG)
+    assert "KernelTmaWarpSpecializedPingpong" in text
+    assert "EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;" in text
+    assert "cute::Shape<cute::Int<64>, cute::Int<256>, cute::Int<64>>" in text
+    assert PINGPONG.label in text
+
+
+def test_tile_config_validation():
+    with pytest.raises(CodegenError):
+        TileConfig(64, 256, 64)  # cooperative needs tile M 128 or 256
+    with pytest.raises(CodegenError):
+        TileConfig(schedule="stream-k")
+    assert TileConfig(128, 128, 64, schedule="pingpong").label == "128x128x64_c1x1_pingpong"
+
+
+def test_default_config_shrinks_for_heavy_epilogues():
+    assert default_config(specs.mlp_fc1_forward()) == TileConfig()
+    fc2 = specs.mlp_fc2_residual()
+    loads = tuple(AuxLoad(f"r{i}", 3, "f32", "n") for i in range(3))
+    heavy = KernelSpec("heavy", fc2.gemm, fc2.nodes + loads, fc2.d, "bf16", 4)
+    assert default_config(heavy) == TileConfig(128, 128, 64)
+
+
+def test_plan_reads_through_stores_and_wraps_a_read_root():
+    plan = plan_visitor(specs.mlp_fc1_forward())
+    assert not plan.dag and plan.root == "gelu"
+    assert plan.nodes[-1] == Compute("gelu", "gelu", ("save_add",))
+    # D = h while gelu(h) is stored: h has two readers, the root gets an identity node
+    nodes = (
+        AccFetch("acc"),
+        Compute("gelu", "gelu", ("acc",)),
+        AuxStore("save", "gelu", 1, "bf16"),
+    )
+    plan = plan_visitor(KernelSpec("k", specs.LINEAR, nodes, "acc", "bf16", 2))
+    assert plan.dag and plan.root == "acc_out" and plan.nodes[-1].args == ("acc",)
+
+
+def test_plan_converts_a_root_of_a_foreign_dtype():
+    nodes = (AccFetch("acc"), Compute("h", "relu", ("acc",), dtype="f16"))
+    plan = plan_visitor(KernelSpec("k", specs.LINEAR, nodes, "h", "bf16", 2))
+    assert not plan.dag and plan.root == "h_out"
+
+
+def test_names_are_sanitized_and_ops_checked():
+    assert c_identifier("add.1") == "add_1" and c_identifier("1x") == "_1x"
+    nodes = (AccFetch("acc"), Compute("my-op", "relu", ("acc",)))
+    text = render(KernelSpec("k.2", specs.LINEAR, nodes, "my-op", "bf16", 2))
+    assert "using evt_my_op =" in text and "evt_k_2_run(" in text
+    bad = (AccFetch("acc"), Compute("x", "add", ("acc",)))
+    with pytest.raises(CodegenError, match="takes 2 args"):
+        render(KernelSpec("k", specs.LINEAR, bad, "x", "bf16", 2))
+
+
+def test_signature_is_embedded():
+    spec = specs.mlp_dgrad_gelu()
+    sig = signature(spec, default_config(spec))
+    assert sig.startswith("mlp_dgrad_gelu;128x256x64_c1x1_cooperative;{")
+    assert '"mlp_dgrad_gelu;128x256x64_c1x1_cooperative;{\\"d\\"' in render(spec)

@@ -20,20 +20,29 @@ from tests.graphs import Arith, LinearAct
 ROOT = Path(__file__).parent / "golden"
 
 
+BF16 = torch.bfloat16
+
+
+def _step(model, out_shape):
+    """A training step whose loss gradient is a real tensor (a `.sum()` loss would hand the
+    backward a stride-0 expand, which no GEMM can read: nothing to fuse there)."""
+    probe = torch.randn(out_shape, dtype=BF16)
+    return lambda *a: (model(*a) * probe).float().sum().backward()
+
+
 def _mlp():
-    m = MLP(256, 1024).bfloat16()
-    return (lambda x: m(x).sum().backward()), (torch.randn(64, 256, dtype=torch.bfloat16, requires_grad=True),)
+    x = torch.randn(64, 256, dtype=BF16, requires_grad=True)
+    return _step(MLP(256, 1024).bfloat16(), (64, 256)), (x,)
 
 
 def _linear_gelu_tanh():
-    m = LinearAct(64, 128, "gelu_tanh").bfloat16()
-    return (lambda x: m(x).sum().backward()), (torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True),)
+    x = torch.randn(32, 64, dtype=BF16, requires_grad=True)
+    return _step(LinearAct(64, 128, "gelu_tanh").bfloat16(), (32, 128)), (x,)
 
 
 def _arith():
-    m = Arith(64, 128).bfloat16()
-    x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)
-    return (lambda x, r: m(x, r).sum().backward()), (x, torch.randn(32, 128, dtype=torch.bfloat16))
+    x = torch.randn(32, 64, dtype=BF16, requires_grad=True)
+    return _step(Arith(64, 128).bfloat16(), (32, 128)), (x, torch.randn(32, 128, dtype=BF16))
 
 
 GRAPHS = {"mlp": _mlp, "linear_gelu_tanh": _linear_gelu_tanh, "arith": _arith}

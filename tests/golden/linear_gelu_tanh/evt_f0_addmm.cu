@@ -7,7 +7,10 @@ kernel evt_f0_addmm
   addmm = Compute(add; addmm_acc, primals_2) -> f32
   addmm_store = AuxStore(addmm) -> out1 (bf16)
   gelu = Compute(gelu_tanh; addmm_store) -> f32
-  D = gelu -> out0 (bf16)
+  primals_4 = AuxLoad(in3, bf16, n-major)
+  mul = Compute(mul; gelu, primals_4) -> f32
+  convert_element_type_3 = Compute(identity; mul) -> f32
+  D = convert_element_type_3 -> out0 (f32)
 */
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +42,7 @@ using namespace evt::launch;  // in_ptr, load_stride, hardware_info, return code
 // ---------------------------------------------------------------------------------------------
 using ElementAB = cutlass::bfloat16_t;
 using ElementC = void;  // no C source: every extra input is an EVT load node
-using ElementD = cutlass::bfloat16_t;
+using ElementD = float;
 using ElementAccumulator = float;
 using ElementCompute = float;
 using LayoutA = cutlass::layout::RowMajor;
@@ -84,7 +87,22 @@ using evt_addmm_store = fusion::Sm90EVT<fusion::Sm90AuxStore<
 using evt_gelu = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::GELU_taylor, float, ElementCompute, kRound>,
     evt_addmm_store>;
 
-using CustomEVT = evt_gelu;  // stored as D
+// primals_4: AuxLoad(input 3, bf16, n-major)
+using evt_primals_4_desc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<
+    EpilogueDescriptor, cute::Stride<int64_t, cute::_1, int64_t>, cutlass::bfloat16_t>;
+using evt_primals_4 = fusion::Sm90AuxLoad<
+    evt_primals_4_desc::Stages, evt_primals_4_desc::EpilogueTile, cutlass::bfloat16_t,
+    cute::Stride<int64_t, cute::_1, int64_t>, evt_primals_4_desc::SmemLayoutAtom, evt_primals_4_desc::CopyOpS2R>;
+
+// mul: Compute mul(gelu, primals_4) -> f32
+using evt_mul = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, ElementCompute, kRound>,
+    evt_gelu, evt_primals_4>;
+
+// convert_element_type_3: Compute identity(mul) -> f32
+using evt_convert_element_type_3 = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>,
+    evt_mul>;
+
+using CustomEVT = evt_convert_element_type_3;  // stored as D
 
 // ---------------------------------------------------------------------------------------------
 // Kernel
@@ -124,6 +142,8 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   ok = load_stride(strides_of(input_strides, 2), M, N, L, evt_primals_2_stride) && ok;
   cute::Stride<int64_t, cute::_1, int64_t> evt_addmm_store_stride{};
   ok = load_stride(strides_of(output_strides, 1), M, N, L, evt_addmm_store_stride) && ok;
+  cute::Stride<int64_t, cute::_1, int64_t> evt_primals_4_stride{};
+  ok = load_stride(strides_of(input_strides, 3), M, N, L, evt_primals_4_stride) && ok;
   if (!ok) {
     return kStrideMismatch;
   }
@@ -137,7 +157,12 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
       evt_addmm_args, {out_ptr<cutlass::bfloat16_t>(outputs, 1), evt_addmm_store_stride}};
   evt_gelu::Arguments evt_gelu_args{
       evt_addmm_store_args, {}};
-  CustomEVT::Arguments const& evt_args = evt_gelu_args;
+  evt_primals_4::Arguments evt_primals_4_args{in_ptr<cutlass::bfloat16_t>(inputs, 3), cutlass::bfloat16_t(0), evt_primals_4_stride};
+  evt_mul::Arguments evt_mul_args{
+      evt_gelu_args, evt_primals_4_args, {}};
+  evt_convert_element_type_3::Arguments evt_convert_element_type_3_args{
+      evt_mul_args, {}};
+  CustomEVT::Arguments const& evt_args = evt_convert_element_type_3_args;
 
   cutlass::KernelHardwareInfo hw_info = hardware_info();
   if (hw_info.sm_count <= 0) {
@@ -155,7 +180,7 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// The ABI: 3 inputs, 2 outputs (D first)
+// The ABI: 4 inputs, 2 outputs (D first)
 // ---------------------------------------------------------------------------------------------
 EVT_EXPORT int evt_evt_f0_addmm_run(
     void const* const* inputs, int64_t const* input_strides,
@@ -189,5 +214,5 @@ EVT_EXPORT size_t evt_evt_f0_addmm_workspace(int M, int N, int K, int L) {
 }
 
 EVT_EXPORT char const* evt_evt_f0_addmm_signature() {
-  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"gelu\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"arg\":\"addmm\",\"dtype\":\"bf16\",\"kind\":\"aux_store\",\"major\":\"n\",\"name\":\"addmm_store\",\"output\":1},{\"args\":[\"addmm_store\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"gelu\",\"op\":\"gelu_tanh\"}],\"num_inputs\":3}";
+  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"convert_element_type_3\",\"d_dtype\":\"f32\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"arg\":\"addmm\",\"dtype\":\"bf16\",\"kind\":\"aux_store\",\"major\":\"n\",\"name\":\"addmm_store\",\"output\":1},{\"args\":[\"addmm_store\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"gelu\",\"op\":\"gelu_tanh\"},{\"dtype\":\"bf16\",\"input\":3,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_4\"},{\"args\":[\"gelu\",\"primals_4\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"mul\",\"op\":\"mul\"},{\"args\":[\"mul\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_3\",\"op\":\"identity\"}],\"num_inputs\":4}";
 }

@@ -2,6 +2,8 @@
 
     evt dump --example mlp --out DIR [--draw]   capture a training step, fuse, write each
                                                 kernel's C++ (and a picture of the partition)
+    evt bench [--quick] [--out DIR]             GEMM+epilogue suite and training steps against
+                                                every peer (see benchmarks/README.md)
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--draw", action="store_true",
                    help="also draw each partition (.dot, and .svg/.png with Graphviz's dot)")
     d.set_defaults(fn=_dump)
+    from evt.bench.cli import add_parser
+
+    add_parser(sub)
     return p
 
 

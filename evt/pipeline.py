@@ -20,7 +20,6 @@ from evt.graph.lower_regions import lower_regions
 from evt.graph.sink_views import sink_views
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
-from evt.partition.draw import to_dot
 from evt.report import (
     GraphReport,
     RegionReport,
@@ -60,7 +59,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
     run_passes(graph, GRAPH_PASSES, check)
     regions = partition(graph)
     validate(graph, regions)
-    drawing = to_dot(graph, regions) if draw else None
+    drawing = _draw(graph, regions) if draw else None
     gemms = sum(GEMM in n.meta for n in graph.nodes)
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     lowered = lower_regions(graph, regions)
@@ -74,6 +73,12 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
         )
     debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms))
     return report
+
+
+def _draw(graph: Graph, regions: list[Region]):
+    from evt.partition.draw import to_dot  # pydot is needed only for pictures
+
+    return to_dot(graph, regions)
 
 
 def _summary(r: Region) -> tuple[str, list[str], int, int]:

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call (see ../shared/gpu/README.md):
 #   install the carried wheels and evt, run the GPU tests, time the MLP training step.
-# Usage on the device (carry .whl):  bash scripts/gpu_check.sh   (logs and JSON land in $OUT)
+# Usage on the device (carry .whl):  bash scripts/gpu_check.sh [tests|bench] [pytest args]
+# (logs and JSON land in $OUT). `tests` (default): GPU tests + MLP step time; `bench`: evt bench --quick.
 set -uo pipefail
+mode=${1:-tests}
+shift || true
 OUT=${OUT:-/tmp/evt-out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
@@ -12,6 +15,11 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/
 export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-cache}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >"$OUT/gpu.txt"
 python3 -c "import torch; print(torch.__version__, torch.version.cuda)" >>"$OUT/gpu.txt"
+if [ "$mode" = bench ]; then
+  EVT_BENCH_GIT_COMMIT=${EVT_BENCH_GIT_COMMIT:-unknown} python3 benchmarks/run.py --quick \
+    --out "$OUT/bench" --stage-timeout 200 "$@" 2>&1 | tail -40 | tee "$OUT/bench.log"
+  exit 0
+fi
 start=$(date +%s)
 python3 -m pytest -q -m gpu tests/ "${@}" 2>&1 | tail -60 | tee "$OUT/gpu_tests.log"
 echo "gpu tests: $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu_tests.log"

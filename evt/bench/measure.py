@@ -8,7 +8,8 @@
 - Compile time: the first call of a freshly compiled callable (tracing, compiling, building
   kernels and one run), cold (empty Inductor caches) and warm (caches filled), separately.
 - Peak memory (training steps): `torch.cuda.max_memory_allocated` over one call, above what was
-  allocated before it.
+  allocated before it (parameters and inputs; the previous call's gradients are dropped first),
+  so activations, gradients and workspaces.
 """
 
 from __future__ import annotations

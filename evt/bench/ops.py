@@ -84,12 +84,10 @@ PATTERNS: dict[str, Pattern] = {
     "layernorm_stats": _pattern(
         P.layernorm_stats, lambda *a: linear(*a, residual=a[1]), shapes=FFN_DOWN
     ),
-    "softmax_stats": _pattern(P.softmax_stats, head, shapes=HEAD),
+    "softmax_stats": _pattern(P.softmax_stats, lambda *a: head(*a)[:2], shapes=HEAD),
     "ce_forward": _pattern(P.ce_forward, head, shapes=HEAD),
     "ce_backward": _pattern(P.ce_backward, lambda *a: head(*a, lse=True), shapes=HEAD),
-    "attention_scores": _pattern(
-        P.attention_scores, lambda *a: qkv(*a, n=2), P.gemm_scores, ATTN
-    ),
+    "attention_scores": _pattern(P.attention_scores, lambda *a: qkv(*a, n=2), P.gemm_scores, ATTN),
     "attention": _pattern(P.attention, qkv, P.gemm_attention, ATTN, sdpa=P.sdpa_attention),
 }
 

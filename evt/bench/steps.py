@@ -73,18 +73,22 @@ STEPS: dict[str, Step] = {
 def cases(small: bool = False) -> list[Case]:
     out = []
     for name, s in STEPS.items():
-        dims = tuple((s.small if small else s.full).values())
-        out.append(Case(f"step/{name}", "step", name, name, dims, s.doc))
+        sizes = s.small if small else s.full
+        shape = " ".join(f"{k}={v}" for k, v in sizes.items())  # e.g. "batch=16 seq=512 ..."
+        out.append(Case(f"step/{name}", "step", name, shape, tuple(sizes.values()), s.doc))
     return out
+
+
+def clear_grads(tensors) -> None:
+    for t in tensors:
+        t.grad = None
 
 
 def make_step(module: Callable, params: list[torch.Tensor]) -> Callable:
     """One training step through `module` (the model with its loss, compiled or not)."""
 
     def step(x, target):
-        for p in params:
-            p.grad = None
-        x.grad = None
+        clear_grads([*params, x])
         loss = module(x, target)
         loss.backward()
         return (loss.detach(), x.grad, *(p.grad for p in params))
@@ -100,9 +104,12 @@ def build(case: Case, dtype: torch.dtype, device: str) -> Workload:
     params = list(module.parameters())
     shape = (sizes["batch"], sizes["seq"])
 
+    made: list[torch.Tensor] = []  # every input made, so `release` can drop their gradients
+
     def make_inputs(seed: int) -> tuple:
         gen = torch.Generator(device).manual_seed(seed)
         x = randn((*shape, sizes["dim"]), dtype, device, gen).requires_grad_()
+        made.append(x)
         if s.loss == "ce":
             return x, torch.randint(sizes["vocab"], shape, generator=gen, device=device)
         return x, randn((*shape, sizes["dim"]), torch.float32, device, gen)
@@ -117,4 +124,5 @@ def build(case: Case, dtype: torch.dtype, device: str) -> Workload:
         wrap=lambda compiled: make_step(compiled, params),
         make_inputs=make_inputs,
         reference=reference,
+        release=lambda: clear_grads([*params, *made]),
     )

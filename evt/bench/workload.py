@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return next(k for k, v in DTYPES.items() if v == dtype)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -34,11 +40,12 @@ class Workload:
     reference: Callable[[tuple], tuple]  # the same inputs -> float64 (or float32) outputs
     gemm: Callable | None = None  # the GEMM(s) alone, for the speed-of-light column
     variants: dict[str, Callable] = field(default_factory=dict)
+    release: Callable[[], None] = lambda: None  # drop what a call left behind (gradients)
 
 
-def outputs(value) -> tuple[torch.Tensor, ...]:
-    """A function's result as a flat tuple of tensors."""
-    if isinstance(value, torch.Tensor):
+def outputs(value) -> tuple[torch.Tensor | None, ...]:
+    """A function's result as a flat tuple of tensors (None for a missing gradient)."""
+    if value is None or isinstance(value, torch.Tensor):
         return (value,)
     return tuple(t for v in value for t in outputs(v))
 

@@ -1,0 +1,122 @@
+"""Everything evt is measured against, in the same process and run, and evt itself.
+
+Each baseline belongs to a stage (a baseline family, `STAGES` in run order): stages run one at a
+time, append their results as they finish and are skipped by a rerun once complete, so a slow
+peer (max-autotune, Inductor's CUTLASS backend) cannot eat the run. A baseline that does not
+apply to a case (cuBLASLt has no exact-GELU epilogue) is not planned; one that is planned and
+fails is reported n/a with the exception text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from evt.bench import inductor_cutlass, observe
+from evt.bench.workload import Case, Workload
+
+STAGES = ("eager", "evt", "compile", "max-autotune", "inductor-cutlass")
+
+
+def _cuda(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    stage: str
+    doc: str
+    build: Callable[[Workload, str], Callable]  # (workload, device) -> callable(*inputs)
+    applies: Callable[[Case, str], bool] = lambda case, device: True
+    compiled: bool = False  # compile time is measured (cold and warm)
+    gemm_only: bool = False  # computes the bare GEMM, checked against the GEMM's reference
+
+    def observe(self, notes: dict) -> contextlib.AbstractContextManager:
+        """Around the whole measurement: warnings (compiled baselines), evt's kernels."""
+        if self.name == "evt":
+            return evt_observe(notes)
+        return observe.warnings_seen(notes) if self.compiled else contextlib.nullcontext()
+
+    def observe_compile(self, notes: dict) -> contextlib.AbstractContextManager:
+        """Around the cold compile only: the regions evt formed."""
+        return observe.evt_regions(notes) if self.name == "evt" else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def evt_observe(notes: dict):
+    with observe.warnings_seen(notes), observe.evt_runtime(notes):
+        yield
+
+
+def compiled(**kwargs) -> Callable[[Workload, str], Callable]:
+    """torch.compile of the workload's target, static shapes (each case is compiled afresh)."""
+    return lambda w, device: w.wrap(torch.compile(w.target, dynamic=False, **kwargs))
+
+
+def _evt(w: Workload, device: str) -> Callable:
+    """`torch.compile(backend="evt")`, through the backend function itself (the same thing the
+    "evt" entry point names), so it runs from a checkout that pip never installed."""
+    from evt.backend import evt_backend
+
+    # Off CUDA there is no kernel and no C++ compiler to assume: run the rest op by op.
+    options = None if _cuda(device) else {"rest": "eager"}
+    return w.wrap(torch.compile(w.target, backend=evt_backend, dynamic=False, options=options))
+
+
+def _inductor_cutlass(w: Workload, device: str) -> Callable:
+    return compiled(options=inductor_cutlass.options())(w, device)
+
+
+def _variant(name: str) -> Callable[[Workload, str], Callable]:
+    return lambda w, device: w.variants[name]
+
+
+BASELINES: dict[str, Baseline] = {
+    b.name: b
+    for b in (
+        Baseline("eager", "eager", "the computation as written, op by op", lambda w, d: w.eager),
+        Baseline(
+            "mm",
+            "eager",
+            "the GEMM alone (cuBLAS), no epilogue: speed of light",
+            lambda w, d: w.gemm,
+            lambda case, device: case.kind == "op",
+            gemm_only=True,
+        ),
+        Baseline(
+            "cublaslt",
+            "eager",
+            "cuBLASLt fused epilogue: torch._addmm_activation / addmm with bias",
+            _variant("cublaslt"),
+            lambda case, device: "cublaslt" in case.variants and _cuda(device),
+        ),
+        Baseline(
+            "sdpa",
+            "eager",
+            "F.scaled_dot_product_attention (attention only)",
+            _variant("sdpa"),
+            lambda case, device: "sdpa" in case.variants,
+        ),
+        Baseline("evt", "evt", 'torch.compile(backend="evt")', _evt, compiled=True),
+        Baseline("compile", "compile", "torch.compile, default mode", compiled(), compiled=True),
+        Baseline(
+            "max-autotune",
+            "max-autotune",
+            'torch.compile(mode="max-autotune-no-cudagraphs")',
+            compiled(mode="max-autotune-no-cudagraphs"),
+            compiled=True,
+        ),
+        Baseline(
+            "inductor-cutlass",
+            "inductor-cutlass",
+            "Inductor's CUTLASS backend (GEMMs through CUTLASS only, EVT epilogue fusion on)",
+            _inductor_cutlass,
+            lambda case, device: _cuda(device),
+            compiled=True,
+        ),
+    )
+}

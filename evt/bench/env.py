@@ -1,0 +1,107 @@
+"""Where the numbers come from: GPU, clocks, driver, library versions, git commit."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+import torch
+
+import evt
+
+SMI_FIELDS = (
+    "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit,"
+    "persistence_mode"
+)
+PROP_FIELDS = (
+    "name",
+    "major",
+    "minor",
+    "total_memory",
+    "multi_processor_count",
+    "L2_cache_size",
+    "clock_rate",
+    "memory_clock_rate",
+    "memory_bus_width",
+)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_info() -> dict:
+    """The commit of the evt checkout and whether it had local changes (read-only git calls);
+    `EVT_BENCH_GIT_COMMIT` stands in where the tree is a copy without `.git`."""
+    root = Path(__file__).resolve().parents[2]
+    commit = _run(["git", "rev-parse", "HEAD"], root)
+    status = _run(["git", "--no-optional-locks", "status", "--porcelain"], root)
+    return {
+        "commit": commit or os.environ.get("EVT_BENCH_GIT_COMMIT"),
+        "dirty": None if status is None else bool(status),
+    }
+
+
+def nvidia_smi() -> dict | None:
+    out = _run(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"])
+    if not out:
+        return None
+    values = [v.strip() for v in out.splitlines()[0].split(",")]
+    return dict(zip(SMI_FIELDS.split(","), values))
+
+
+def gpu_info(device: str) -> dict | None:
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(device)
+    info = {f: getattr(props, f) for f in PROP_FIELDS if hasattr(props, f)}
+    info["nvidia_smi"] = nvidia_smi()
+    return info
+
+
+def environment(device: str) -> dict:
+    return {
+        "time": now(),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "triton": version("triton"),
+        "cutlass": version("nvidia-cutlass"),
+        "evt": evt.__version__,
+        "git": git_info(),
+        "device": device,
+        "gpu": gpu_info(device),
+    }
+
+
+def gpu_slug(device: str) -> str:
+    """'nvidia-h100-80gb-hbm3' for the device's name, 'cpu' off CUDA."""
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return "cpu"
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
+
+
+def default_out(device: str) -> Path:
+    return Path("benchmarks/results") / f"{datetime.date.today().isoformat()}-{gpu_slug(device)}"

@@ -1,0 +1,70 @@
+"""What a baseline did besides producing numbers: warnings, and for evt its regions, kernel
+builds, launches and fallbacks. Recorded in each result's `notes`, so a table cell can be
+explained (e.g. "evt formed 2 regions but ran 0 kernels")."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+MAX_WARNINGS = 8
+
+
+@contextlib.contextmanager
+def warnings_seen(notes: dict) -> Iterator[None]:
+    """Record the distinct warning messages raised inside (trimmed) into `notes["warnings"]`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            seen = list(dict.fromkeys(str(w.message).strip()[:500] for w in caught))
+            if seen:
+                notes["warnings"] = seen[:MAX_WARNINGS]
+
+
+def _cache_entries(root: Path) -> set[str]:
+    return {
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and p.name not in ("failed", "locks") and not p.name.startswith(".")
+    }
+
+
+@contextlib.contextmanager
+def evt_regions(notes: dict) -> Iterator[None]:
+    """Record the regions evt formed in the graphs compiled inside (one compile: the cold one)."""
+    from evt import backend
+
+    reports: list = []
+    backend._listeners.append(reports.append)
+    try:
+        yield
+    finally:
+        backend._listeners.remove(reports.append)
+        regions = [r for g in reports for r in g.regions]
+        notes["regions"] = [f"{r.side} {r.anchor} + {', '.join(r.fused)}" for r in regions]
+        notes["region_names"] = sorted({r.name for r in regions})
+        notes["unfused_gemms"] = sum(g.unfused_gemms for g in reports)
+
+
+@contextlib.contextmanager
+def evt_runtime(notes: dict) -> Iterator[None]:
+    """Record kernels built into evt's cache, kernel launches and, for the regions (named by
+    `evt_regions` inside) that never launched a kernel, why they fell back."""
+    from evt.runtime import cache, dispatch
+
+    launches = collections.Counter(getattr(dispatch, "LAUNCHES", {}))
+    built = _cache_entries(cache.root())
+    try:
+        yield
+    finally:
+        after = collections.Counter(getattr(dispatch, "LAUNCHES", {})) - launches
+        reasons = getattr(dispatch, "FALLBACKS", {})
+        notes["kernels_built"] = len(_cache_entries(cache.root()) - built)
+        notes["kernel_launches"] = sum(after.values())
+        names = notes.get("region_names", [])
+        notes["fallbacks"] = {n: reasons[n] for n in names if n in reasons and not after[n]}

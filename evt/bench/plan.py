@@ -1,0 +1,108 @@
+"""What a run will measure: (stage, case, baseline) items, and which of them are still to do.
+
+`--quick` is a fixed subset meant to finish in under 3 minutes on one H100: GPT-2's FFN shape
+with bias + tanh GELU (cuBLASLt has that epilogue), the training forward (GELU + saved
+pre-activation) and GELU's backward in the dgrad GEMM, and the MLP training step, against
+eager, cuBLAS, cuBLASLt, torch.compile and evt. `--only` keeps the cases whose name,
+pattern/model or shape matches one of its comma-separated globs (`bias_gelu*`, `gpt2`, `step/*`).
+
+Resume: an item is done when the results hold a final record for it (ok, wrong or n/a); a
+"skipped" record (its stage was cut short) is retried; `--retry` turns the plan's n/a records
+back into skipped ones first (after a fix, or with a longer --stage-timeout). A stage with
+nothing left is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatch
+
+from evt.bench import ops, steps
+from evt.bench.baselines import BASELINES, STAGES
+from evt.bench.workload import Case
+
+QUICK_CASES = ("bias_gelu_tanh/gpt2", "bias_gelu_aux/gpt2", "dgrad_gelu/gpt2", "step/mlp")
+QUICK_BASELINES = ("eager", "mm", "cublaslt", "compile", "evt")
+FINAL = ("ok", "wrong", "n/a")
+
+
+@dataclass(frozen=True)
+class Item:
+    stage: str
+    case: Case
+    baseline: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.case.name, self.baseline)
+
+
+@dataclass(frozen=True)
+class Plan:
+    cases: tuple[Case, ...]
+    items: tuple[Item, ...]
+
+    def stages(self) -> list[str]:
+        return [s for s in STAGES if any(i.stage == s for i in self.items)]
+
+
+def all_cases(small: bool = False) -> list[Case]:
+    return ops.cases(small) + steps.cases(small)
+
+
+def split(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def matches(case: Case, patterns: list[str]) -> bool:
+    return any(fnmatch(s, p) for p in patterns for s in (case.name, case.group, case.shape))
+
+
+def make_plan(
+    quick: bool = False,
+    only: str | None = None,
+    baselines: str | None = None,
+    device: str = "cuda",
+    small: bool = False,
+) -> Plan:
+    cases = all_cases(small)
+    if quick:
+        cases = [c for c in cases if c.name in QUICK_CASES]
+    if only:
+        cases = [c for c in cases if matches(c, split(only))]
+    names = split(baselines) or list(QUICK_BASELINES if quick else BASELINES)
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baseline(s) {unknown}; choose from {', '.join(BASELINES)}")
+    chosen = [BASELINES[n] for n in BASELINES if n in names]
+    items = [
+        Item(stage, case, b.name)
+        for stage in STAGES
+        for case in cases
+        for b in chosen
+        if b.stage == stage and b.applies(case, device)
+    ]
+    return Plan(tuple(cases), tuple(items))
+
+
+def done_keys(results: list[dict]) -> set[tuple[str, str]]:
+    return {(r["case"], r["baseline"]) for r in results if r.get("status") in FINAL}
+
+
+def pending(plan: Plan, results: list[dict], stage: str | None = None) -> list[Item]:
+    """The plan's items without a final result, in run order (optionally of one stage)."""
+    done = done_keys(results)
+    return [i for i in plan.items if (stage is None or i.stage == stage) and i.key not in done]
+
+
+def describe(plan: Plan) -> str:
+    """A readable listing of the plan, for `--list`."""
+    lines = []
+    for stage in plan.stages():
+        items = [i for i in plan.items if i.stage == stage]
+        lines.append(f"stage {stage}: {len(items)} measurements")
+        for case in dict.fromkeys(i.case for i in items):
+            names = [i.baseline for i in items if i.case == case]
+            dims = case.shape if case.kind == "step" else "x".join(map(str, case.dims))
+            lines.append(f"  {case.name:28} {dims:22} {', '.join(names)}")
+    return "\n".join(lines)

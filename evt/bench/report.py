@@ -1,0 +1,85 @@
+"""The numbers a report is made of, computed from the records only (never from a constant).
+
+`speedup(results, a, b)` per case is time(b) / time(a): how many times faster `a` ran than `b`,
+equal to the ratio of their TFLOP/s (same FLOPs). Ratios exist only where both were measured and
+checked right; their geometric mean over cases is the summary figure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from evt.bench.baselines import BASELINES
+
+NOT_TIMED = {"wrong": "wrong", "n/a": "n/a", "skipped": "skipped"}
+
+
+def index(results: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(r["case"], r["baseline"]): r for r in results}
+
+
+def times(results: list[dict]) -> dict[tuple[str, str], float]:
+    return {(r["case"], r["baseline"]): r["time_ms"] for r in results if r["status"] == "ok"}
+
+
+def speedup(results: list[dict], a: str, b: str, kind: str | None = None) -> dict[str, float]:
+    """case -> time(b) / time(a), for the cases (of `kind`) where both are measured and right."""
+    t = times(results)
+    cases = dict.fromkeys(r["case"] for r in results if kind in (None, r["kind"]))
+    return {c: t[c, b] / t[c, a] for c in cases if (c, a) in t and (c, b) in t}
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def baselines_in(results: list[dict], kind: str | None = None) -> list[str]:
+    """Baselines that have records (of `kind`), in the registry's order."""
+    seen = {r["baseline"] for r in results if kind in (None, r["kind"])}
+    return [b for b in BASELINES if b in seen] + sorted(seen - set(BASELINES))
+
+
+def cases_in(results: list[dict], kind: str) -> list[dict]:
+    """One record per case of `kind`, in first-seen order (for the case's name and dims)."""
+    return list({r["case"]: r for r in results if r["kind"] == kind}.values())
+
+
+def fmt(x: float | None, digits: int = 1) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.{digits}f}" if abs(x) >= 10**-digits else f"{x:.2g}"
+
+
+def cell(record: dict | None, field: str, digits: int = 1, scale: float = 1.0) -> str:
+    """A table cell: the field's value when measured, else why not ('—' when not planned)."""
+    if record is None:
+        return "—"
+    if record["status"] != "ok":
+        return NOT_TIMED.get(record["status"], str(record["status"]))
+    value = record.get(field)
+    return fmt(value * scale if value is not None else None, digits)
+
+
+def dims(record: dict) -> str:
+    """M×N×K (B×H×S×D for attention); a training step's named sizes."""
+    return record["shape"] if record["kind"] == "step" else "×".join(map(str, record["dims"]))
+
+
+def summary(results: list[dict], target: str = "evt") -> list[tuple[str, dict]]:
+    """For each other baseline: geomean speedup of `target` over it (ops, steps) with case
+    counts, and the baseline's own geomean fraction of the bare GEMM (`mm`) on the ops."""
+    rows = []
+    for b in baselines_in(results):
+        row = {}
+        for kind in ("op", "step"):
+            s = speedup(results, target, b, kind) if b != target else {}
+            row[kind] = (geomean(s.values()), len(s))
+        sol = speedup(results, b, "mm", "op") if b != "mm" else {}
+        row["vs_mm"] = (geomean(sol.values()), len(sol))
+        rows.append((b, row))
+    return rows
+
+
+def problems(results: list[dict]) -> list[dict]:
+    return [r for r in results if r["status"] != "ok"]

@@ -1,0 +1,153 @@
+"""Measure one stage in this process: for each case, build the workload once (inputs, float64
+reference, FLOPs), then for each of the stage's baselines: build (compile, timing the first call
+cold and warm), check the result against the reference, and only if it is right, time it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from evt.bench import check, measure, ops, steps
+from evt.bench.baselines import BASELINES, Baseline
+from evt.bench.env import now
+from evt.bench.plan import Item, Plan, pending
+from evt.bench.store import Store, new_record
+from evt.bench.workload import Case, Workload, dtype_name, nbytes, outputs, to_reference
+
+MAX_ERROR_CHARS = 4000
+
+
+@dataclass
+class CaseState:
+    """A case's workload, input sets, reference outputs and counts, shared by its baselines."""
+
+    case: Case
+    workload: Workload
+    input_sets: list[tuple]
+    reference: tuple
+    flops: int
+    bytes: int | None
+    tolerance: float
+    dtype: torch.dtype
+
+    @classmethod
+    def build(cls, case: Case, dtype: torch.dtype, device: str) -> CaseState:
+        w = (ops if case.kind == "op" else steps).build(case, dtype, device)
+        first = w.make_inputs(0)
+        with FlopCounterMode(display=False) as counter:
+            eager_out = outputs(w.eager(*first))
+        size = nbytes(first) + nbytes(eager_out) if case.kind == "op" else None
+        n = measure.input_set_count(size or 0, measure.l2_bytes(device))
+        sets = [first] + [w.make_inputs(seed) for seed in range(1, n)]
+        ref = outputs(w.reference(first))
+        tol = check.tolerance(eager_out, ref, dtype)
+        return cls(case, w, sets, ref, counter.get_total_flops(), size, tol, dtype)
+
+    def expected(self, b: Baseline) -> tuple[tuple, float]:
+        """The reference outputs and tolerance for what `b` computes (the bare GEMM for mm)."""
+        if not b.gemm_only:
+            return self.reference, self.tolerance
+        ref = outputs(self.workload.gemm(*to_reference(self.input_sets[0])))
+        return ref, check.TOLERANCE[self.dtype]
+
+
+def error_text(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip()
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " [...]"
+
+
+def fresh_inductor_cache() -> contextlib.AbstractContextManager:
+    from torch._inductor import utils
+
+    return (getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache)()
+
+
+def base_record(item: Item, dtype: torch.dtype, device: str, **fields) -> dict:
+    return new_record(item, dtype_name(dtype), timer=measure.timer_name(device), **fields)
+
+
+def build_impl(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict) -> Callable:
+    if not b.compiled:
+        return b.build(s.workload, device)
+    make = lambda: b.build(s.workload, device)  # noqa: E731
+    torch._dynamo.reset()
+    with b.observe_compile(notes):
+        rec["compile_cold_s"], _, _ = measure.first_call_s(make, s.input_sets[0], device)
+    torch._dynamo.reset()  # Inductor's caches stay: the second compile is the warm one
+    rec["compile_warm_s"], impl, _ = measure.first_call_s(make, s.input_sets[0], device)
+    return impl
+
+
+def measure_item(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict) -> None:
+    impl = build_impl(b, s, device, rec, notes)
+    verdict = check.compare(impl(*s.input_sets[0]), *s.expected(b))
+    rec.update(rel_err=verdict.errors, tolerance=verdict.tolerance)
+    if not verdict.ok:
+        rec.update(status="wrong", error=verdict.why)
+        return
+    ms = measure.time_ms(measure.rotating(impl, s.input_sets), device)
+    rec.update(status="ok", time_ms=ms, flops=s.flops, bytes=s.bytes, input_sets=len(s.input_sets))
+    rec["tflops"] = s.flops / (ms * 1e9) if s.flops else None
+    rec["gbps"] = s.bytes / (ms * 1e6) if s.bytes else None
+    if s.case.kind == "step":
+        s.workload.release()  # the peak is above parameters and inputs, without old gradients
+        rec["peak_mem_bytes"] = measure.peak_memory(lambda: impl(*s.input_sets[0]), device)
+
+
+def run_item(item: Item, s: CaseState, device: str, dtype: torch.dtype) -> dict:
+    b, rec, notes = BASELINES[item.baseline], base_record(item, dtype, device), {}
+    cache = fresh_inductor_cache() if b.compiled else contextlib.nullcontext()
+    try:
+        with cache, b.observe(notes):
+            measure_item(b, s, device, rec, notes)
+    except Exception as e:  # noqa: BLE001 - any failure is this baseline's result: n/a
+        rec.update(status="n/a", error=error_text(e))
+    finally:
+        if b.compiled:
+            torch._dynamo.reset()
+    rec.update(notes=notes, finished=now())
+    return rec
+
+
+def summary(rec: dict) -> str:
+    head = f"[{rec['stage']}] {rec['case']:28} {rec['baseline']:16} {rec['status']:6}"
+    if rec["status"] != "ok":
+        return f"{head} {(rec['error'] or '').splitlines()[0][:160]}"
+    rate = f" {rec['tflops']:7.1f} TFLOP/s" if rec.get("tflops") else ""
+    comp = rec.get("compile_cold_s")
+    comp = f"  compile {comp:.1f} s cold, {rec['compile_warm_s']:.1f} s warm" if comp else ""
+    return f"{head} {rec['time_ms']:9.4f} ms{rate}{comp}"
+
+
+def run_stage(
+    plan: Plan,
+    stage: str,
+    store: Store,
+    device: str,
+    dtype: torch.dtype,
+    log: Callable[[str], None] = print,
+) -> None:
+    todo = pending(plan, store.results, stage)
+    for case in dict.fromkeys(i.case for i in todo):
+        items = [i for i in todo if i.case == case]
+        try:
+            state = CaseState.build(case, dtype, device)
+        except Exception as e:  # noqa: BLE001 - no workload: every baseline of the case is n/a
+            why = f"building the workload or its reference failed: {error_text(e)}"
+            for item in items:
+                store.add(base_record(item, dtype, device, status="n/a", error=why, finished=now()))
+                log(summary(store.results[-1]))
+            continue
+        for item in items:
+            store.add(run_item(item, state, device, dtype))
+            log(summary(store.results[-1]))
+        del state
+        gc.collect()
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()

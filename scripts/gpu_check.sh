@@ -8,11 +8,7 @@ mode=${1:-tests}
 shift || true
 OUT=${OUT:-/tmp/evt-out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
-  || echo "pip install -e . failed (see install.log); backend='evt' is then unknown by name"
-export EVT_CACHE_DIR=${EVT_CACHE_DIR:-/tmp/evt-cache}
+. scripts/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >"$OUT/gpu.txt"
 python3 -c "import torch; print(torch.__version__, torch.version.cuda)" >>"$OUT/gpu.txt"
 if [ "$mode" = bench ]; then

@@ -39,12 +39,23 @@ def bench(fn, iters=50):
     return sorted(times)[len(times) // 2]
 
 
+def profile(fn) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--dim", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--json")
+    p.add_argument("--profile", action="store_true", help="print a torch.profiler table of evt's step")
     a = p.parse_args()
     torch.manual_seed(0)
     base = MLP(a.dim, a.hidden).cuda().bfloat16()
@@ -64,6 +75,11 @@ def main() -> None:
         err = max(((g.float() - w).abs().max() / w.abs().max()).item() for g, w in zip(got, want))
         ms = bench(lambda: run_step(fn, x, probe))
         rows[name] = {"ms": ms, "max_rel_err": err, "first_call_s": compile_s}
+    from evt.runtime import dispatch
+
+    print("evt launches:", dict(dispatch.LAUNCHES), "fallbacks:", dict(dispatch.FALLBACKS))
+    if a.profile:
+        profile(lambda: run_step(fn, x, probe))
     for name, r in rows.items():
         print(f"{name:>14}: {r['ms']:.3f} ms/step  (eager/this {rows['eager']['ms'] / r['ms']:.3f}x,"
               f" max rel err {r['max_rel_err']:.2e}, first call {r['first_call_s']:.1f} s)")

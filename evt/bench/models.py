@@ -96,7 +96,8 @@ class WithLoss(nn.Module):
         self.model, self.loss = model, loss
 
     def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        out = self.model(x).float()
+        out = self.model(x)
+        out = out.float() if out.dtype in (torch.bfloat16, torch.float16) else out  # f64 refs
         if self.loss == "ce":
             return F.cross_entropy(out.flatten(0, -2), target.flatten())
-        return F.mse_loss(out, target)
+        return F.mse_loss(out, target.to(out.dtype))

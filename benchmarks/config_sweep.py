@@ -80,8 +80,9 @@ def main() -> None:
             x = inputs_for(spec, m, n, k)
             got, want = kernel(x), reference.run(spec, x)
             err = max(((g.float() - w.float()).abs().max() / w.float().abs().max()).item() for g, w in zip(got, want))
-            ms = time_ms(lambda: kernel(x))
-            mm = time_ms(lambda: torch.mm(x[0], x[1].t() if spec.gemm.b.transposed else x[1]))
+            ms = time_ms(lambda kernel=kernel, x=x: kernel(x))
+            b = x[1].t() if spec.gemm.b.transposed else x[1]
+            mm = time_ms(lambda a=x[0], b=b: torch.mm(a, b))
             tf = 2 * m * n * k / ms / 1e9
             rows.append(dict(spec=name, config=cfg.label, m=m, n=n, k=k, ms=ms, tflops=tf,
                              vs_mm=mm / ms, err=err))

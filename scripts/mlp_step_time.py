@@ -78,7 +78,7 @@ def main() -> None:
         torch.cuda.synchronize()
         compile_s = time.perf_counter() - t0
         err = max(((g.float() - w).abs().max() / w.abs().max()).item() for g, w in zip(got, want))
-        ms = bench(lambda: run_step(fn, x, probe))
+        ms = bench(lambda fn=fn: run_step(fn, x, probe))
         rows[name] = {"ms": ms, "max_rel_err": err, "first_call_s": compile_s}
     from evt.runtime import dispatch
 

@@ -154,3 +154,23 @@ def test_random_dags_are_valid_and_beat_greedy(steps):
     baseline = greedy.partition(g)
     validate(g, baseline)
     assert kept_bytes(best) >= kept_bytes(baseline)
+
+
+def test_saved_activation_budget_limits_forward_fusion():
+    from evt.examples import MLP
+    from evt.graph.capture import capture_joint
+
+    torch.manual_seed(0)
+    model = MLP(32, 64)
+    probe = torch.randn(16, 32)
+    g = capture_joint(lambda x: (model(x) * probe).sum(), torch.randn(16, 32, requires_grad=True))
+    fold_gemm_operands(annotate_sides(g))
+    free = ilp.partition(g, saved_budget=None)
+    assert [r.side for r in free] == ["forward", "forward", "backward", "backward"]
+    gelu = next(n for r in free for n in r.epilogue if n.name == "gelu")
+    none_saved = ilp.partition(g, saved_budget=0)
+    validate(g, none_saved)
+    assert all(gelu not in r.nodes for r in none_saved)  # the backward reads gelu's output
+    assert sum(r.side == "backward" for r in none_saved) == 2
+    exactly_gelu = ilp.partition(g, saved_budget=nbytes(gelu))
+    assert any(gelu in r.nodes for r in exactly_gelu)

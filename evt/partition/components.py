@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import networkx as nx
 from torch.fx import Node
 
+from evt.graph.annotate_sides import side
 from evt.graph.layouts import load_kind
 from evt.partition.candidates import Candidates
 from evt.report import nbytes
@@ -59,7 +60,9 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
             _flag(g, n, v, path=True)
     for n, data in g.nodes(data=True):
         data["pos"] = order[n]  # graph order: lets the cache try the obvious mapping first
-        data["label"] = ":".join(str(data.get(k, "")) for k in ("role", "target", "bytes", "escapes", "aux"))
+        data["label"] = ":".join(
+            str(data.get(k, "")) for k in ("role", "target", "bytes", "escapes", "aux", "saved")
+        )
     for _, _, data in g.edges(data=True):
         data["label"] = ":".join(k for k in ("fx", "load", "cand", "path") if data.get(k))
     return Component(g, [c.anchor for c in cands], cands)
@@ -73,14 +76,15 @@ def _flag(g: nx.DiGraph, u: Node, v: Node, **flags: bool) -> None:
 
 def _attrs(n: Node, inside: set[Node]) -> dict:
     escapes = any(u not in inside for u in n.users)
-    return {"bytes": nbytes(n), "escapes": escapes, "target": str(n.target)}
+    saved = nbytes(n) if side(n) == "forward" and any(side(u) == "backward" for u in n.users) else 0
+    return {"bytes": nbytes(n), "escapes": escapes, "target": str(n.target), "saved": saved}
 
 
 def _add_inputs(g: nx.DiGraph, n: Node, shape: tuple[int, int], inside: set[Node]) -> None:
     for a in n.all_input_nodes:
         kind = load_kind(a.meta.get("val"), *shape)
         if a not in inside:
-            g.add_node(a, role="ext", bytes=nbytes(a), escapes=True, aux=kind == "aux_load")
+            g.add_node(a, role="ext", bytes=nbytes(a), escapes=True, aux=kind == "aux_load", saved=0)
         _flag(g, a, n, fx=True, load=kind is not None)
 
 

@@ -52,17 +52,27 @@ class Stats:
 MAX_REPAIRS = 8
 
 
-def partition(graph: Graph, max_aux: int = greedy.MAX_AUX_TENSORS) -> list[Region]:
+def saved_budget_from_env() -> int | None:
+    mb = os.environ.get("EVT_SAVED_BUDGET_MB")
+    return None if not mb else int(float(mb) * (1 << 20))
+
+
+def partition(
+    graph: Graph, max_aux: int = greedy.MAX_AUX_TENSORS, saved_budget: int | None = -1
+) -> list[Region]:
+    """`saved_budget`: bytes of forward activations that fusion may add for the backward (None:
+    unbounded; -1: `EVT_SAVED_BUDGET_MB` from the environment, else unbounded)."""
+    budget = Budget(saved_budget_from_env() if saved_budget == -1 else saved_budget)
     order = {n: i for i, n in enumerate(graph.nodes)}
     comps = components(find_candidates(graph), order)
     stats = Stats(components=len(comps))
-    chosen = [_solve(c, max_aux, stats, graph) for c in comps]
+    chosen = [_solve(c, max_aux, stats, graph, budget) for c in comps]
     for _ in range(MAX_REPAIRS):
         regions = _regions([m for sol in chosen for m in sol.items()], order)
         cycle = _cycle(graph, regions)
         if cycle is None:
             break
-        comps, chosen = _merge(comps, chosen, cycle, order, max_aux, stats, graph)
+        comps, chosen = _merge(comps, chosen, cycle, order, max_aux, stats, graph, budget)
     else:
         warnings.warn("evt: ILP regions kept closing cycles; using the greedy partition", stacklevel=2)
         regions = greedy.partition(graph)
@@ -81,33 +91,51 @@ def _cycle(graph: Graph, regions: list[Region]) -> set[Node] | None:
     return {regions[v[1]].anchor for v in on_cycle}
 
 
-def _merge(comps, chosen, anchors, order, max_aux, stats, graph):
+def _merge(comps, chosen, anchors, order, max_aux, stats, graph, budget):
     """Solve the components of the regions on a cycle again, as one component."""
     hit = [i for i, c in enumerate(comps) if anchors & set(c.anchors)]
     merged = component([c for i in hit for c in comps[i].cands], order)
     stats.repairs += 1
     keep = [i for i in range(len(comps)) if i not in hit]
     return ([comps[i] for i in keep] + [merged],
-            [chosen[i] for i in keep] + [_solve(merged, max_aux, stats, graph)])
+            [chosen[i] for i in keep] + [_solve(merged, max_aux, stats, graph, budget)])
 
 
-def _solve(comp: Component, max_aux: int, stats: Stats, graph: Graph) -> dict[Node, list[Node]]:
-    salt = f"aux{max_aux}"
-    cached = solve_cache.lookup(comp.graph, salt)
-    if cached is not None:
+@dataclass
+class Budget:
+    """What is left of the saved-activation budget, spent component by component."""
+
+    left: int | None
+
+    def spend(self, comp: Component, solution: dict) -> None:
+        if self.left is not None:
+            used = ilp_model.saved_bytes(comp.graph, [n for ms in solution.values() for n in ms])
+            self.left = max(self.left - used, 0)
+
+
+def _solve(comp: Component, max_aux: int, stats: Stats, graph: Graph, budget: Budget) -> dict:
+    salt = f"aux{max_aux}:budget{budget.left}"
+    solution = solve_cache.lookup(comp.graph, salt)
+    if solution is not None:
         stats.cache_hits += 1
-        return cached
-    solution = _run_ilp(comp, max_aux, stats)
-    if solution is None:
-        stats.fallbacks += 1
-        anchors = set(comp.anchors)
-        return {r.anchor: list(r.epilogue) for r in greedy.partition(graph) if r.anchor in anchors}
-    solve_cache.store(comp.graph, salt, solution)
+    else:
+        solution = _run_ilp(comp, max_aux, stats, budget.left)
+        if solution is None:
+            stats.fallbacks += 1
+            solution = _greedy(comp, graph) if budget.left is None else {a: [] for a in comp.anchors}
+        else:
+            solve_cache.store(comp.graph, salt, solution)
+    budget.spend(comp, solution)
     return solution
 
 
-def _run_ilp(comp: Component, max_aux: int, stats: Stats) -> dict[Node, list[Node]] | None:
-    model = ilp_model.build(comp.graph, max_aux)
+def _greedy(comp: Component, graph: Graph) -> dict:
+    anchors = set(comp.anchors)
+    return {r.anchor: list(r.epilogue) for r in greedy.partition(graph) if r.anchor in anchors}
+
+
+def _run_ilp(comp: Component, max_aux: int, stats: Stats, budget: int | None) -> dict | None:
+    model = ilp_model.build(comp.graph, max_aux, budget)
     stats.variables += len(model.problem.variables())
     stats.constraints += model.problem.numConstraints()
     if debug.level() >= 3:

@@ -8,7 +8,8 @@ l[a,p] region a loads aux tensor p; o[a,u] region a stores u; P[n] ordering pote
 Constraints: one region per node; a member reads at least one value of its region (downstream of
 the GEMM) and shares the region of every input it cannot load; MTZ-style potentials (equal inside
 a region, +1 along every edge that crosses regions or leaves the component) keep the graph of
-regions acyclic; aux loads + aux stores <= capacity. Objective: maximize the global-memory bytes
+regions acyclic; aux loads + aux stores <= capacity; optionally, the activation memory fused
+forward values add for the backward <= a budget. Objective: maximize the global-memory bytes
 kept on chip (reads of fused edges, writes of values no one outside reads), then fused nodes.
 """
 
@@ -30,7 +31,7 @@ class Model:
     pairs: dict[tuple, list[pulp.LpVariable]] = field(default_factory=dict)  # (u, v) -> s[*, u, v]
 
 
-def build(g: nx.DiGraph, max_aux: int) -> Model:
+def build(g: nx.DiGraph, max_aux: int, saved_budget: int | None = None) -> Model:
     ids = {n: i for i, n in enumerate(g.nodes)}
     anchors = [n for n, d in g.nodes(data=True) if d["role"] == "anchor"]
     cands = {a: [v for v in g.successors(a) if g.edges[a, v].get("cand")] for a in anchors}
@@ -44,7 +45,21 @@ def build(g: nx.DiGraph, max_aux: int) -> Model:
     _acyclic(m, g, anchors, cands, ids)
     _capacity(m, g, anchors, cands, ids, max_aux)
     _objective(m, g, ids)
+    if saved_budget is not None:
+        _saved_budget(m, g, saved_budget)
     return m
+
+
+def saved_bytes(g: nx.DiGraph, members) -> int:
+    """Activation memory a fusion adds: fused forward values the backward reads. Unfused, the
+    min-cut partitioner could recompute them from their inputs; out of a kernel, it must save them."""
+    return sum(g.nodes[n]["saved"] for n in members)
+
+
+def _saved_budget(m: Model, g: nx.DiGraph, budget: int) -> None:
+    terms = [g.nodes[n]["saved"] / MIB * var for (_, n), var in m.x.items() if g.nodes[n]["saved"]]
+    if terms:
+        m.problem += pulp.lpSum(terms) <= budget / MIB
 
 
 def _var(m: Model, name: str, low=0, up=1, cat="Binary") -> pulp.LpVariable:

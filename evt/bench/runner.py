@@ -134,6 +134,10 @@ def run_stage(
     log: Callable[[str], None] = print,
 ) -> None:
     todo = pending(plan, store.results, stage)
+    if stage == "evt" and device.startswith("cuda"):
+        from evt.bench.prebuild import prebuild
+
+        prebuild(dict.fromkeys(i.case for i in todo), dtype, log)
     for case in dict.fromkeys(i.case for i in todo):
         items = [i for i in todo if i.case == case]
         try:

@@ -111,6 +111,10 @@ def run_item(item: Item, s: CaseState, device: str, dtype: torch.dtype) -> dict:
     finally:
         if b.compiled:
             torch._dynamo.reset()
+    if rec.get("status") == "ok" and notes.get("fallbacks"):
+        # regions ran through the reference path: that time is not evt's, say so, keep it out
+        why = "; ".join(f"{k}: {v}" for k, v in notes["fallbacks"].items())
+        rec.update(status="fallback", error=f"regions ran unfused, not timed as evt: {why}")
     rec.update(notes=notes, finished=now())
     return rec
 

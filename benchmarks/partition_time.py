@@ -44,10 +44,17 @@ def measure(layers: int) -> dict:
     base, greedy_s = timed(lambda: greedy.partition(graph))
     validate(graph, regions)
     return {
-        "layers": layers, "nodes": len(graph.nodes), "regions": len(regions),
-        "greedy_regions": len(base), "components": stats.components,
-        "solved": stats.components - stats.cache_hits, "cold_s": cold, "cached_s": cached,
-        "greedy_s": greedy_s, "variables": stats.variables, "constraints": stats.constraints,
+        "layers": layers,
+        "nodes": len(graph.nodes),
+        "regions": len(regions),
+        "greedy_regions": len(base),
+        "components": stats.components,
+        "solved": stats.components - stats.cache_hits,
+        "cold_s": cold,
+        "cached_s": cached,
+        "greedy_s": greedy_s,
+        "variables": stats.variables,
+        "constraints": stats.constraints,
     }
 
 
@@ -58,10 +65,12 @@ def main() -> None:
     args = p.parse_args()
     rows = [measure(1), measure(args.layers)]
     for r in rows:
-        print(f"{r['layers']:>2} layer(s): {r['nodes']} nodes, {r['regions']} regions "
-              f"(greedy {r['greedy_regions']}), {r['components']} components, {r['solved']} "
-              f"solved; cold {r['cold_s']:.3f} s, cached {1e3 * r['cached_s']:.1f} ms, "
-              f"greedy {r['greedy_s']:.3f} s")
+        print(
+            f"{r['layers']:>2} layer(s): {r['nodes']} nodes, {r['regions']} regions "
+            f"(greedy {r['greedy_regions']}), {r['components']} components, {r['solved']} "
+            f"solved; cold {r['cold_s']:.3f} s, cached {1e3 * r['cached_s']:.1f} ms, "
+            f"greedy {r['greedy_s']:.3f} s"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

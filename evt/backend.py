@@ -9,7 +9,8 @@ Two routes, one pipeline (`evt.pipeline.fuse`):
   graph in training and on the forward graph in inference, and Inductor then compiles everything
   outside the regions. Chosen over a custom `partition_fn` because Inductor keeps its own
   partitioner, caches, CUDA graphs and codegen, and we only swap its decomposition table for one
-  that keeps `gelu`/`gelu_backward` whole (so they map to single CUTLASS functors).
+  that keeps `gelu`, `silu`, their backwards and the other activation backwards whole (so each
+  maps to one CUTLASS functor).
 - `rest="eager"`: AOTAutograd with a `partition_fn` that runs the same pipeline and then the
   min-cut partitioner; the rest runs op by op. No C++ compiler needed: fast for tests and debugging.
 
@@ -45,7 +46,12 @@ def decompositions() -> dict:
     from torch._inductor.decomposition import select_decomp_table
 
     aten = torch.ops.aten
-    keep = {aten.gelu.default, aten.gelu_backward.default}
+    keep = {
+        aten.gelu.default, aten.gelu_backward.default,
+        aten.silu.default, aten.silu_backward.default,
+        aten.sigmoid_backward.default, aten.tanh_backward.default,
+        aten.threshold_backward.default,  # ReLU's backward
+    }  # fmt: skip
     return {op: fn for op, fn in select_decomp_table().items() if op not in keep}
 
 

@@ -15,7 +15,10 @@ Conventions (CUTLASS 3.x):
   other strides are run-time arguments.
 - Row* nodes are N-vectors (broadcast along M), Col* nodes are M-vectors (broadcast along N).
 - Epilogue nodes are listed in topological order and refer to each other by name. `d` names the
-  node whose value is stored as D (output 0); each `AuxStore` writes one more output.
+  node whose value is stored as D (output 0); each `AuxStore` and each `RowReduction` writes one
+  more output. Both pass their argument's value on to their readers.
+- Masks: a comparison computes 1.0 or 0.0 in fp32; a bool tensor is loaded and stored as bytes
+  (dtype "b8", CUTLASS `uint8_t`), the layout torch uses for bool.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ DTYPES: dict[str, tuple[torch.dtype, str]] = {
     "bf16": (torch.bfloat16, "cutlass::bfloat16_t"),
     "f16": (torch.float16, "cutlass::half_t"),
     "f32": (torch.float32, "float"),
+    "b8": (torch.bool, "uint8_t"),  # masks: one byte per element, 0 or 1
 }
 DTYPE_NAMES: dict[torch.dtype, str] = {t: name for name, (t, _) in DTYPES.items()}
 
@@ -142,11 +146,31 @@ class AuxStore:
     major: str = "n"
 
 
-Node = AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarBroadcast | Compute | AuxStore
+@dataclass(frozen=True)
+class RowReduction:
+    """Sums its argument over M (and L) into an N-vector, kernel output `output`: accumulated in
+    fp32, rounded once to `dtype`, shaped [N] or, with `keepdim`, [1, N] (CUTLASS
+    `Sm90RowReduction`, e.g. a Linear's bias gradient). Passes its argument's value through."""
+
+    kind: ClassVar[str] = "row_reduction"
+    name: str
+    arg: str
+    output: int
+    dtype: str
+    keepdim: bool = False
+
+
+Node = (
+    AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarBroadcast | Compute | AuxStore
+    | RowReduction
+)  # fmt: skip
 NODE_TYPES: dict[str, type] = {
     cls.kind: cls
-    for cls in (AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarBroadcast, Compute, AuxStore)
-}
+    for cls in (
+        AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarBroadcast, Compute, AuxStore,
+        RowReduction,
+    )
+}  # fmt: skip
 LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
 
 
@@ -172,7 +196,30 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     # grad * d/dz gelu(z): CUTLASS's dGELU is the tanh form, so exact GELU has its own functor.
     "gelu_backward": ComputeOp(2, "evt::GeluBackward", "gelu_backward"),
     "gelu_tanh_backward": ComputeOp(2, "evt::GeluTanhBackward", "gelu_tanh_backward"),
+    "silu": ComputeOp(1, "cutlass::epilogue::thread::SiLu", "silu"),
+    "silu_backward": ComputeOp(2, "evt::SiluBackward", "silu_backward"),  # (grad, x)
+    "sigmoid": ComputeOp(1, "cutlass::epilogue::thread::Sigmoid", "sigmoid"),
+    "sigmoid_backward": ComputeOp(2, "evt::SigmoidBackward", "sigmoid_backward"),  # (grad, y)
+    # CUTLASS's Tanh is tanh.approx.f32 (relative error ~2^-11): evt's uses tanhf
+    "tanh": ComputeOp(1, "evt::Tanh", "tanh"),
+    "tanh_backward": ComputeOp(2, "evt::TanhBackward", "tanh_backward"),  # (grad, y)
+    # ReLU's backward: (grad, x, threshold) -> x <= threshold ? 0 : grad
+    "threshold_backward": ComputeOp(3, "evt::ThresholdBackward", "threshold_backward"),
+    "maximum": ComputeOp(2, "evt::Maximum", "maximum"),  # NaN-propagating, like torch
+    "minimum": ComputeOp(2, "evt::Minimum", "minimum"),
+    "exp": ComputeOp(1, "evt::Exp", "exp"),
+    "log": ComputeOp(1, "evt::Log", "log"),
+    "rsqrt": ComputeOp(1, "evt::Rsqrt", "rsqrt"),
+    # comparisons give 1.0 or 0.0; where(cond, a, b) picks a where cond is not 0
+    "gt": ComputeOp(2, "evt::Greater", "gt"),
+    "ge": ComputeOp(2, "evt::GreaterEqual", "ge"),
+    "lt": ComputeOp(2, "evt::Less", "lt"),
+    "le": ComputeOp(2, "evt::LessEqual", "le"),
+    "eq": ComputeOp(2, "evt::Equal", "eq"),
+    "ne": ComputeOp(2, "evt::NotEqual", "ne"),
+    "where": ComputeOp(3, "evt::Where", "where"),
 }
+MASK_OPS = ("gt", "ge", "lt", "le", "eq", "ne", "where")  # may produce a bool tensor
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,13 +236,29 @@ class KernelSpec:
     d_dtype: str
     num_inputs: int
 
+    def output_nodes(self) -> list[AuxStore | RowReduction]:
+        """The nodes that write outputs 1, 2, ..., in output order."""
+        outs = [n for n in self.nodes if isinstance(n, (AuxStore, RowReduction))]
+        return sorted(outs, key=lambda n: n.output)
+
     @property
     def num_outputs(self) -> int:
-        return 1 + sum(isinstance(n, AuxStore) for n in self.nodes)
+        return 1 + len(self.output_nodes())
 
     def output_dtypes(self) -> list[str]:
-        stores = sorted((n for n in self.nodes if isinstance(n, AuxStore)), key=lambda n: n.output)
-        return [self.d_dtype] + [s.dtype for s in stores]
+        return [self.d_dtype] + [n.dtype for n in self.output_nodes()]
+
+    def output_shapes(self, m, n, l) -> list[tuple]:  # noqa: E741
+        """Each output's shape for the problem (M, N, L): D and aux stores [L,] M, N; a row
+        reduction [N] or [1, N]."""
+        full = (l, m, n) if self.gemm.batched else (m, n)
+        shapes: list[tuple] = [full]
+        for o in self.output_nodes():
+            if isinstance(o, RowReduction):
+                shapes.append((1, n) if o.keepdim else (n,))
+            else:
+                shapes.append(full)
+        return shapes
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -253,7 +316,7 @@ def users(spec: KernelSpec) -> dict[str, list[str]]:
 def node_args(node: Node) -> tuple[str, ...]:
     if isinstance(node, Compute):
         return node.args
-    if isinstance(node, AuxStore):
+    if isinstance(node, (AuxStore, RowReduction)):
         return (node.arg,)
     return ()
 
@@ -284,4 +347,7 @@ def _format_node(n: Node) -> str:
         return f"{n.name} = ScalarBroadcast({n.value!r})"
     if isinstance(n, Compute):
         return f"{n.name} = Compute({n.op}; {', '.join(n.args)}) -> {n.dtype}"
+    if isinstance(n, RowReduction):
+        shape = "[1, N]" if n.keepdim else "[N]"
+        return f"{n.name} = RowReduction(sum over M; {n.arg}) -> out{n.output} ({n.dtype}, {shape})"
     return f"{n.name} = AuxStore({n.arg}) -> out{n.output} ({n.dtype})"

@@ -16,6 +16,8 @@ from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
+from evt.graph.fold_scalar_tensors import fold_scalar_tensors
+from evt.graph.fold_views import fold_views
 from evt.graph.lower_regions import lower_regions
 from evt.graph.sink_views import sink_views
 from evt.graph.verify import verify
@@ -33,7 +35,9 @@ Pass = Callable[[Graph], Graph]
 
 GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
+    ("fold_scalar_tensors", fold_scalar_tensors),
     ("sink_views", sink_views),
+    ("fold_views", fold_views),
     ("fold_gemm_operands", fold_gemm_operands),
 ]
 

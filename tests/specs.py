@@ -15,6 +15,7 @@ from evt.ir import (
     KernelSpec,
     Operand,
     RowBroadcast,
+    RowReduction,
     ScalarBroadcast,
 )
 
@@ -73,4 +74,56 @@ def dag_square() -> KernelSpec:
     return KernelSpec("dag_square", gemm, nodes, "mul_2", "f32", 3)
 
 
-ALL = {f.__name__: f for f in (mlp_fc1_forward, mlp_fc2_residual, mlp_dgrad_gelu, dag_square)}
+def mlp_dgrad_gelu_bias() -> KernelSpec:
+    """mlp_dgrad_gelu plus fc1's bias gradient: db1 = grad_h.sum(0) (a row reduction, [1, N])."""
+    spec = mlp_dgrad_gelu()
+    nodes = spec.nodes + (RowReduction("bias_grad", "gelu_backward", 1, "bf16", keepdim=True),)
+    return KernelSpec("mlp_dgrad_gelu_bias", spec.gemm, nodes, "gelu_backward", "bf16", 3)
+
+
+def activations() -> KernelSpec:
+    """The newer functors in one kernel: a SiLU forward that saves a bool mask (x > 0) and a
+    select/compare/math chain reading a saved mask, plus the activation backwards:
+    D = where(mask, max(silu(h), exp(sigmoid(h))), rsqrt(tanh(h)^2 + 1))
+        * sigmoid_backward(h, y) * tanh_backward(h, y) * threshold_backward(h, y, 0)
+        * silu_backward(h, y) - log(min(y, 1) + 2), with h = acc + bias."""
+    mul = [Compute(f"m{i}", "mul", (f"m{i - 1}" if i > 1 else "sel", b))
+           for i, b in enumerate(("sb", "tb", "rb", "sib"), start=1)]  # fmt: skip
+    nodes = (
+        AccFetch("acc"),
+        RowBroadcast("bias", 2, "bf16"),
+        Compute("h", "add", ("acc", "bias")),
+        ScalarBroadcast("zero", 0.0),
+        Compute("pos", "gt", ("h", "zero")),
+        AuxStore("pos_store", "pos", 1, "b8"),
+        AuxLoad("mask", 3, "b8", "n"),
+        AuxLoad("y", 4, "bf16", "n"),
+        Compute("silu", "silu", ("h",)),
+        Compute("sg", "sigmoid", ("h",)),
+        Compute("e", "exp", ("sg",)),
+        Compute("hi", "maximum", ("silu", "e")),
+        Compute("t", "tanh", ("h",)),
+        Compute("t2", "mul", ("t", "t")),
+        ScalarBroadcast("one", 1.0),
+        Compute("t2p1", "add", ("t2", "one")),
+        Compute("r", "rsqrt", ("t2p1",)),
+        Compute("sel", "where", ("mask", "hi", "r")),
+        Compute("sb", "sigmoid_backward", ("h", "y")),
+        Compute("tb", "tanh_backward", ("h", "y")),
+        Compute("rb", "threshold_backward", ("h", "y", "zero")),
+        Compute("sib", "silu_backward", ("h", "y")),
+        *mul,
+        Compute("lo", "minimum", ("y", "one")),
+        ScalarBroadcast("two", 2.0),
+        Compute("lo2", "add", ("lo", "two")),
+        Compute("lg", "log", ("lo2",)),
+        Compute("d", "sub", ("m4", "lg")),
+    )
+    return KernelSpec("activations", LINEAR, nodes, "d", "bf16", 5)
+
+
+ALL = {
+    f.__name__: f
+    for f in (mlp_fc1_forward, mlp_fc2_residual, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
+              activations)
+}  # fmt: skip

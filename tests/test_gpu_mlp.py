@@ -2,9 +2,10 @@
 `evt.explain`, binary reuse across batch sizes, CUDA graphs, EVT_VERIFY, and each region's kernel
 against the reference path with NaN-poisoned outputs.
 
-Four kernels in all (fc1 + bias + GELU, fc2 + bias + residual, dgrad x GELU', dgrad + residual
-gradient), built in parallel once per session under `$EVT_CACHE_DIR` (a temporary directory when
-unset). Every test asserts that no region fell back, so a passing test ran real kernels.
+Four kernels in all (fc1 + bias + GELU, fc2 + bias + residual, dgrad x GELU' + fc1's bias
+gradient as a row reduction, dgrad + residual gradient), built in parallel once per session under
+`$EVT_CACHE_DIR` (a temporary directory when unset). Every test asserts that no region fell back,
+so a passing test ran real kernels.
 """
 
 from __future__ import annotations
@@ -197,10 +198,8 @@ def test_each_kernel_writes_every_element(kernels, shape):
         kernel = dispatch.kernel_for(spec)
         problem = kernel.guard(inputs)
         poisoned = [
-            torch.full(
-                kernel.output_shape(problem), math.nan, device="cuda", dtype=ir.torch_dtype(d)
-            )
-            for d in spec.output_dtypes()
+            torch.full(shape, math.nan, device="cuda", dtype=ir.torch_dtype(d))
+            for shape, d in zip(kernel.output_shapes(problem), spec.output_dtypes())
         ]
         outs = kernel.launch(problem, inputs, poisoned)
         via_dispatch = dispatch.run(spec, inputs)

@@ -63,12 +63,24 @@ def test_shared_input_is_loaded_by_both_gemms():
 def test_value_with_two_consumers_outside_is_stored_not_dropped():
     def f(x, w):
         z = torch.relu(x @ w)
-        return z.sum(0), z * 3.0  # the reduction reads z from memory: z is an aux store
+        return z.sum(1), z * 3.0  # a column sum (not fusible) reads z from memory: an aux store
 
     g = graph_of(f, 2)
     regions = ilp.partition(g)
     assert shape(regions) == [("mm", ("relu", "mul"))]
     assert [n.name for n in regions[0].outputs()] == ["relu", "mul"]
+
+
+def test_row_sum_joins_the_region_of_its_summand():
+    def f(x, w):
+        z = torch.relu(x @ w)
+        return z.sum(0), z * 3.0  # a bias-gradient-like sum over M: a row reduction
+
+    g = graph_of(f, 2)
+    regions = ilp.partition(g)
+    validate(g, regions)
+    assert shape(regions) == [("mm", ("relu", "sum_1", "mul"))]
+    assert [n.name for n in regions[0].outputs()] == ["sum_1", "mul"]
 
 
 def test_node_reachable_from_two_gemms_joins_exactly_one():

@@ -21,7 +21,8 @@ def test_mlp_regions_forward_and_backward():
     assert got == [
         ("forward", "aten.addmm", ["aten.gelu"]),
         ("forward", "aten.addmm", ["aten.add"]),
-        ("backward", "aten.mm", ["aten.gelu_backward"]),  # GELU' in the dgrad GEMM
+        # GELU' in the dgrad GEMM, and fc1's bias gradient (a sum over M) with it
+        ("backward", "aten.mm", ["aten.gelu_backward", "aten.sum"]),
         ("backward", "aten.mm", ["aten.add"]),  # residual gradient
     ]
     assert report.unfused_gemms == 2  # the two weight-gradient GEMMs have nothing to fuse

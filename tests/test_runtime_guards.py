@@ -31,7 +31,7 @@ def test_good_inputs_give_cutlass_strides():
     assert (p.M, p.N, p.K, p.L) == (M, N, K, 1)
     # A = x (M, K, L); B = W as N x K: (N, K, L); bias: (0, N-stride, 0)
     assert p.input_strides == (K, 1, 0, K, 1, 0, 0, 1, 0)
-    assert p.output_strides(batched=False) == (N, 1, 0)
+    assert p.output_strides == (N, 1, 0, N, 1, 0)  # D and the saved pre-activation
 
 
 def test_misaligned_storage_offset_from_narrow():

@@ -5,6 +5,7 @@ without CUDA (the tensors stay on the CPU; `check_device` is replaced)."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import subprocess
 import pytest
 import torch
 
+from evt import ir
 from evt.errors import LaunchError
 from evt.runtime import cache, launch
 from tests.runtime_fakes import fc1_inputs, fc1_spec
@@ -80,6 +82,20 @@ def test_arguments_reach_the_kernel(kernel):
     assert rec[33:35] == [o.data_ptr() for o in outs]
     assert [o.shape for o in outs] == [(M, N), (M, N)] and outs[0].dtype == torch.bfloat16
     assert torch.equal(outs[0], torch.ones(M, N, dtype=torch.bfloat16))
+
+
+def test_a_row_reduction_output_is_an_n_vector(kernel):
+    """Output 1 summed over M: allocated [N] and passed the strides (0, 1, 0)."""
+    spec = fc1_spec()
+    nodes = tuple(
+        ir.RowReduction("sum", "add", 1, "f32") if isinstance(n, ir.AuxStore) else n
+        for n in spec.nodes
+    )
+    reducing = launch.Kernel(dataclasses.replace(spec, nodes=nodes), kernel.library)
+    M, K, N = 64, 32, 48
+    outs = reducing(fc1_inputs(M, K, N))
+    assert [tuple(o.shape) for o in outs] == [(M, N), (N,)] and outs[1].dtype == torch.float32
+    assert record(kernel.library)[20:26] == [N, 1, 0, 0, 1, 0]
 
 
 def test_preallocated_outputs_are_written(kernel):

@@ -82,4 +82,4 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
 
 
 def _bytes(dtype: str) -> int:
-    return {"bf16": 2, "f16": 2, "f32": 4}[dtype]
+    return {"bf16": 2, "f16": 2, "f32": 4, "b8": 1}[dtype]

@@ -27,6 +27,7 @@ from evt.ir import (
     KernelSpec,
     Node,
     RowBroadcast,
+    RowReduction,
     ScalarBroadcast,
     format_tree,
     node_args,
@@ -44,6 +45,7 @@ STRIDE_AUX = {
 }
 STRIDE_ROW = "cute::Stride<cute::_0, cute::_1, int64_t>"
 STRIDE_COL = "cute::Stride<cute::_1, cute::_0, int64_t>"
+STRIDE_ROW_SUM = "cute::Stride<cute::_0, cute::_1, cute::_0>"  # an N-vector, summed over M and L
 
 
 def c_identifier(name: str) -> str:
@@ -104,12 +106,14 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
     }
     if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast)):
         view["input"] = n.input
-    if isinstance(n, AuxStore):
+    if isinstance(n, (AuxStore, RowReduction)):
         view["output"] = n.output
-    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, AuxStore)):
+    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, AuxStore, RowReduction)):
         view["element"] = DTYPES[n.dtype][1]
     if isinstance(n, (AuxLoad, AuxStore)):
         view["stride"] = STRIDE_AUX[n.major]
+    elif isinstance(n, RowReduction):
+        view["stride"] = STRIDE_ROW_SUM
     elif isinstance(n, (RowBroadcast, ColBroadcast)):
         view["stride"] = STRIDE_ROW if isinstance(n, RowBroadcast) else STRIDE_COL
     elif isinstance(n, ScalarBroadcast):
@@ -142,6 +146,9 @@ def _comment(n: Node) -> str:
         return f"{text} {n.op}({', '.join(n.args)}) -> {n.dtype}"
     if isinstance(n, AuxStore):
         return f"{text}({n.arg}) -> output {n.output}, {n.dtype}, {n.major}-major"
+    if isinstance(n, RowReduction):
+        return (f"{text}(sum over M of {n.arg}) -> output {n.output}, {n.dtype}; fp32 partials "
+                "per CTA row, summed in a fixed order by the last CTA (deterministic)")  # fmt: skip
     if isinstance(n, ScalarBroadcast):
         return f"{text} {n.value!r}"
     if isinstance(n, AuxLoad):

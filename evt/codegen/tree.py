@@ -2,8 +2,11 @@
 and writes).
 
 Naming: every IR node is named after the FX node it came from (the accumulator is `<gemm>_acc`, an
-expression's inner steps `<node>_<i>`, constants `<node>_c<i>`, stores `<node>_store`), so the
-generated C++ and the `evt dump` tree read like the graph.
+expression's inner steps `<node>_<i>`, constants `<node>_c<i>`, stores `<node>_store`, a row
+reduction the `sum` node itself), so the generated C++ and the `evt dump` tree read like the graph.
+
+Outputs: D is the region's last [M, N] output in graph order (a float one if there is one); every
+other output, in graph order, is an `AuxStore` or, for a `sum` over M, a `RowReduction`.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import torch
 from torch.fx import Node
 
 from evt import ir
 from evt.errors import UnsupportedPattern
-from evt.graph.epilogue_rules import Expr, epilogue_expr
+from evt.graph.epilogue_rules import REDUCTION_OPS, Expr, epilogue_expr
 from evt.graph.fold_gemm_operands import GEMM
 from evt.graph.layouts import aux_major, gemm_majors, load_kind
 from evt.partition.region import Region
@@ -78,10 +82,21 @@ class _Builder:
 
     def expr(self, e: Expr, owner: Node, counter: list[int], final: bool = True) -> str:
         args = tuple(self.arg(a, owner, counter) for a in e.args)
+        if self.no_op_cast(e, args):
+            return args[0]
         counter[0] += 1
         name = sanitize(owner.name) if final else f"{sanitize(owner.name)}_{counter[0]}"
         dtype = "f32" if e.dtype is None else ir.dtype_name(e.dtype)
         return self.add(ir.Compute(name, e.op, args, dtype))
+
+    def no_op_cast(self, e: Expr, args: tuple[str, ...]) -> bool:
+        """A cast of a loaded value to the dtype it was loaded from (e.g. a comparison rounding
+        its operands to bf16) changes nothing."""
+        if e.op != "identity" or e.dtype is None:
+            return False
+        node = next(n for n in self.nodes if n.name == args[0])
+        loads = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)
+        return isinstance(node, loads) and node.dtype == ir.dtype_name(e.dtype)
 
     def anchor(self) -> ir.Gemm:
         a_node = self.region.anchor
@@ -107,35 +122,59 @@ class _Ref(str):
 def build_region(region: Region, name: str) -> BuiltRegion:
     b = _Builder(region)
     gemm = b.anchor()
+    reductions: dict[Node, str] = {}  # reduction -> the IR value it sums
     for fx in region.epilogue:
         expr = epilogue_expr(fx)
         assert expr is not None, fx
-        b.value[fx] = b.expr(expr, fx, [0])
+        if expr.op in REDUCTION_OPS:
+            summand = expr.args[0]
+            assert isinstance(summand, Node) and summand in b.value, fx  # validated: inside
+            reductions[fx] = b.value[summand]
+        else:
+            b.value[fx] = b.expr(expr, fx, [0])
     outputs = region.outputs()
-    stores = {
-        b.value[fx]: ir.AuxStore(
-            f"{sanitize(fx.name)}_store", b.value[fx], i, ir.dtype_name(fx.meta["val"].dtype)
-        )
-        for i, fx in enumerate(outputs[:-1], start=1)
-    }
-    d = outputs[-1]
+    d = _choose_d(outputs, reductions, b.value)
+    rest = [fx for fx in outputs if fx is not d]
+    writers = [_writer(fx, i, b.value, reductions) for i, fx in enumerate(rest, start=1)]
     spec = ir.KernelSpec(
-        sanitize(name), gemm, _insert_stores(b.nodes, stores), b.value[d],
+        sanitize(name), gemm, _insert_writers(b.nodes, writers), b.value[d],
         ir.dtype_name(d.meta["val"].dtype), len(b.inputs),
-    )
-    return BuiltRegion(spec, tuple(b.inputs), (d, *outputs[:-1]))
+    )  # fmt: skip
+    return BuiltRegion(spec, tuple(b.inputs), (d, *rest))
 
 
-def _insert_stores(nodes: list[ir.Node], stores: dict[str, ir.AuxStore]) -> tuple[ir.Node, ...]:
-    """Put each AuxStore right after the value it stores and let later nodes read through it
-    (a store passes its value on), so stores sit on the path to D wherever they can."""
+def _choose_d(outputs: list[Node], reductions: dict[Node, str], value: dict[Node, str]) -> Node:
+    """The output stored as D: the last [M, N] one, a float one if any. A region whose only
+    outputs are reductions stores the last reduction's summand as D, which no one reads."""
+    full = [fx for fx in outputs if fx not in reductions]
+    floats = [fx for fx in full if fx.meta["val"].dtype != torch.bool]
+    if floats or full:
+        return (floats or full)[-1]
+    summand = reductions[outputs[-1]]
+    return next(fx for fx, name in value.items() if name == summand)
+
+
+def _writer(fx: Node, output: int, value: dict[Node, str], reductions: dict[Node, str]):
+    val = fx.meta["val"]
+    dtype = ir.dtype_name(val.dtype)
+    if fx in reductions:
+        return ir.RowReduction(sanitize(fx.name), reductions[fx], output, dtype, val.dim() == 2)
+    return ir.AuxStore(f"{sanitize(fx.name)}_store", value[fx], output, dtype)
+
+
+def _insert_writers(nodes: list[ir.Node], writers: list) -> tuple[ir.Node, ...]:
+    """Put each AuxStore and RowReduction right after the value it writes and let later nodes read
+    through it (both pass their value on), so they sit on the path to D wherever they can."""
+    after: dict[str, list] = {}
+    for w in writers:
+        after.setdefault(w.arg, []).append(w)
     out: list[ir.Node] = []
     renamed: dict[str, str] = {}
     for n in nodes:
         if isinstance(n, ir.Compute):
             n = ir.Compute(n.name, n.op, tuple(renamed.get(a, a) for a in n.args), n.dtype)
         out.append(n)
-        if n.name in stores:
-            out.append(stores[n.name])
-            renamed[n.name] = stores[n.name].name
+        for w in after.get(n.name, []):
+            out.append(w)
+            renamed[n.name] = w.name
     return tuple(out)

@@ -1,8 +1,8 @@
 """Shape a KernelSpec's epilogue DAG into what CUTLASS can visit: an `Sm90EVT` tree or an
 `Sm90TopologicalVisitor` DAG.
 
-- An `AuxStore` passes its input through unchanged, so the other readers of a stored value read
-  the store instead: `h = a + b; store(h); gelu(h)` stays a chain, not a DAG.
+- An `AuxStore` (or a `RowReduction`) passes its input through unchanged, so the other readers of
+  a stored value read the store instead: `h = a + b; store(h); gelu(h)` stays a chain, not a DAG.
 - The root (the value stored as D) must be the last op and have no readers, and its fragment must
   be fp32 or D's element type (the collective converts only from those): otherwise an identity
   node `<d>_out` is appended.
@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from evt.ir import AuxLoad, AuxStore, Compute, KernelSpec, Node, node_args
+from evt.ir import AuxLoad, AuxStore, Compute, KernelSpec, Node, RowReduction, node_args
+
+PASS_THROUGH = (AuxStore, RowReduction)  # nodes that write an output and return their input
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def _read_through_stores(nodes: tuple[Node, ...], d: str) -> tuple[tuple[Node, .
     last: dict[str, str] = {}  # value -> the last store of it seen so far
     chained: list[Node] = []
     for n in nodes:
-        if isinstance(n, AuxStore):
+        if isinstance(n, PASS_THROUGH):
             source = n.arg
             n = dataclasses.replace(n, arg=last.get(source, source))
             last[source] = n.name
@@ -51,9 +53,9 @@ def _read_through_stores(nodes: tuple[Node, ...], d: str) -> tuple[tuple[Node, .
     # every store in a chain holds the same value as its source: read the end of the chain
     alias = dict(last)
     for n in chained:
-        if isinstance(n, AuxStore) and n.arg in alias:
+        if isinstance(n, PASS_THROUGH) and n.arg in alias:
             alias[n.name] = alias[n.arg]
-    out = [n if isinstance(n, AuxStore) else _rename_args(n, alias) for n in chained]
+    out = [n if isinstance(n, PASS_THROUGH) else _rename_args(n, alias) for n in chained]
     return tuple(out), alias.get(d, d)
 
 
@@ -95,7 +97,7 @@ def _out_dtype(nodes: tuple[Node, ...], name: str, dag: bool) -> str:
     n = next(m for m in nodes if m.name == name)
     if isinstance(n, (Compute, AuxLoad)):
         return n.dtype
-    if isinstance(n, AuxStore) and not dag:  # a tree store returns its child's fragment as is
+    if isinstance(n, PASS_THROUGH) and not dag:  # returns its child's fragment as is
         return _out_dtype(nodes, n.arg, dag)
     return "f32"  # the accumulator, broadcasts, scalars; a DAG converts every input to fp32
 

@@ -1,7 +1,7 @@
 """Which aten ops an epilogue can absorb, and what each one computes, as a rule table.
 
 A rule maps an FX node to an `Expr` over the node's inputs (FX nodes or Python numbers), written
-with the op names of `evt.ir.COMPUTE_OPS`, or returns None when this particular call cannot be
+with the op names of `evt.ir.COMPUTE_OPS` (or `row_sum`, a reduction), or returns None when this particular call cannot be
 fused (e.g. an unsupported keyword). Tables combine with `|`; adding an op is one entry here and one
 row in `COMPUTE_OPS` (+ its functor and its reference).
 """
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 from torch.fx import Node
+
+from evt.ir import MASK_OPS
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -58,6 +60,54 @@ def _gelu_backward(node: Node) -> Expr:
     return Expr("gelu_tanh_backward" if tanh else "gelu_backward", (node.args[0], node.args[1]))
 
 
+def _compare(op: str) -> Rule:
+    def rule(node: Node) -> Expr | None:
+        expr = _binary(op)(node)
+        return None if expr is None else Expr(op, as_compared(*expr.args))
+
+    return rule
+
+
+def as_compared(x: Arg, y: Arg) -> tuple[Arg, Arg]:
+    """(x, y) as torch compares them: both rounded to their common dtype (bf16 and f16 compare
+    after rounding, e.g. `t > 0.1` with a bf16 `t` compares against bf16(0.1) = 0.10009765625)."""
+    vals = [a.meta.get("val") if isinstance(a, Node) else a for a in (x, y)]
+    if any(v is None for v in vals):
+        return x, y
+    dtype = torch.result_type(*vals)
+    if dtype not in (torch.bfloat16, torch.float16):
+        return x, y
+    rounded = (Expr("identity", (a,), dtype) if isinstance(a, Node) else
+               torch.tensor(a, dtype=dtype).item() for a in (x, y))  # fmt: skip
+    return tuple(rounded)  # type: ignore[return-value]
+
+
+def _threshold_backward(node: Node) -> Expr | None:
+    grad, x, threshold = node.args[:3]
+    if not _number(threshold):
+        return None
+    return Expr("threshold_backward", (grad, *as_compared(x, threshold)))
+
+
+def _where(node: Node) -> Expr | None:
+    cond, a, b = node.args[:3]
+    ok = all(isinstance(v, Node) or _number(v) for v in (a, b))
+    return Expr("where", (cond, a, b)) if ok and isinstance(cond, Node) else None
+
+
+def _row_sum(node: Node) -> Expr | None:
+    """sum(x, [0]) of an [M, N] value, keepdim or not: a row reduction (a bias gradient)."""
+    x, dims = node.args[0], node.args[1]
+    val = x.meta.get("val") if isinstance(x, Node) else None
+    if val is None or val.dim() != 2 or list(dims or ()) not in ([0], [-2]):
+        return None
+    return None if set(node.kwargs) - {"dtype", "keepdim"} else Expr("row_sum", (x,))
+
+
+def _number(v) -> bool:
+    return isinstance(v, (float, int)) and not isinstance(v, bool)
+
+
 def _convert(node: Node) -> Expr | None:
     dtype = node.args[1]
     return Expr("identity", (node.args[0],), dtype) if dtype in FLOAT_DTYPES else None
@@ -85,22 +135,60 @@ ARITHMETIC: dict = {
 }
 ACTIVATIONS: dict = {
     aten.relu.default: _unary("relu"),
+    aten.threshold_backward.default: _threshold_backward,
     aten.gelu.default: _gelu,
     aten.gelu_backward.default: _gelu_backward,
+    aten.silu.default: _unary("silu"),
+    aten.silu_backward.default: _binary("silu_backward"),
+    aten.sigmoid.default: _unary("sigmoid"),
+    aten.sigmoid_backward.default: _binary("sigmoid_backward"),
+    aten.tanh.default: _unary("tanh"),
+    aten.tanh_backward.default: _binary("tanh_backward"),
 }
+MATH: dict = {
+    aten.exp.default: _unary("exp"),
+    aten.log.default: _unary("log"),
+    aten.rsqrt.default: _unary("rsqrt"),
+    aten.maximum.default: _binary("maximum"),
+    aten.minimum.default: _binary("minimum"),
+}
+COMPARISONS: dict = {
+    overload: _compare(op)
+    for op in ("gt", "ge", "lt", "le", "eq", "ne")
+    for overload in (getattr(aten, op).Scalar, getattr(aten, op).Tensor)
+}
+SELECT: dict = {
+    aten.where.self: _where,
+    aten.where.ScalarSelf: _where,
+    aten.where.ScalarOther: _where,
+    aten.where.Scalar: _where,
+}
+REDUCTIONS: dict = {aten.sum.dim_IntList: _row_sum}
 CASTS: dict = {
     prims.convert_element_type.default: _convert,
     aten._to_copy.default: _to_copy,
 }
 
-EPILOGUE_RULES: dict = ARITHMETIC | ACTIVATIONS | CASTS
+EPILOGUE_RULES: dict = ARITHMETIC | ACTIVATIONS | MATH | COMPARISONS | SELECT | CASTS | REDUCTIONS
+REDUCTION_OPS = ("row_sum",)  # terminal in a region: a reduced value leaves the kernel
 
 
 def epilogue_expr(node: Node) -> Expr | None:
-    """The expression `node` computes, or None if it cannot join an epilogue."""
+    """The expression `node` computes, or None if it cannot join an epilogue (including a result
+    of a dtype an epilogue cannot hold: bool only from comparisons and where, else floats)."""
     if node.op != "call_function" or node.target not in EPILOGUE_RULES:
         return None
-    return EPILOGUE_RULES[node.target](node)
+    expr = EPILOGUE_RULES[node.target](node)
+    dtype = getattr(node.meta.get("val"), "dtype", None)
+    if expr is None or dtype is None or dtype in FLOAT_DTYPES:
+        return expr
+    return expr if dtype == torch.bool and expr.op in MASK_OPS else None
+
+
+def is_reduction(node: Node) -> bool:
+    """Whether `node` is an epilogue reduction (its output is a vector, not an [M, N] value)."""
+    expr = epilogue_expr(node)
+    return expr is not None and expr.op in REDUCTION_OPS
 
 
 def tensor_args(expr: Expr) -> list[Node]:

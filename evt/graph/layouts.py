@@ -10,7 +10,7 @@ import torch
 from evt.graph.fold_gemm_operands import GEMM, GemmOperands
 
 GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-LOAD_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+LOAD_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.bool)  # bool: full masks only
 
 
 def operand_major(val: torch.Tensor, transposed: bool, rows: str, cols: str) -> str | None:
@@ -39,6 +39,8 @@ def load_kind(val: torch.Tensor, m: int, n: int) -> str | None:
     shape, stride = tuple(val.shape), val.stride()
     if shape == (m, n):
         return "aux_load" if 1 in (stride[1], stride[0]) else None
+    if val.dtype == torch.bool:
+        return None
     if shape in ((n,), (1, n)) and (n == 1 or stride[-1] == 1):
         return "row_broadcast"
     if shape == (m, 1) and (m == 1 or stride[0] == 1):

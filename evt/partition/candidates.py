@@ -4,6 +4,10 @@ A node is a candidate of GEMM g only if g reaches it through epilogue-able nodes
 [M, N] shape, and every input it reads is either another such node or loadable from global memory
 (an aux tensor or a row/column vector). Without this pruning the ILP has a variable per
 (GEMM, node) pair and explodes on real graphs.
+
+A reduction (a `sum` over M of an [M, N] candidate) is terminal: its value is complete only after
+the kernel, so the walk does not continue through it, and it is no candidate at all when another
+candidate reads it (the two could never share a kernel; the reader loads the sum instead).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 from torch.fx import Graph, Node
 
 from evt.graph.annotate_sides import side
-from evt.graph.epilogue_rules import epilogue_expr, tensor_args
+from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import gemm_shape, load_kind
 
 
@@ -56,21 +60,36 @@ def _grow(anchor: Node, shape: tuple[int, int], order: dict[Node, int]) -> Candi
         unloadable = [a for a in args if load_kind(a.meta.get("val"), *shape) is None]
         if any(a not in reach for a in unloadable):
             continue
-        reach.add(node)
         c.nodes.append(node)
         c.must_join[node] = [a for a in unloadable if a is not anchor]
+        if is_reduction(node):
+            continue
+        reach.add(node)
         for u in node.users:
             if u not in seen:
                 seen.add(u)
                 heapq.heappush(heap, (order[u], u))
-    return c
+    return _drop_read_reductions(c)
 
 
 def _eligible(node: Node, anchor: Node, shape: tuple[int, int]) -> bool:
-    val = node.meta.get("val")
     return (
         epilogue_expr(node) is not None
-        and val is not None
-        and tuple(val.shape) == shape
+        and value_shape(node) == shape
         and side(node) == side(anchor)
     )
+
+
+def value_shape(node: Node) -> tuple | None:
+    """The [M, N] shape a node's epilogue works on: its own, or a reduction's summand's."""
+    expr = epilogue_expr(node)
+    x = expr.args[0] if expr is not None and expr.op in REDUCTION_OPS else node
+    val = x.meta.get("val") if isinstance(x, Node) else None
+    return None if val is None else tuple(val.shape)
+
+
+def _drop_read_reductions(c: Candidates) -> Candidates:
+    inside = set(c.nodes)
+    c.nodes = [n for n in c.nodes if not (is_reduction(n) and any(u in inside for u in n.users))]
+    c.must_join = {n: c.must_join[n] for n in c.nodes}
+    return c

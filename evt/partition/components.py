@@ -16,6 +16,7 @@ import networkx as nx
 from torch.fx import Node
 
 from evt.graph.annotate_sides import side
+from evt.graph.epilogue_rules import is_reduction
 from evt.graph.layouts import load_kind
 from evt.partition.candidates import Candidates
 from evt.report import nbytes
@@ -61,7 +62,8 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
     for n, data in g.nodes(data=True):
         data["pos"] = order[n]  # graph order: lets the cache try the obvious mapping first
         data["label"] = ":".join(
-            str(data.get(k, "")) for k in ("role", "target", "bytes", "escapes", "aux", "saved")
+            str(data.get(k, ""))
+            for k in ("role", "target", "bytes", "escapes", "aux", "saved", "reduction")
         )
     for _, _, data in g.edges(data=True):
         data["label"] = ":".join(k for k in ("fx", "load", "cand", "path") if data.get(k))
@@ -77,7 +79,8 @@ def _flag(g: nx.DiGraph, u: Node, v: Node, **flags: bool) -> None:
 def _attrs(n: Node, inside: set[Node]) -> dict:
     escapes = any(u not in inside for u in n.users)
     saved = nbytes(n) if side(n) == "forward" and any(side(u) == "backward" for u in n.users) else 0
-    return {"bytes": nbytes(n), "escapes": escapes, "target": str(n.target), "saved": saved}
+    return {"bytes": nbytes(n), "escapes": escapes, "target": str(n.target), "saved": saved,
+            "reduction": is_reduction(n)}
 
 
 def _add_inputs(g: nx.DiGraph, n: Node, shape: tuple[int, int], inside: set[Node]) -> None:

@@ -2,7 +2,8 @@
 
 GEMMs are visited in graph order; each absorbs, to a fixed point, the users of its region that an
 epilogue can compute (same side, same [M, N] shape, every other input loadable as an aux tensor or
-a row/column vector) as long as the graph of contracted regions stays acyclic. The ILP partitioner
+a row/column vector) as long as the graph of contracted regions stays acyclic. A reduction joins
+but is not grown through (its sum is complete only after the kernel). The ILP partitioner
 replaces it behind the same `partition(graph) -> list[Region]` interface.
 """
 
@@ -15,8 +16,9 @@ from torch.fx import Graph, Node
 
 from evt import debug
 from evt.graph.annotate_sides import side
-from evt.graph.epilogue_rules import epilogue_expr, tensor_args
+from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import gemm_shape, load_kind
+from evt.partition.candidates import value_shape
 from evt.partition.contract import contracted
 from evt.partition.region import Region
 
@@ -49,7 +51,8 @@ def _grow(g: nx.DiGraph, anchor: Node, shape: tuple[int, int], taken: set[Node],
     changed = True
     while changed:
         changed = False
-        frontier = {u for n in members for u in n.users if u not in taken and u not in members}
+        grown = [n for n in members if not is_reduction(n)]  # reductions are terminal
+        frontier = {u for n in grown for u in n.users if u not in taken and u not in members}
         for cand in sorted(frontier, key=order):
             if _fusible(cand, members, shape) and not _closes_cycle(g, anchor, cand):
                 nx.contracted_nodes(g, anchor, cand, self_loops=False, copy=False)
@@ -60,13 +63,18 @@ def _grow(g: nx.DiGraph, anchor: Node, shape: tuple[int, int], taken: set[Node],
 
 def _fusible(cand: Node, members: list[Node], shape: tuple[int, int]) -> bool:
     expr = epilogue_expr(cand)
-    val = cand.meta.get("val")
-    if expr is None or val is None or tuple(val.shape) != shape or side(cand) != side(members[0]):
+    if expr is None or value_shape(cand) != shape or side(cand) != side(members[0]):
         return False
+    if _reads_reduction(cand, members) or (is_reduction(cand) and set(cand.users) & set(members)):
+        return False  # a reduction's sum exists only after the kernel: no reader in its region
     for a in tensor_args(expr):
         if a not in members and load_kind(a.meta.get("val"), *shape) is None:
             return False
     return _aux_loads(members + [cand], shape) <= MAX_AUX_TENSORS
+
+
+def _reads_reduction(cand: Node, members: list[Node]) -> bool:
+    return any(a in members and is_reduction(a) for a in cand.all_input_nodes)
 
 
 def _aux_loads(members: list[Node], shape: tuple[int, int]) -> int:
@@ -101,5 +109,6 @@ def _trim(members: list[Node]) -> list[Node]:
 
 def _aux_tensors(members: list[Node], shape) -> int:
     inside = set(members)
-    stores = sum(any(u not in inside for u in n.users) for n in members) - 1  # D is not aux
+    writes = [n for n in members if not is_reduction(n)]  # a reduction needs no shared memory
+    stores = sum(any(u not in inside for u in n.users) for n in writes) - 1  # D is not aux
     return _aux_loads(members, shape) + max(stores, 0)

@@ -130,6 +130,8 @@ def _capacity(m, g, anchors, cands, ids, max_aux: int) -> None:
                 var = loads[p]
                 m.problem += var >= m.x[a, n] - (member(m, a, p) if p in inside else 0)
         for u in inside:
+            if g.nodes[u].get("reduction"):
+                continue  # a row reduction writes through its own registers, no epilogue smem
             var = stores[u] = _var(m, f"o_{ids[a]}_{ids[u]}")
             if g.nodes[u]["escapes"]:
                 m.problem += var >= member(m, a, u)

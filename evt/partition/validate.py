@@ -10,7 +10,7 @@ import torch
 from torch.fx import Graph, Node
 
 from evt.errors import PartitionError
-from evt.graph.epilogue_rules import epilogue_expr, tensor_args
+from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import load_kind
 from evt.partition.contract import is_acyclic
 from evt.partition.region import Region
@@ -58,23 +58,34 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
         expr = epilogue_expr(n)
         if expr is None:
             raise PartitionError(f"{where}: {n.format_node()} is not epilogue-able")
-        if tuple(n.meta["val"].shape) != shape:
-            raise PartitionError(f"{where}: {n.name} has shape {tuple(n.meta['val'].shape)}")
+        if _value_shape(n, expr) != shape:
+            raise PartitionError(f"{where}: {n.name} works on shape {_value_shape(n, expr)}")
         args = tensor_args(expr)
         if not any(a in inside for a in args):
             raise PartitionError(f"{where}: {n.name} is not downstream of the GEMM in the region")
+        if any(a in inside and is_reduction(a) for a in args):
+            raise PartitionError(f"{where}: {n.name} reads a reduction of its own region, which "
+                                 "is complete only after the kernel")  # fmt: skip
         for a in args:
             if a not in r.nodes and load_kind(a.meta.get("val"), *shape) is None:
                 raise PartitionError(f"{where}: {n.name} reads {a.name}, which no load can read")
         inside.add(n)
 
 
+def _value_shape(n: Node, expr) -> tuple:
+    """The [M, N] shape the node works on: its own, or the summand's for a reduction."""
+    x = expr.args[0] if is_reduction(n) else n
+    return tuple(x.meta["val"].shape)
+
+
 def _aux_tensors(r: Region) -> int:
+    """Full-size loads plus stores besides D (reductions need no shared memory)."""
     inside = set(r.nodes)
     shape = tuple(r.anchor.meta["val"].shape)
     loads = {
         a for n in r.epilogue for a in n.all_input_nodes
         if a not in inside and tuple(a.meta["val"].shape) == shape
     }
-    stores = sum(any(u not in inside for u in n.users) for n in r.nodes) - 1
+    writes = [n for n in r.nodes if not is_reduction(n)]
+    stores = sum(any(u not in inside for u in n.users) for n in writes) - 1
     return len(loads) + stores

@@ -56,9 +56,17 @@ class Problem:
     K: int
     L: int
     input_strides: tuple[int, ...]  # 3 per input, CUTLASS mode order
+    output_strides: tuple[int, ...] = ()  # 3 per output (contiguous outputs), CUTLASS mode order
 
-    def output_strides(self, batched: bool) -> tuple[int, int, int]:
-        return (self.N, 1, self.M * self.N if batched else 0)
+
+def output_strides(spec: ir.KernelSpec, M: int, N: int) -> tuple[int, ...]:
+    """The (M, N, L) strides of each freshly allocated output: [L, M, N] row-major, or an N-vector
+    that a row reduction writes (stride 0 along the reduced M and L)."""
+    full = (N, 1, M * N if spec.gemm.batched else 0)
+    out = list(full)
+    for o in spec.output_nodes():
+        out += (0, 1, 0) if isinstance(o, ir.RowReduction) else full
+    return tuple(out)
 
 
 def static_reason(spec: ir.KernelSpec) -> str | None:
@@ -91,7 +99,8 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> Problem:
         strides[r.input] = triple
     for i, dtype in enumerate(spec.output_dtypes()):
         _check_extent(f"output {i}", "N", N, dtype)
-    return Problem(M, N, K, L, tuple(s for t in strides for s in t))
+    inputs = tuple(s for t in strides for s in t)
+    return Problem(M, N, K, L, inputs, output_strides(spec, M, N))
 
 
 def _roles(spec: ir.KernelSpec, infos: Sequence[TensorInfo], mnkl) -> list[Role]:

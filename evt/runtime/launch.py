@@ -128,22 +128,21 @@ class Kernel:
                 self._passed[key] = problem
         return problem
 
-    def output_shape(self, p: guards.Problem) -> tuple[int, ...]:
-        return (p.L, p.M, p.N) if self.spec.gemm.batched else (p.M, p.N)
+    def output_shapes(self, p: guards.Problem) -> list[tuple[int, ...]]:
+        return self.spec.output_shapes(p.M, p.N, p.L)
 
     def launch(self, p: guards.Problem, inputs: Sequence[torch.Tensor], outputs=None):
         """Enqueue the kernel; `outputs` (contiguous, e.g. NaN-poisoned by a test) or fresh ones."""
-        device, shape = inputs[0].device, self.output_shape(p)
+        device, shapes = inputs[0].device, self.output_shapes(p)
         dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
         if outputs is None:
-            outputs = [torch.empty(shape, dtype=d, device=device) for d in dtypes]
+            outputs = [torch.empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes)]
         else:
-            _check_outputs(outputs, shape, dtypes, device)
+            _check_outputs(outputs, shapes, dtypes, device)
         ws_bytes = self._workspace(p)
         workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=device) if ws_bytes else None
-        out_strides = p.output_strides(self.spec.gemm.batched) * len(outputs)
         rc = self.library.run(
-            _pointers(inputs), _int64s(p.input_strides), _pointers(outputs), _int64s(out_strides),
+            _pointers(inputs), _int64s(p.input_strides), _pointers(outputs), _int64s(p.output_strides),
             p.M, p.N, p.K, p.L, None if workspace is None else workspace.data_ptr(), ws_bytes,
             stream_handle(device),
         )  # fmt: skip
@@ -151,7 +150,6 @@ class Kernel:
             why = RETURN_CODES.get(rc, f"cutlass::Status {rc}")
             raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): {why}")
         return outputs
-
 
     def _workspace(self, p: guards.Problem) -> int:
         key = ("workspace", p.M, p.N, p.K, p.L)
@@ -164,8 +162,8 @@ def stream_handle(device: torch.device) -> int | None:
     return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
 
 
-def _check_outputs(outputs, shape, dtypes, device) -> None:
-    for i, (o, dtype) in enumerate(zip(outputs, dtypes, strict=True)):
+def _check_outputs(outputs, shapes, dtypes, device) -> None:
+    for i, (o, shape, dtype) in enumerate(zip(outputs, shapes, dtypes, strict=True)):
         ok = tuple(o.shape) == shape and o.dtype == dtype and o.device == device
         if not (ok and o.is_contiguous() and o.data_ptr() % guards.ALIGN == 0):
             raise LaunchError(f"output {i} must be a contiguous, 16-byte aligned {shape} {dtype} "

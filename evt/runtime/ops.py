@@ -33,6 +33,6 @@ _lib.impl("fused_gemm", fused_gemm, "CompositeExplicitAutograd")
 def _fused_gemm_fake(spec: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     kernel = ir.from_json(spec)
     M, N, _, L = reference.problem_shape(kernel, inputs)
-    shape = (L, M, N) if kernel.gemm.batched else (M, N)
     device = inputs[kernel.gemm.a.input].device
-    return [torch.empty(shape, dtype=ir.torch_dtype(d), device=device) for d in kernel.output_dtypes()]
+    shapes, dtypes = kernel.output_shapes(M, N, L), kernel.output_dtypes()
+    return [torch.empty(s, dtype=ir.torch_dtype(d), device=device) for s, d in zip(shapes, dtypes)]

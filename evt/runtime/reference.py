@@ -32,6 +32,15 @@ def _gelu_tanh_backward(grad: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return grad * (0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * dinner)
 
 
+def _silu_backward(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(x)
+    return grad * s * (1.0 + x * (1.0 - s))
+
+
+def _mask(compare):
+    return lambda a, b: compare(a, b).to(F32)
+
+
 COMPUTE_REFERENCE = {
     "identity": lambda x: x,
     "add": torch.add,
@@ -44,6 +53,25 @@ COMPUTE_REFERENCE = {
     "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
     "gelu_backward": _gelu_backward,
     "gelu_tanh_backward": _gelu_tanh_backward,
+    "silu": torch.nn.functional.silu,
+    "silu_backward": _silu_backward,
+    "sigmoid": torch.sigmoid,
+    "sigmoid_backward": lambda grad, y: grad * y * (1.0 - y),
+    "tanh": torch.tanh,
+    "tanh_backward": lambda grad, y: grad * (1.0 - y * y),
+    "threshold_backward": lambda grad, x, t: torch.where(x <= t, 0.0, grad),
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "exp": torch.exp,
+    "log": torch.log,
+    "rsqrt": torch.rsqrt,
+    "gt": _mask(torch.gt),
+    "ge": _mask(torch.ge),
+    "lt": _mask(torch.lt),
+    "le": _mask(torch.le),
+    "eq": _mask(torch.eq),
+    "ne": _mask(torch.ne),
+    "where": lambda cond, a, b: torch.where(cond != 0, a, b),
 }
 
 
@@ -75,7 +103,8 @@ def _load(node: ir.Node, t: torch.Tensor, shape: tuple[int, int, int]) -> torch.
 
 
 def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Execute `spec` on `inputs`; returns [D, aux outputs...] shaped [L, M, N] or [M, N]."""
+    """Execute `spec` on `inputs`; returns [D, outputs 1, 2, ...]: D and aux stores shaped
+    [L, M, N] (batched) or [M, N], row reductions [N] or [1, N]."""
     M, N, K, L = problem_shape(spec, inputs)
     g = spec.gemm
     a = _operand(inputs[g.a.input], g.a, g.batched).to(F32)
@@ -86,7 +115,7 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tenso
         values[node.name] = _visit(node, values, inputs, a, b, (L, M, N), outputs)
     outputs[0] = _store(values[spec.d], spec.d_dtype)
     result = [outputs[i] for i in range(spec.num_outputs)]
-    return result if g.batched else [o.squeeze(0) for o in result]
+    return [o.squeeze(0) if o.dim() == 3 and not g.batched else o for o in result]
 
 
 def _visit(node, values, inputs, a, b, shape, outputs) -> torch.Tensor:
@@ -99,6 +128,10 @@ def _visit(node, values, inputs, a, b, shape, outputs) -> torch.Tensor:
     if isinstance(node, ir.Compute):
         out = COMPUTE_REFERENCE[node.op](*(values[x] for x in node.args))
         return out if node.dtype == "f32" else out.to(ir.torch_dtype(node.dtype)).to(F32)
+    if isinstance(node, ir.RowReduction):  # sum over L and M in fp32, rounded once
+        total = values[node.arg].sum(dim=(0, 1))
+        outputs[node.output] = _store(total.unsqueeze(0) if node.keepdim else total, node.dtype)
+        return values[node.arg]
     assert isinstance(node, ir.AuxStore), node
     outputs[node.output] = _store(values[node.arg], node.dtype)
     return values[node.arg]

@@ -2,51 +2,101 @@
 //
 // Sm90Compute<ComputeFn, ...> instantiates ComputeFn<Array<ElementCompute, FragmentSize>> and calls
 // it with one Array per child, so each functor is a scalar template plus an Array specialization
-// that loops over the fragment, the way cutlass/epilogue/thread/activation.h does it.
+// that applies it to every element of the fragment (`ForEach`), the way
+// cutlass/epilogue/thread/activation.h does it. Every functor computes in float, with the accurate
+// libm functions (no fast-math), so results match torch's to a few ulp.
 #pragma once
 
 #include "cutlass/array.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/thread/activation.h"
+#include "cutlass/functional.h"
 
 namespace evt {
 
-// grad * d/dz gelu(z) for the exact (erf) GELU: grad * (Phi(z) + z * phi(z)), as torch's
-// gelu_backward(approximate="none") computes it. Arguments: (grad, z).
-template <class T>
-struct GeluBackward {
+// The Array specialization of an elementwise functor Op: Op<T> on each element of the fragments.
+template <template <class> class Op, class T, int N>
+struct ForEach {
   static constexpr bool kIsHeavy = true;
 
-  CUTLASS_HOST_DEVICE
-  T operator()(T const& grad, T const& z) const {
-    float const x = static_cast<float>(z);
-    float const cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));  // Phi(z)
-    float const pdf = expf(-0.5f * x * x) * 0.39894228040143268f;       // phi(z)
-    return static_cast<T>(static_cast<float>(grad) * (cdf + x * pdf));
-  }
-};
-
-template <class T, int N>
-struct GeluBackward<cutlass::Array<T, N>> {
-  static constexpr bool kIsHeavy = true;
-
-  CUTLASS_HOST_DEVICE
-  cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& grad,
-                                  cutlass::Array<T, N> const& z) const {
+  template <class... Args>
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(Args const&... args) const {
     cutlass::Array<T, N> y;
-    GeluBackward<T> op;
+    Op<T> op;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < N; ++i) {
-      y[i] = op(grad[i], z[i]);
+      y[i] = op(args[i]...);
     }
     return y;
   }
 };
+
+// Declares `template <class T> struct NAME` computing EXPR from float arguments ARGS..., and its
+// Array specialization.
+#define EVT_ELEMENTWISE(NAME, EXPR, ...)                                         \
+  template <class T>                                                             \
+  struct NAME {                                                                  \
+    static constexpr bool kIsHeavy = true;                                       \
+    template <class... Ts>                                                       \
+    CUTLASS_HOST_DEVICE T operator()(Ts const&... xs) const {                    \
+      return static_cast<T>(apply(static_cast<float>(xs)...));                   \
+    }                                                                            \
+    CUTLASS_HOST_DEVICE static float apply(__VA_ARGS__) { return EXPR; }         \
+  };                                                                             \
+  template <class T, int N>                                                      \
+  struct NAME<cutlass::Array<T, N>> : ForEach<NAME, T, N> {};
+
+// grad * d/dz gelu(z) for the exact (erf) GELU: grad * (Phi(z) + z * phi(z)), as torch's
+// gelu_backward(approximate="none") computes it.
+CUTLASS_HOST_DEVICE float gelu_grad(float z) {
+  float const cdf = 0.5f * (1.0f + erff(z * 0.70710678118654752f));  // Phi(z)
+  float const pdf = expf(-0.5f * z * z) * 0.39894228040143268f;       // phi(z)
+  return cdf + z * pdf;
+}
+EVT_ELEMENTWISE(GeluBackward, grad * gelu_grad(z), float grad, float z)
 
 // grad * d/dz gelu_tanh(z), the derivative of the tanh-approximated GELU. CUTLASS's dGELU computes
 // exactly this with the same (grad, z) argument order (tanh via fast_tanh, i.e. tanh.approx.f32),
 // and has its own Array specialization.
 template <class T>
 struct GeluTanhBackward : cutlass::epilogue::thread::dGELU<T> {};
+
+// SiLU's backward, as torch's silu_backward: grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
+CUTLASS_HOST_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+EVT_ELEMENTWISE(SiluBackward, grad * sigmoid(x) * (1.0f + x * (1.0f - sigmoid(x))),
+                float grad, float x)
+// sigmoid's and tanh's backwards from the forward output y
+EVT_ELEMENTWISE(SigmoidBackward, grad * y * (1.0f - y), float grad, float y)
+EVT_ELEMENTWISE(Tanh, tanhf(x), float x)
+EVT_ELEMENTWISE(TanhBackward, grad * (1.0f - y * y), float grad, float y)
+// ReLU's backward, torch's threshold_backward(grad, x, threshold)
+EVT_ELEMENTWISE(ThresholdBackward, x <= threshold ? 0.0f : grad, float grad, float x,
+                float threshold)
+
+EVT_ELEMENTWISE(Exp, expf(x), float x)
+EVT_ELEMENTWISE(Log, logf(x), float x)
+#if defined(__CUDA_ARCH__)
+EVT_ELEMENTWISE(Rsqrt, rsqrtf(x), float x)
+#else
+EVT_ELEMENTWISE(Rsqrt, 1.0f / sqrtf(x), float x)
+#endif
+
+// maximum/minimum propagate NaN, as torch.maximum/minimum do (max.NaN.f32 on SM90)
+template <class T>
+using Maximum = cutlass::maximum<T, true>;
+template <class T>
+using Minimum = cutlass::minimum<T, true>;
+
+// Comparisons give 1 or 0 (a mask as the epilogue holds it); Where(cond, a, b) picks a where cond
+// is not 0. A comparison with NaN is false (NotEqual: true), as in torch.
+EVT_ELEMENTWISE(Greater, a > b ? 1.0f : 0.0f, float a, float b)
+EVT_ELEMENTWISE(GreaterEqual, a >= b ? 1.0f : 0.0f, float a, float b)
+EVT_ELEMENTWISE(Less, a < b ? 1.0f : 0.0f, float a, float b)
+EVT_ELEMENTWISE(LessEqual, a <= b ? 1.0f : 0.0f, float a, float b)
+EVT_ELEMENTWISE(Equal, a == b ? 1.0f : 0.0f, float a, float b)
+EVT_ELEMENTWISE(NotEqual, a != b ? 1.0f : 0.0f, float a, float b)
+EVT_ELEMENTWISE(Where, cond != 0.0f ? a : b, float cond, float a, float b)
+
+#undef EVT_ELEMENTWISE
 
 }  // namespace evt

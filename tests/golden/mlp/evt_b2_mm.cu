@@ -5,6 +5,7 @@ kernel evt_b2_mm
   mm_acc = AccFetch()
   addmm = AuxLoad(in2, bf16, n-major)
   gelu_backward = Compute(gelu_backward; mm_acc, addmm) -> f32
+  sum_3 = RowReduction(sum over M; gelu_backward) -> out1 (bf16, [1, N])
   D = gelu_backward -> out0 (bf16)
 */
 #include <cstddef>
@@ -73,7 +74,13 @@ using evt_addmm = fusion::Sm90AuxLoad<
 using evt_gelu_backward = fusion::Sm90EVT<fusion::Sm90Compute<evt::GeluBackward, float, ElementCompute, kRound>,
     evt_mm_acc, evt_addmm>;
 
-using CustomEVT = evt_gelu_backward;  // stored as D
+// sum_3: RowReduction(sum over M of gelu_backward) -> output 1, bf16; fp32 partials per CTA row, summed in a fixed order by the last CTA (deterministic)
+using evt_sum_3 = fusion::Sm90EVT<fusion::Sm90RowReduction<
+    cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, cutlass::bfloat16_t, ElementCompute,
+    kRound, cute::Stride<cute::_0, cute::_1, cute::_0>>,
+    evt_gelu_backward>;
+
+using CustomEVT = evt_sum_3;  // stored as D
 
 // ---------------------------------------------------------------------------------------------
 // Kernel
@@ -111,6 +118,8 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   ok = load_stride(strides_of(output_strides, 0), M, N, L, stride_d) && ok;
   cute::Stride<int64_t, cute::_1, int64_t> evt_addmm_stride{};
   ok = load_stride(strides_of(input_strides, 2), M, N, L, evt_addmm_stride) && ok;
+  cute::Stride<cute::_0, cute::_1, cute::_0> evt_sum_3_stride{};
+  ok = load_stride(strides_of(output_strides, 1), M, N, L, evt_sum_3_stride) && ok;
   if (!ok) {
     return kStrideMismatch;
   }
@@ -120,7 +129,9 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   evt_addmm::Arguments evt_addmm_args{in_ptr<cutlass::bfloat16_t>(inputs, 2), cutlass::bfloat16_t(0), evt_addmm_stride};
   evt_gelu_backward::Arguments evt_gelu_backward_args{
       evt_mm_acc_args, evt_addmm_args, {}};
-  CustomEVT::Arguments const& evt_args = evt_gelu_backward_args;
+  evt_sum_3::Arguments evt_sum_3_args{
+      evt_gelu_backward_args, {out_ptr<cutlass::bfloat16_t>(outputs, 1), ElementCompute(0), evt_sum_3_stride}};
+  CustomEVT::Arguments const& evt_args = evt_sum_3_args;
 
   cutlass::KernelHardwareInfo hw_info = hardware_info();
   if (hw_info.sm_count <= 0) {
@@ -138,7 +149,7 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// The ABI: 3 inputs, 1 outputs (D first)
+// The ABI: 3 inputs, 2 outputs (D first)
 // ---------------------------------------------------------------------------------------------
 EVT_EXPORT int evt_evt_b2_mm_run(
     void const* const* inputs, int64_t const* input_strides,
@@ -172,5 +183,5 @@ EVT_EXPORT size_t evt_evt_b2_mm_workspace(int M, int N, int K, int L) {
 }
 
 EVT_EXPORT char const* evt_evt_b2_mm_signature() {
-  return "evt_b2_mm;128x256x64_c1x1_cooperative;{\"d\":\"gelu_backward\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"n\",\"transposed\":false},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"mm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"addmm\"},{\"args\":[\"mm_acc\",\"addmm\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"gelu_backward\",\"op\":\"gelu_backward\"}],\"num_inputs\":3}";
+  return "evt_b2_mm;128x256x64_c1x1_cooperative;{\"d\":\"gelu_backward\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"n\",\"transposed\":false},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"mm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"addmm\"},{\"args\":[\"mm_acc\",\"addmm\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"gelu_backward\",\"op\":\"gelu_backward\"},{\"arg\":\"gelu_backward\",\"dtype\":\"bf16\",\"keepdim\":true,\"kind\":\"row_reduction\",\"name\":\"sum_3\",\"output\":1}],\"num_inputs\":3}";
 }

@@ -4,6 +4,7 @@
                                                 kernel's C++ (and a picture of the partition)
     evt bench [--quick] [--out DIR]             GEMM+epilogue suite and training steps against
                                                 every peer (see benchmarks/README.md)
+    evt cache [info [--verbose] | clear]        show the kernel cache or empty it
 """
 
 from __future__ import annotations
@@ -71,8 +72,10 @@ def parser() -> argparse.ArgumentParser:
                    help="also draw each partition (.dot, and .svg/.png with Graphviz's dot)")
     d.set_defaults(fn=_dump)
     from evt.bench.cli import add_parser
+    from evt.runtime import cache_cli
 
     add_parser(sub)
+    cache_cli.add_parser(sub)
     return p
 
 

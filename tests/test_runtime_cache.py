@@ -77,6 +77,16 @@ def test_key_covers_config_source_and_toolchain(monkeypatch):
     assert build.plan(spec, compile_fn=fake_compile).key != base
 
 
+def test_key_covers_cutlass_and_our_headers(monkeypatch):
+    from evt.codegen import nvcc
+
+    base = build.plan(fc1_spec(), compile_fn=fake_compile).key
+    monkeypatch.setattr(nvcc, "headers_digest", lambda: "edited evt_functors.h")
+    headers = build.plan(fc1_spec(), compile_fn=fake_compile).key
+    monkeypatch.setattr(nvcc, "cutlass_version", lambda: "9.9.9")
+    assert len({base, headers, build.plan(fc1_spec(), compile_fn=fake_compile).key}) == 3
+
+
 @pytest.mark.parametrize("damage", ["truncate", "drop_meta", "bad_json"])
 def test_damaged_entry_is_rebuilt(fake_toolchain, damage):
     path = build.build(fc1_spec(), compile_fn=fake_compile)

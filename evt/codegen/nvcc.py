@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from evt import debug
 from evt.errors import CompileError
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -17,6 +21,9 @@ ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
 OPT_FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG"]
 # one exported ABI per .so: the launcher marks its three functions visible, nothing else is
 SO_FLAGS = ["-shared", "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden"]
+NVCC_TIMEOUT_S = 1800
+# one compiler's peak memory: a CUTLASS SM90 kernel takes about 3.7 GB (benchmarks/compile_time.py)
+NVCC_PEAK_BYTES = 4 << 30
 
 
 def cutlass_dir() -> Path:
@@ -65,6 +72,22 @@ def local_headers() -> list[Path]:
     return sorted(TEMPLATES.glob("*.h"))
 
 
+@lru_cache(maxsize=1)
+def headers_digest() -> str:
+    h = hashlib.sha256()
+    for f in local_headers():
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def cutlass_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return os.environ.get("EVT_CUTLASS_DIR", "unknown")
+
+
 def nvcc_flags() -> list[str]:
     root = cutlass_dir()
     includes = [root / "include", root / "tools" / "util" / "include", TEMPLATES]
@@ -77,3 +100,34 @@ def nvcc_command(cu_path: str | Path, out_path: str | Path) -> list[str]:
     if nvcc is None:
         raise CompileError("nvcc not found: put the CUDA toolkit's bin/ on PATH or set CUDA_HOME")
     return [nvcc, *nvcc_flags(), "-o", str(out_path), str(cu_path)]
+
+
+def compile_library(cu: Path, so: Path) -> subprocess.CompletedProcess:
+    """Run nvcc in `cu`'s folder (so the log names `kernel.cu`, not a temporary folder)."""
+    cmd = nvcc_command(cu.name, so.name)
+    debug.log(5, f"cd {shlex.quote(str(cu.parent))} && {shlex.join(cmd)}")
+    return subprocess.run(
+        cmd, cwd=cu.parent, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, check=False
+    )
+
+
+def parallel_jobs() -> int:
+    """How many kernels compile at once: `$EVT_COMPILE_JOBS`, else the usable cores, fewer when
+    the available memory cannot hold that many compilers."""
+    env = os.environ.get("EVT_COMPILE_JOBS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    memory = _available_memory()
+    by_memory = memory // NVCC_PEAK_BYTES if memory else cores or 1
+    return max(1, min(cores or 1, by_memory))
+
+
+def _available_memory() -> int:
+    """MemAvailable from /proc/meminfo in bytes, 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return 0

@@ -2,19 +2,20 @@
 
 A kernel depends only on static properties, so it is built from its canonical spec
 (`evt.runtime.canonical`) under a C name derived from its cache key (`k<16 hex>`): identical
-regions of different layers share one binary, and a new batch size never runs nvcc. `prefetch(spec)` starts a build on a thread pool (nvcc runs in a
-subprocess, so builds proceed in parallel while the graph finishes compiling).
+regions of different layers share one binary, and a new batch size never runs nvcc.
+`prefetch(spec)` starts a build on a thread pool (nvcc runs in a subprocess, so builds proceed in
+parallel while the graph finishes compiling), `evt.codegen.nvcc.parallel_jobs()` at a time. More
+than one build at a time shows a progress line on stderr (`evt.runtime.progress`).
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
-import importlib.metadata
-import os
 import shlex
 import subprocess
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,9 +30,9 @@ from evt.errors import CodegenError, CompileError
 from evt.ir import KernelSpec
 from evt.runtime import cache
 from evt.runtime.canonical import canonical
+from evt.runtime.progress import PROGRESS
 
 ARCH = "sm_90a"
-NVCC_TIMEOUT_S = 1800
 # (cu_path, so_path) -> the finished process; nvcc's log is its stdout + stderr
 CompileFn = Callable[[Path, Path], subprocess.CompletedProcess]
 # what renders C++: `render(spec, config)`, `default_config(spec)`, `signature(spec, config)`;
@@ -78,8 +79,7 @@ def plan(spec: KernelSpec, config=None, compile_fn: CompileFn | None = None) -> 
 
 
 def cache_key(spec: KernelSpec, config, source: str, toolchain: tuple[str, ...]) -> str:
-    parts = (spec.signature(), repr(config), *toolchain, cutlass_version(), ARCH, evt.__version__,
-             _headers_digest(), source)  # fmt: skip
+    parts = (spec.signature(), repr(config), *toolchain, ARCH, evt.__version__, source)
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode() + b"\0")
@@ -102,6 +102,7 @@ def _compile_into(job: Job, tmp: Path) -> None:
     cu.write_text(job.source)
     debug.log(4, f"kernel {job.name} (region {job.region}): {cache.entry_dir(job.key) / cache.CU}")
     BUILDS[job.key] += 1
+    start = time.monotonic()
     try:
         proc = job.compile_fn(cu, so)
     except Exception as e:
@@ -111,6 +112,7 @@ def _compile_into(job: Job, tmp: Path) -> None:
         str(tmp), str(cache.failed_dir(job.key))
     )
     (tmp / cache.LOG).write_text(log)
+    _took[job.key] = time.monotonic() - start
     if proc.returncode != 0 or not so.is_file():
         raise CompileError(_failure(job, f"nvcc exited with {proc.returncode}", log))
     if "C7510" in log:
@@ -134,59 +136,55 @@ def _failure(job: Job, what: str, log: str) -> str:
 def compile_with_nvcc(cu: Path, so: Path) -> subprocess.CompletedProcess:
     from evt.codegen import nvcc
 
-    cmd = nvcc.nvcc_command(cu.name, so.name)  # relative: the log names kernel.cu, not a temp dir
-    debug.log(5, f"cd {shlex.quote(str(cu.parent))} && {shlex.join(cmd)}")
-    return subprocess.run(
-        cmd, cwd=cu.parent, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, check=False
-    )
+    return nvcc.compile_library(cu, so)
 
 
 def _toolchain(compile_fn: CompileFn | None) -> tuple[str, ...]:
-    if compile_fn not in (None, compile_with_nvcc):  # an injected compiler is its own toolchain
-        return ("fn", f"{compile_fn.__module__}.{compile_fn.__qualname__}")  # type: ignore[union-attr]
     from evt.codegen import nvcc
 
+    parts = (nvcc.cutlass_version(), nvcc.headers_digest())
+    if compile_fn not in (None, compile_with_nvcc):  # an injected compiler is its own toolchain
+        return ("fn", f"{compile_fn.__module__}.{compile_fn.__qualname__}", *parts)  # type: ignore[union-attr]
     if nvcc.nvcc_path() is None:
         raise CompileError("evt: nvcc not found, so no kernel can be compiled: put the CUDA "
                            "toolkit's bin/ on PATH or set CUDA_HOME; regions run unfused")  # fmt: skip
-    return ("nvcc", nvcc.nvcc_version(), shlex.join(nvcc.nvcc_flags()))
-
-
-@lru_cache(maxsize=1)
-def cutlass_version() -> str:
-    try:
-        return importlib.metadata.version("nvidia-cutlass")
-    except importlib.metadata.PackageNotFoundError:
-        return os.environ.get("EVT_CUTLASS_DIR", "unknown")
-
-
-@lru_cache(maxsize=1)
-def _headers_digest() -> str:
-    """The headers the generated source includes from evt/templates (not part of the source)."""
-    h = hashlib.sha256()
-    for f in sorted((Path(evt.__file__).parent / "templates").glob("*.h")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
+    return ("nvcc", nvcc.nvcc_version(), shlex.join(nvcc.nvcc_flags()), *parts)
 
 
 # ---------------------------------------------------------------------------------------------
 # Background builds
 # ---------------------------------------------------------------------------------------------
 _futures: dict[str, Future] = {}
+_took: dict[str, float] = {}  # cache key -> seconds its compiler ran (for the progress line)
 _lock = threading.Lock()
 
 
 @lru_cache(maxsize=1)
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="evt-nvcc")
+    from evt.codegen import nvcc
+
+    return ThreadPoolExecutor(max_workers=nvcc.parallel_jobs(), thread_name_prefix="evt-nvcc")
 
 
 def submit(job: Job) -> Future:
-    """A future of `compile_job(job)`; one per key and process."""
+    """A future of `compile_job(job)`; one per key and process. A key with no finished entry yet
+    counts towards the progress line, which hears of it before the future is done."""
     with _lock:
         if job.key not in _futures:
-            _futures[job.key] = _pool().submit(compile_job, job)
+            queued = not (cache.entry_dir(job.key) / cache.META).is_file()
+            if queued:
+                PROGRESS.add()
+            _futures[job.key] = _pool().submit(_reported if queued else compile_job, job)
         return _futures[job.key]
+
+
+def _reported(job: Job) -> Path:
+    label, ok = f"{job.name} (region {job.region})", False
+    try:
+        path, ok = compile_job(job), True
+        return path
+    finally:
+        PROGRESS.finish(label, _took.pop(job.key, None), ok)
 
 
 def prefetch(spec: KernelSpec, config=None, compile_fn: CompileFn | None = None) -> Future:

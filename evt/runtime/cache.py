@@ -5,11 +5,15 @@ Layout under the root (`$EVT_CACHE_DIR`, else `$XDG_CACHE_HOME/evt`, else `~/.ca
     <key>/kernel.cu, kernel.so, build.log, meta.json   a finished entry
     failed/<key>/kernel.cu, build.log                   the last failed build of <key>
     locks/<key>.lock                                    one builder per key (`fcntl.flock`)
-    .tmp-*/                                             builds in progress
+    .lock                                               builders share it, `clear` takes it alone
+    .tmp-*/                                             builds in progress (or left by a killed one)
+    .trash-*/                                           directories being removed
 
 An entry is built in a temporary directory and published with one `os.rename`, so a reader sees
-either no entry or a whole one. `meta.json` (written last) holds the sha256 of `kernel.so`; an
-entry whose library does not match it is rebuilt.
+either no entry or a whole one; it is removed the same way (renamed away, then deleted).
+`meta.json` (written last) holds the sha256 of `kernel.so`; an entry whose library does not match
+it is rebuilt. `.tmp-*` and `.trash-*` directories older than `STALE_S` belong to no live build
+(nvcc is stopped after 30 minutes) and are swept once per process before its first build.
 """
 
 from __future__ import annotations
@@ -21,12 +25,16 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from evt import debug
 
 SO, CU, LOG, META = "kernel.so", "kernel.cu", "build.log", "meta.json"
+ROOT_LOCK = ".lock"
+STALE_S = 3600.0
+_swept: set[Path] = set()  # roots this process has swept
 
 
 def root() -> Path:
@@ -72,16 +80,29 @@ def lookup(key: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def locked(key: str) -> Iterator[None]:
-    """Hold the key's build lock (processes and threads alike: one open file each)."""
-    locks = root() / "locks"
-    locks.mkdir(exist_ok=True)
-    with open(locks / f"{key}.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+def _flock(path: Path, mode: int, wait: Callable[[], object] = lambda: None) -> Iterator[None]:
+    """`fcntl.flock` on `path` (one open file each: processes and threads alike); `wait()` is
+    called first when the lock is taken."""
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            wait()
+            fcntl.flock(f, mode)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def locked(key: str) -> Iterator[None]:
+    """Hold the key's build lock, inside the cache's shared lock (so `clear` waits for us)."""
+    with _flock(root() / ROOT_LOCK, fcntl.LOCK_SH):
+        locks = root() / "locks"
+        locks.mkdir(exist_ok=True)
+        with _flock(locks / f"{key}.lock", fcntl.LOCK_EX):
+            yield
 
 
 def get_or_build(key: str, produce: Callable[[Path], None], meta: dict | None = None) -> Path:
@@ -100,6 +121,9 @@ def get_or_build(key: str, produce: Callable[[Path], None], meta: dict | None = 
 
 
 def _build(key: str, produce: Callable[[Path], None], meta: dict) -> Path:
+    if root() not in _swept:
+        _swept.add(root())
+        sweep()
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=root()))
     try:
         produce(tmp)
@@ -127,3 +151,33 @@ def _discard(path: Path) -> None:
     trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=root()))
     os.rename(path, trash / "old")
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def sweep(max_age: float = STALE_S) -> list[Path]:
+    """Remove `.tmp-*` and `.trash-*` directories older than `max_age` seconds (killed builds)."""
+    now, gone = time.time(), []
+    for p in list(root().iterdir()):
+        try:
+            stale = p.name.startswith((".tmp-", ".trash-")) and now - p.stat().st_mtime > max_age
+        except OSError:  # removed meanwhile
+            continue
+        if stale:
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
+
+
+def clear(wait: Callable[[], object] = lambda: None) -> int:
+    """Remove every entry, failed build and leftover directory, once no other process is building
+    (`wait()` is called if one is); the bytes freed."""
+    with _flock(root() / ROOT_LOCK, fcntl.LOCK_EX, wait):
+        doomed = [p for p in root().iterdir() if p.name != ROOT_LOCK]
+        freed = sum(tree_bytes(p) for p in doomed)
+        for p in doomed:
+            _discard(p) if p.is_dir() else p.unlink()
+    return freed
+
+
+def tree_bytes(path: Path) -> int:
+    files = path.rglob("*") if path.is_dir() else [path]
+    return sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink())

@@ -1,0 +1,115 @@
+"""Progress of background kernel builds, on stderr.
+
+A batch is the kernels that compile at the same time (it ends when none is left). A batch of one
+shows nothing; from the second kernel on, the batch is shown: on a terminal as one line that
+updates in place (tqdm's bar when tqdm is installed), elsewhere (logs, CI, pytest) as one line per
+finished kernel. `EVT_PROGRESS=0` hides it, `EVT_PROGRESS=1` shows a batch of one too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+
+class Progress:
+    def __init__(self, stream: TextIO | None = None):
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.total = self.done = self.failed = 0
+        self.start = time.monotonic()
+        self._bar: Any = None  # a tqdm bar, when one is shown
+        self._shown = False
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stderr
+
+    def add(self) -> None:
+        """A kernel was queued for compiling."""
+        with self._lock:
+            if self.total == self.done:
+                self._reset()
+            self.total += 1
+            if self._show():
+                self._safely(self._draw, "")
+
+    def finish(self, label: str, seconds: float | None, ok: bool) -> None:
+        """A queued kernel finished (built, failed, or found built by another process)."""
+        with self._lock:
+            self.done += 1
+            self.failed += not ok
+            if self._show():
+                took = "" if seconds is None else f" in {seconds:.1f} s"
+                self._safely(self._draw, f"{label}{took}{'' if ok else ' FAILED'}")
+            if self.done == self.total and self._shown:
+                self._safely(self._end)
+
+    @staticmethod
+    def _safely(fn, *args) -> None:
+        """A closed or broken stderr must never fail a build."""
+        with contextlib.suppress(OSError, ValueError):
+            fn(*args)
+
+    def _show(self) -> bool:
+        setting = os.environ.get("EVT_PROGRESS", "")
+        if setting == "0":
+            return False
+        return self._shown or self.total >= 2 or setting == "1"
+
+    def _draw(self, last: str) -> None:
+        self._shown = True
+        if not _is_tty(self.stream):
+            if last:  # one line per finished kernel
+                print(f"evt: compiled kernel {self.done}/{self.total}: {last}", file=self.stream,
+                      flush=True)  # fmt: skip
+            return
+        if self._bar is None:
+            self._bar = _tqdm(self.stream)
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.n = self.done
+            self._bar.set_postfix_str(last, refresh=True)
+            return
+        width, frac = 20, self.done / self.total
+        bar = "#" * round(width * frac) + "-" * (width - round(width * frac))
+        line = f"evt: compiling kernels [{bar}] {self.done}/{self.total} {self._elapsed()}  {last}"
+        print(f"\r{line[:119]:<119}", end="", file=self.stream, flush=True)
+
+    def _end(self) -> None:
+        failed = f", {self.failed} failed" if self.failed else ""
+        summary = f"evt: compiled {self.total} kernels in {self._elapsed()}{failed}"
+        if self._bar is not None:
+            self._bar.close()
+        elif _is_tty(self.stream):
+            print(file=self.stream)
+        print(summary, file=self.stream, flush=True)
+
+    def _elapsed(self) -> str:
+        s = int(time.monotonic() - self.start)
+        return f"{s // 60}m{s % 60:02d}s"
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+def _tqdm(stream: TextIO) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=0, desc="evt: compiling kernels", unit="kernel", file=stream, leave=False)
+
+
+PROGRESS = Progress()

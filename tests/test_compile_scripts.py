@@ -1,0 +1,31 @@
+"""The compile-time benchmarks' pure parts (no compiler runs): `benchmarks/compile_time.py` and
+`benchmarks/nvrtc_compile.py`, so template changes cannot silently break them."""
+
+from __future__ import annotations
+
+from benchmarks import compile_time, nvrtc_compile
+from evt.codegen.emit import render
+from tests import specs
+
+
+def test_device_source_keeps_the_kernel_and_drops_the_launcher():
+    source = render(specs.mlp_fc1_forward())
+    dev = nvrtc_compile.device_source(source)
+    assert "using GemmKernel = " in dev and "EVT_EXPORT" not in dev and "make_arguments" not in dev
+    assert "#include <" not in dev and "evt_launch.h" not in dev and '"cute/tensor.hpp"' in dev
+    assert dev.rstrip().endswith("}  // namespace") and dev.count("namespace {") == 1
+    explicit = nvrtc_compile.device_source(source, instantiate=True)
+    params = "CUTLASS_GRID_CONSTANT GemmKernel::Params const"
+    assert explicit.endswith(f"template __global__ void {nvrtc_compile.KERNEL}({params});\n")
+
+
+def test_nvrtc_options_name_the_shim_and_every_include(tmp_path):
+    opts = nvrtc_compile.nvrtc_options(tmp_path / "shim.h")
+    assert "-arch=sm_90a" in opts and f"--pre-include={tmp_path / 'shim.h'}" in opts
+    assert any(o.endswith("cccl") for o in opts) and any("cutlass" in o for o in opts)
+
+
+def test_host_variants_touch_only_the_host_level():
+    flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-DNDEBUG"]
+    assert compile_time.VARIANTS["host_O1"](flags) == [*flags[:2], "-O1", flags[3]]
+    assert compile_time.VARIANTS["cxx20"](flags)[1] == "-std=c++20"

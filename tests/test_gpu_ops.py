@@ -60,9 +60,12 @@ def test_kernel_matches_the_reference(kernels, name, shape):
     ):
         if dtype == "b8":  # h > 0 may flip where fp32 summation orders differ about 0
             assert (got != want).float().mean() < 1e-3, (name, i)
-        else:
-            assert not got.float().isnan().any(), (name, i, "elements left unwritten")
-            assert verify.relative_error(got, want) <= verify.TOLERANCE[dtype], (name, i)
+        else:  # NaN where the math gives NaN (log of a negative: y < -2 happens), nowhere else
+            legit = want.float().isnan()
+            assert not (got.float().isnan() & ~legit).any(), (name, i, "elements left unwritten")
+            assert torch.equal(got.float().isnan(), legit), (name, i, "NaN pattern differs")
+            ok = ~legit
+            assert verify.relative_error(got[ok], want[ok]) <= verify.TOLERANCE[dtype], (name, i)
 
 
 def test_row_reduction_is_deterministic(kernels):

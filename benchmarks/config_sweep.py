@@ -54,18 +54,10 @@ def inputs_for(spec, m, n, k):
     return out
 
 
-def time_ms(fn, iters=50):
-    for _ in range(5):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+def time_ms(fn) -> float:
+    from evt.bench.measure import time_ms as harness_time_ms
+
+    return harness_time_ms(fn, "cuda")
 
 
 def main() -> None:

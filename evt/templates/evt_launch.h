@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "cute/tensor.hpp"
+#include "cutlass/device_kernel.h"
 #include "cutlass/kernel_hardware_info.h"
 
 namespace evt::launch {
@@ -73,6 +74,25 @@ inline cutlass::KernelHardwareInfo hardware_info() {
   }
   info.sm_count = count;
   return info;
+}
+
+// Raise a kernel's dynamic shared-memory limit once per device. Gemm::initialize would call
+// cudaFuncSetAttribute on every launch: a driver round trip each time, on the training step's path.
+template <class Kernel>
+inline cudaError_t configure_shared_memory_once(int device, int bytes) {
+  static std::atomic<int> done[64];
+  if (bytes < (48 << 10) || device < 0 || device >= 64 ||
+      done[device].load(std::memory_order_acquire)) {
+    return cudaSuccess;
+  }
+  cudaError_t err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) {
+    done[device].store(1, std::memory_order_release);
+  } else {
+    cudaGetLastError();  // clear the error bit
+  }
+  return err;
 }
 
 }  // namespace evt::launch

@@ -195,12 +195,17 @@ EVT_EXPORT int evt_evt_f1_addmm_1_run(
   if (Gemm::get_workspace_size(args) > workspace_bytes) {
     return kWorkspaceTooSmall;
   }
-  Gemm gemm;
-  cutlass::Status status = gemm.initialize(args, workspace, stream);
-  if (status == cutlass::Status::kSuccess) {
-    status = gemm.run(stream);
+  // What Gemm::initialize + Gemm::run do, with the shared-memory attribute set once per device.
+  cutlass::Status status = GemmKernel::initialize_workspace(args, workspace, stream);
+  if (status != cutlass::Status::kSuccess) {
+    return static_cast<int>(status);
   }
-  return static_cast<int>(status);
+  if (configure_shared_memory_once<GemmKernel>(args.hw_info.device_id,
+                                               GemmKernel::SharedStorageSize) != cudaSuccess) {
+    return static_cast<int>(cutlass::Status::kErrorInternal);
+  }
+  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
+  return static_cast<int>(Gemm::run(params, stream));
 }
 
 EVT_EXPORT size_t evt_evt_f1_addmm_1_workspace(int M, int N, int K, int L) {

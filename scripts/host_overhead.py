@@ -1,0 +1,67 @@
+"""Where evt's host time goes: the per-call cost of `evt::fused_gemm` on a tiny problem (GPU time
+negligible, so the rate is the host's), split into the op dispatch, evt's dispatch/guards and the
+C++ launcher, plus a cProfile of MLP training steps.
+
+    python scripts/host_overhead.py
+"""
+
+from __future__ import annotations
+
+import copy
+import cProfile
+import pstats
+import time
+
+import torch
+
+from evt import ir
+from evt.examples import MLP
+from evt.runtime import dispatch
+from tests import specs
+
+
+def per_call_us(fn, n=2000) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main() -> None:
+    spec = specs.mlp_fc1_forward()
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    x, w, b = torch.randn(128, 64, **bf), torch.randn(128, 64, **bf), torch.randn(128, **bf)
+    text = ir.to_json(spec)
+    parsed = ir.from_json(text)
+    kernel = dispatch.kernel_for(parsed)
+    problem = kernel.guard([x, w, b])
+    print(f"torch.ops.evt.fused_gemm  {per_call_us(lambda: torch.ops.evt.fused_gemm(text, [x, w, b])):7.1f} us")
+    print(f"dispatch.run              {per_call_us(lambda: dispatch.run(parsed, [x, w, b])):7.1f} us")
+    print(f"Kernel.guard + launch     {per_call_us(lambda: kernel.launch(kernel.guard([x, w, b]), [x, w, b])):7.1f} us")
+    print(f"Kernel.launch             {per_call_us(lambda: kernel.launch(problem, [x, w, b])):7.1f} us")
+    print(f"torch.addmm (reference)   {per_call_us(lambda: torch.addmm(b, x, w.t())):7.1f} us")
+    model = torch.compile(copy.deepcopy(MLP(1024, 4096)).to(**bf), backend="evt")
+    xs = torch.randn(8192, 1024, **bf, requires_grad=True)
+    probe = torch.randn(8192, 1024, device="cuda")
+
+    def step():
+        (model(xs).float() * probe).sum().backward()
+
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(50):
+        step()
+    torch.cuda.synchronize()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()

@@ -84,14 +84,19 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tenso
 
 def _launch_ready(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list | None:
     """The hot path: a kernel that launched for this spec before, no failure being injected.
-    Guards still run (remembered per input layout); anything new takes the full path."""
+    Guards still run (remembered per input layout); anything new takes the full path. Plain
+    try/except instead of `stage()`: this runs once per region per training step."""
     kernel = _ready.get(id(spec))
     if kernel is None or kernel.spec is not spec or INJECT or "EVT_INJECT" in os.environ:
         return None
-    with stage("guard"):
+    try:
         problem = kernel.guard(inputs)
-    with stage("launch"):
+    except Exception as e:
+        raise StageFailed("guard", e) from e
+    try:
         return kernel.launch(problem, inputs)
+    except Exception as e:
+        raise StageFailed("launch", e) from e
 
 
 def _launch(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:

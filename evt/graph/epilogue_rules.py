@@ -8,7 +8,8 @@ row in `COMPUTE_OPS` (+ its functor and its reference).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -173,9 +174,31 @@ EPILOGUE_RULES: dict = ARITHMETIC | ACTIVATIONS | MATH | COMPARISONS | SELECT | 
 REDUCTION_OPS = ("row_sum",)  # terminal in a region: a reduced value leaves the kernel
 
 
+_memo: dict | None = None  # node -> expr, while a partitioner runs on a graph it does not change
+
+
+@contextlib.contextmanager
+def memoized() -> Iterator[None]:
+    """Remember `epilogue_expr` per node for the duration (the partitioner asks ~10x per node)."""
+    global _memo
+    outer, _memo = _memo, {}
+    try:
+        yield
+    finally:
+        _memo = outer
+
+
 def epilogue_expr(node: Node) -> Expr | None:
     """The expression `node` computes, or None if it cannot join an epilogue (including a result
     of a dtype an epilogue cannot hold: bool only from comparisons and where, else floats)."""
+    if _memo is None:
+        return _epilogue_expr(node)
+    if node not in _memo:
+        _memo[node] = _epilogue_expr(node)
+    return _memo[node]
+
+
+def _epilogue_expr(node: Node) -> Expr | None:
     if node.op != "call_function" or node.target not in EPILOGUE_RULES:
         return None
     expr = EPILOGUE_RULES[node.target](node)

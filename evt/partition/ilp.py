@@ -18,6 +18,7 @@ from torch.fx import Graph, Node
 
 from evt import debug
 from evt.graph.annotate_sides import side
+from evt.graph.epilogue_rules import memoized
 from evt.partition import greedy, ilp_model, solve_cache
 from evt.partition.candidates import find_candidates
 from evt.partition.components import Component, component, components
@@ -62,6 +63,11 @@ def partition(
 ) -> list[Region]:
     """`saved_budget`: bytes of forward activations that fusion may add for the backward (None:
     unbounded; -1: `EVT_SAVED_BUDGET_MB` from the environment, else unbounded)."""
+    with memoized():
+        return _partition(graph, max_aux, saved_budget)
+
+
+def _partition(graph: Graph, max_aux: int, saved_budget: int | None) -> list[Region]:
     budget = Budget(saved_budget_from_env() if saved_budget == -1 else saved_budget)
     order = {n: i for i, n in enumerate(graph.nodes)}
     comps = components(find_candidates(graph), order)

@@ -19,7 +19,7 @@ _CACHE: dict[str, list[tuple[nx.DiGraph, Solution]]] = {}
 def _key(g: nx.DiGraph, salt: str) -> str:
     with warnings.catch_warnings():  # "hashes for directed graphs changed in networkx 3.5"
         warnings.simplefilter("ignore", UserWarning)
-        h = nx.weisfeiler_lehman_graph_hash(g, node_attr="label", edge_attr="label", iterations=3)
+        h = nx.weisfeiler_lehman_graph_hash(g, node_attr="label", edge_attr="label", iterations=2)  # a prefilter: a hit is confirmed by isomorphism
     return f"{salt}:{h}"
 
 

@@ -82,13 +82,15 @@ class AccFetch:
 
 @dataclass(frozen=True)
 class AuxLoad:
-    """A full [L, M, N] tensor, read through TMA (CUTLASS `Sm90AuxLoad`)."""
+    """A full [L, M, N] tensor, read through TMA (CUTLASS `Sm90AuxLoad`). With `broadcast_l` the
+    input is one [M, N] tensor read by every batch (a static L stride of 0, e.g. a causal mask)."""
 
     kind: ClassVar[str] = "aux_load"
     name: str
     input: int
     dtype: str
     major: str  # "n" (row-major) | "m"
+    broadcast_l: bool = False
 
 
 @dataclass(frozen=True)
@@ -271,8 +273,12 @@ class KernelSpec:
         return to_json(dataclasses.replace(self, name="k"))
 
 
+OMIT_IF_FALSE = ("broadcast_l",)  # newer flags: absent when off, so older specs keep their JSON
+
+
 def _node_to_dict(node: Node) -> dict:
-    return {"kind": node.kind, **dataclasses.asdict(node)}
+    d = {"kind": node.kind, **dataclasses.asdict(node)}
+    return {k: v for k, v in d.items() if not (k in OMIT_IF_FALSE and v is False)}
 
 
 def _node_from_dict(d: dict) -> Node:
@@ -340,7 +346,8 @@ def _format_node(n: Node) -> str:
     if isinstance(n, AccFetch):
         return f"{n.name} = AccFetch()"
     if isinstance(n, AuxLoad):
-        return f"{n.name} = AuxLoad(in{n.input}, {n.dtype}, {n.major}-major)"
+        every = ", every batch" if n.broadcast_l else ""
+        return f"{n.name} = AuxLoad(in{n.input}, {n.dtype}, {n.major}-major{every})"
     if isinstance(n, (RowBroadcast, ColBroadcast)):
         return f"{n.name} = {type(n).__name__}(in{n.input}, {n.dtype})"
     if isinstance(n, ScalarBroadcast):

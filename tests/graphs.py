@@ -42,6 +42,33 @@ class Arith(nn.Module):
         return (-y).to(torch.float32) + r
 
 
+class Attention(nn.Module):
+    """Attention's scores from separate q and k projections, `(q @ kᵀ) * scale + mask`, and with
+    `softmax` also softmax(scores) @ v; with `qkv` q, k and v are cut from one projection. k has
+    no bias: softmax ignores it, so its gradient is 0."""
+
+    def __init__(self, d=32, heads=2, softmax=False, qkv=False):
+        super().__init__()
+        if qkv:
+            self.qkv = nn.Linear(d, 3 * d, bias=False)
+        else:
+            self.qkv, self.q, self.k = None, nn.Linear(d, d), nn.Linear(d, d, bias=False)
+            self.v = nn.Linear(d, d) if softmax else None
+        self.heads, self.softmax = heads, softmax
+
+    def forward(self, x, mask):
+        b, s, d = x.shape
+        heads = lambda t: t.view(b, s, self.heads, -1).transpose(1, 2)  # noqa: E731
+        if self.qkv is not None:  # one L stride cannot cut heads from it: the graph's copies
+            q, k, v = (heads(t) for t in self.qkv(x).split(d, dim=-1))
+            return (F.softmax(q @ k.transpose(-1, -2) + mask, -1) @ v).transpose(1, 2).flatten(2)
+        q, k = heads(self.q(x)), heads(self.k(x))
+        scores = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5 + mask
+        if self.v is None:
+            return scores
+        return (scores.softmax(-1) @ heads(self.v(x))).transpose(1, 2).reshape(b, s, d)
+
+
 def train_compare(model: nn.Module, args, dtype, rest="eager", tol=None):
     """Run forward+backward eagerly and with evt; return max relative errors per tensor."""
     model = model.to(dtype)

@@ -122,8 +122,27 @@ def activations() -> KernelSpec:
     return KernelSpec("activations", LINEAR, nodes, "d", "bf16", 5)
 
 
+def attention_scores() -> KernelSpec:
+    """A batched GEMM (attention's Q·Kᵀ, K passed as [L, N, K]): D = acc * 0.125 + mask + bias
+    + pos, with `mask` one [M, N] tensor every batch reads (static L stride 0), `bias` a full
+    [L, M, N] tensor and `pos` an N-vector."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, True, "k"), "bf16", batched=True)
+    nodes = (
+        AccFetch("acc"),
+        ScalarBroadcast("scale", 0.125),
+        Compute("mul", "mul", ("acc", "scale")),
+        AuxLoad("mask", 2, "bf16", "n", broadcast_l=True),
+        Compute("add", "add", ("mul", "mask")),
+        AuxLoad("bias", 3, "bf16", "n"),
+        Compute("add_1", "add", ("add", "bias")),
+        RowBroadcast("pos", 4, "bf16"),
+        Compute("add_2", "add", ("add_1", "pos")),
+    )
+    return KernelSpec("attention_scores", gemm, nodes, "add_2", "bf16", 5)
+
+
 ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc2_residual, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
-              activations)
+              activations, attention_scores)
 }  # fmt: skip

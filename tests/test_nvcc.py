@@ -23,8 +23,9 @@ pytestmark = [
 ]
 
 # the MLP's forward (bias, GELU, a saved pre-activation), its dgrad with GELU' and fc1's bias
-# gradient (a row reduction), and one kernel with every newer functor and bool mask loads/stores
-KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations")
+# gradient (a row reduction), one kernel with every newer functor and bool mask loads/stores, and
+# a batched GEMM (attention's scores) with an aux load every batch reads (static L stride 0)
+KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores")
 PARALLEL = 2  # a CUTLASS kernel takes ~3.5 GB to compile
 
 

@@ -107,4 +107,6 @@ def test_3d_activations_sink_views_and_match_eager(dtype):
     report = evt.explain(lambda x: (model(x) * probe).sum().backward(), x)
     fused = [op for r in report.regions for op in r.fused]
     assert "aten.gelu" in fused and "aten.gelu_backward" in fused
-    assert sum(r.side == "forward" for r in report.regions) == 3  # proj+res, fc1+gelu, fc2+res
+    forward = [(r.anchor, r.fused) for r in report.regions if r.side == "forward"]
+    assert len(forward) == 4  # Q·Kᵀ / sqrt(d), proj+res, fc1+gelu, fc2+res
+    assert forward[0][0] == "aten.bmm" and "aten.div" in forward[0][1]  # bf16: + softmax's upcast

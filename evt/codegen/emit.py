@@ -43,6 +43,11 @@ STRIDE_AUX = {
     "n": "cute::Stride<int64_t, cute::_1, int64_t>",
     "m": "cute::Stride<cute::_1, int64_t, int64_t>",
 }
+# an [M, N] aux tensor every batch reads: a static L stride of 0 (TMA leaves the mode out)
+STRIDE_AUX_EVERY_L = {
+    "n": "cute::Stride<int64_t, cute::_1, cute::_0>",
+    "m": "cute::Stride<cute::_1, int64_t, cute::_0>",
+}
 STRIDE_ROW = "cute::Stride<cute::_0, cute::_1, int64_t>"
 STRIDE_COL = "cute::Stride<cute::_1, cute::_0, int64_t>"
 STRIDE_ROW_SUM = "cute::Stride<cute::_0, cute::_1, cute::_0>"  # an N-vector, summed over M and L
@@ -110,7 +115,9 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
         view["output"] = n.output
     if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, AuxStore, RowReduction)):
         view["element"] = DTYPES[n.dtype][1]
-    if isinstance(n, (AuxLoad, AuxStore)):
+    if isinstance(n, AuxLoad) and n.broadcast_l:
+        view["stride"] = STRIDE_AUX_EVERY_L[n.major]
+    elif isinstance(n, (AuxLoad, AuxStore)):
         view["stride"] = STRIDE_AUX[n.major]
     elif isinstance(n, RowReduction):
         view["stride"] = STRIDE_ROW_SUM
@@ -152,7 +159,8 @@ def _comment(n: Node) -> str:
     if isinstance(n, ScalarBroadcast):
         return f"{text} {n.value!r}"
     if isinstance(n, AuxLoad):
-        return f"{text}(input {n.input}, {n.dtype}, {n.major}-major)"
+        every = ", the same for every batch" if n.broadcast_l else ""
+        return f"{text}(input {n.input}, {n.dtype}, {n.major}-major{every})"
     if isinstance(n, (RowBroadcast, ColBroadcast)):
         return f"{text}(input {n.input}, {n.dtype})"
     return text

@@ -64,7 +64,8 @@ class _Builder:
             raise UnsupportedPattern(f"cannot load {fx.format_node()} into a {self.shape} epilogue")
         idx, name = self.input_index(fx), sanitize(fx.name)
         if kind == "aux_load":
-            node: ir.Node = ir.AuxLoad(name, idx, dtype, aux_major(val))
+            every = len(self.shape) == 3 and val.dim() == 2  # one [M, N] tensor for every batch
+            node: ir.Node = ir.AuxLoad(name, idx, dtype, aux_major(val), every)
         else:
             node = (ir.RowBroadcast if kind == "row_broadcast" else ir.ColBroadcast)(name, idx, dtype)
         self.value[fx] = self.add(node)
@@ -112,7 +113,7 @@ class _Builder:
             bias: object = g.bias if g.beta == 1 else Expr("mul", (g.bias, g.beta))
             value = self.expr(Expr("add", (_Ref(value), bias)), a_node, [0])
         self.value[a_node] = value
-        return ir.Gemm(a, b, ir.dtype_name(g.a.meta["val"].dtype))
+        return ir.Gemm(a, b, ir.dtype_name(g.a.meta["val"].dtype), g.batched)
 
 
 class _Ref(str):

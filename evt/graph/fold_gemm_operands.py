@@ -1,13 +1,18 @@
-"""GEMM canonicalization: describe each `mm`/`addmm` by operand layouts, folding transposes.
+"""GEMM canonicalization: describe each `mm`/`addmm`/`bmm`/`baddbmm` by operand layouts, folding
+transposes.
 
 Writes `node.meta["evt_gemm"]` (a `GemmOperands`) on every GEMM; the graph itself stays plain
-aten. A chain of `permute`/`t`/`transpose` on an operand becomes a `transposed` flag on the base
-tensor, so a transposed weight is read in place, without a copy.
+aten. A chain of `permute`/`t`/`transpose` of the last two dimensions on an operand becomes a
+`transposed` flag on the base tensor, so a transposed weight (or attention's Kᵀ) is read in
+place, without a copy. A batched operand is then read as [L, rows, cols] with one L stride: the
+`clone` Inductor's decomposition puts before a `bmm` of attention's heads is the tensor read (a
+[B, H] batch of a [B, S, H, D] projection needs two batch strides, so the copy stays).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch.fx import Graph, Node
@@ -25,23 +30,27 @@ class GemmOperands:
     bias: Node | None = None  # addmm's `self`
     alpha: float = 1.0
     beta: float = 1.0
+    batched: bool = False  # bmm/baddbmm: operands and result carry a leading L
 
 
-def _is_transpose(node: Node) -> bool:
+def _is_transpose(node: Node, dim: int) -> bool:
+    """Whether `node` swaps the last two dimensions of a `dim`-D tensor, and only those."""
     if node.op != "call_function" or "val" not in node.meta:
         return False
-    if node.meta["val"].dim() != 2:
+    if node.meta["val"].dim() != dim:
         return False
     if node.target == aten.permute.default:
-        return list(node.args[1]) == [1, 0]
+        perm = cast(list[int], node.args[1])
+        return [d % dim for d in perm] == [*range(dim - 2), dim - 1, dim - 2]
     if node.target == aten.transpose.int:
-        return sorted(d % 2 for d in node.args[1:3]) == [0, 1]
+        pair = cast(tuple[int, int], node.args[1:3])
+        return sorted(d % dim for d in pair) == [dim - 2, dim - 1]
     return node.target == aten.t.default
 
 
-def strip_transposes(node: Node) -> tuple[Node, bool]:
+def strip_transposes(node: Node, dim: int = 2) -> tuple[Node, bool]:
     transposed = False
-    while _is_transpose(node):
+    while _is_transpose(node, dim):
         node, transposed = node.args[0], not transposed
     return node, transposed
 
@@ -54,6 +63,13 @@ def _operands(node: Node) -> GemmOperands | None:
         (a, at), (b, bt) = strip_transposes(node.args[1]), strip_transposes(node.args[2])
         beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
         return GemmOperands(a, at, b, bt, node.args[0], alpha, beta)
+    if node.target == aten.bmm.default:
+        (a, at), (b, bt) = strip_transposes(node.args[0], 3), strip_transposes(node.args[1], 3)
+        return GemmOperands(a, at, b, bt, batched=True)
+    if node.target == aten.baddbmm.default:
+        (a, at), (b, bt) = strip_transposes(node.args[1], 3), strip_transposes(node.args[2], 3)
+        beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+        return GemmOperands(a, at, b, bt, node.args[0], alpha, beta, batched=True)
     return None
 
 

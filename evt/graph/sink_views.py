@@ -1,4 +1,5 @@
-"""Sink reshapes below elementwise ops, so an epilogue sees the GEMM's own [M, N] layout.
+"""Sink reshapes below elementwise ops, so an epilogue sees the GEMM's own [M, N] layout (or a
+batched GEMM's [L, M, N]: attention's scores `view(bmm, (B, H, S, S))` are scaled and masked).
 
 A Linear on a [B, S, K] activation is `view -> addmm -> view(B, S, N)`, and everything after it
 (bias-free activations, residual adds, GELU's backward) works on the 3-D view. For an epilogue-able
@@ -32,16 +33,18 @@ def sink_views(graph: Graph) -> Graph:
 
 
 def _flat_source(a: Node) -> Node | None:
-    """x when `a` is view(x) of a 2-D x into the same last dimension, else None."""
+    """x when `a` is view(x) of a 2-D x into the same last dimension, or of a 3-D x (a batched
+    GEMM's [L, M, N]) into the same last two, else None."""
     if a.op != "call_function" or a.target not in VIEWS:
         return None
     x = a.args[0]
     if not isinstance(x, Node):
         return None
     xv, av = x.meta.get("val"), a.meta.get("val")
-    if xv is None or av is None or xv.dim() != 2 or av.dim() < 3:
+    if xv is None or av is None or xv.dim() not in (2, 3) or av.dim() <= xv.dim():
         return None
-    return x if av.shape[-1] == xv.shape[-1] else None
+    k = xv.dim() - 1
+    return x if tuple(av.shape[-k:]) == tuple(xv.shape[1:]) else None
 
 
 def _sink(node: Node) -> bool:
@@ -52,10 +55,11 @@ def _sink(node: Node) -> bool:
     viewed = [a for a, s in zip(node.all_input_nodes, sources) if s is not None]
     if not viewed or tuple(out.shape) != tuple(viewed[0].meta["val"].shape):
         return False  # no input is a flattenable view, or the op broadcasts beyond it
-    m, n = _flat_source(viewed[0]).meta["val"].shape
+    flat = tuple(_flat_source(viewed[0]).meta["val"].shape)
     mapping = {}
     for a, src in zip(node.all_input_nodes, sources):
-        new = src if src is not None else _as_2d(a, m, n)
+        same = src is not None and tuple(src.meta["val"].shape) == flat
+        new = src if same else _as_flat(a, flat)
         if new is False:
             return False
         mapping[a] = new
@@ -63,26 +67,30 @@ def _sink(node: Node) -> bool:
     return True
 
 
-def _as_2d(a: Node, m, n):
-    """The [M, N]-compatible form of input `a`: a free view, `a` itself, or False."""
+def _as_flat(a: Node, flat: tuple):
+    """The form of input `a` that broadcasts against `flat` ([M, N] or [L, M, N]) as it did
+    against the view: a free view, `a` itself, or False."""
     val = a.meta.get("val")
     if val is None:
         return False
     if val.dim() <= 1:
         return a
-    if val.shape[-1] != n and val.shape[-1] != 1:
+    k = len(flat) - 1  # the trailing dimensions kept
+    tail, lead = tuple(val.shape[-k:]), val.shape[:-k]
+    if any(t not in (f, 1) for t, f in zip(tail, flat[1:])):
         return False
-    if all(d == 1 for d in val.shape[:-1]):
-        return ("view", (1, val.shape[-1]))
-    if math.prod(val.shape[:-1]) != m or not _viewable(val, m):
+    if all(d == 1 for d in lead):
+        return ("view", (1, *tail) if k == 1 else tail)
+    shape = (flat[0], *tail)
+    if math.prod(lead) != flat[0] or not _viewable(val, shape):
         return False
-    return ("view", (m, val.shape[-1]))
+    return ("view", shape)
 
 
-def _viewable(val: torch.Tensor, m) -> bool:
+def _viewable(val: torch.Tensor, shape: tuple) -> bool:
     try:
         with detect_fake_mode([val]) or torch._subclasses.FakeTensorMode():
-            val.view(m, val.shape[-1])
+            val.view(*shape)
         return True
     except RuntimeError:
         return False
@@ -102,6 +110,9 @@ def _rewrite(node: Node, mapping: dict, shape: tuple) -> None:
         back = _make(graph, aten.view.default, (flat, list(shape)), {}, node)
     node.replace_all_uses_with(back)
     graph.erase_node(node)
+    for a in mapping:  # a view only this node read is dead now: a GEMM must not store for it
+        if a.op == "call_function" and a.target in VIEWS and not a.users:
+            graph.erase_node(a)
 
 
 def _make(graph: Graph, target, args, kwargs, like: Node) -> Node:

@@ -1,7 +1,7 @@
 """Reachability pruning: which nodes each GEMM could ever absorb.
 
 A node is a candidate of GEMM g only if g reaches it through epilogue-able nodes of g's side and
-[M, N] shape, and every input it reads is either another such node or loadable from global memory
+g's shape ([M, N], or [L, M, N] for a batched GEMM), and every input it reads is either another such node or loadable from global memory
 (an aux tensor or a row/column vector). Without this pruning the ILP has a variable per
 (GEMM, node) pair and explodes on real graphs.
 
@@ -25,7 +25,7 @@ from evt.graph.layouts import gemm_shape, load_kind
 @dataclass
 class Candidates:
     anchor: Node
-    shape: tuple[int, int]
+    shape: tuple[int, ...]
     nodes: list[Node] = field(default_factory=list)  # graph order, anchor excluded
     must_join: dict[Node, list[Node]] = field(default_factory=dict)  # inputs that cannot be loaded
 
@@ -45,7 +45,7 @@ def find_candidates(graph: Graph) -> list[Candidates]:
     return out
 
 
-def _grow(anchor: Node, shape: tuple[int, int], order: dict[Node, int]) -> Candidates:
+def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candidates:
     """Walk users from the anchor in graph order, keeping nodes an epilogue could compute."""
     c = Candidates(anchor, shape)
     reach = {anchor}
@@ -72,7 +72,7 @@ def _grow(anchor: Node, shape: tuple[int, int], order: dict[Node, int]) -> Candi
     return _drop_read_reductions(c)
 
 
-def _eligible(node: Node, anchor: Node, shape: tuple[int, int]) -> bool:
+def _eligible(node: Node, anchor: Node, shape: tuple[int, ...]) -> bool:
     return (
         epilogue_expr(node) is not None
         and value_shape(node) == shape
@@ -81,7 +81,7 @@ def _eligible(node: Node, anchor: Node, shape: tuple[int, int]) -> bool:
 
 
 def value_shape(node: Node) -> tuple | None:
-    """The [M, N] shape a node's epilogue works on: its own, or a reduction's summand's."""
+    """The shape ([L,] M, N) a node's epilogue works on: its own, or a reduction's summand's."""
     expr = epilogue_expr(node)
     x = expr.args[0] if expr is not None and expr.op in REDUCTION_OPS else node
     val = x.meta.get("val") if isinstance(x, Node) else None

@@ -1,7 +1,7 @@
 """A greedy partitioner: grow each GEMM's region downstream through epilogue-able nodes.
 
 GEMMs are visited in graph order; each absorbs, to a fixed point, the users of its region that an
-epilogue can compute (same side, same [M, N] shape, every other input loadable as an aux tensor or
+epilogue can compute (same side, same [M, N] or [L, M, N] shape, every other input loadable as an aux tensor or
 a row/column vector) as long as the graph of contracted regions stays acyclic. A reduction joins
 but is not grown through (its sum is complete only after the kernel). The ILP partitioner
 replaces it behind the same `partition(graph) -> list[Region]` interface.
@@ -45,7 +45,7 @@ def partition(graph: Graph) -> list[Region]:
     return regions
 
 
-def _grow(g: nx.DiGraph, anchor: Node, shape: tuple[int, int], taken: set[Node], order) -> list[Node]:
+def _grow(g: nx.DiGraph, anchor: Node, shape: tuple[int, ...], taken: set[Node], order) -> list[Node]:
     g = g.copy()  # trial contractions; the caller contracts the final members
     members = [anchor]
     changed = True
@@ -61,7 +61,7 @@ def _grow(g: nx.DiGraph, anchor: Node, shape: tuple[int, int], taken: set[Node],
     return sorted(members, key=order)
 
 
-def _fusible(cand: Node, members: list[Node], shape: tuple[int, int]) -> bool:
+def _fusible(cand: Node, members: list[Node], shape: tuple[int, ...]) -> bool:
     expr = epilogue_expr(cand)
     if expr is None or value_shape(cand) != shape or side(cand) != side(members[0]):
         return False
@@ -77,7 +77,7 @@ def _reads_reduction(cand: Node, members: list[Node]) -> bool:
     return any(a in members and is_reduction(a) for a in cand.all_input_nodes)
 
 
-def _aux_loads(members: list[Node], shape: tuple[int, int]) -> int:
+def _aux_loads(members: list[Node], shape: tuple[int, ...]) -> int:
     inside = set(members)
     ext = {a for n in members[1:] for a in n.all_input_nodes if a not in inside}
     return sum(load_kind(a.meta.get("val"), *shape) == "aux_load" for a in ext)

@@ -73,19 +73,20 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
 
 
 def _value_shape(n: Node, expr) -> tuple:
-    """The [M, N] shape the node works on: its own, or the summand's for a reduction."""
+    """The [M, N] or [L, M, N] shape the node works on: its own, or the summand's for a
+    reduction."""
     x = expr.args[0] if is_reduction(n) else n
     return tuple(x.meta["val"].shape)
 
 
 def _aux_tensors(r: Region) -> int:
-    """Full-size loads plus stores besides D (reductions need no shared memory)."""
+    """Full-size (TMA) loads plus stores besides D (reductions need no shared memory)."""
     inside = set(r.nodes)
     shape = tuple(r.anchor.meta["val"].shape)
     loads = {
         a for n in r.epilogue for a in n.all_input_nodes
-        if a not in inside and tuple(a.meta["val"].shape) == shape
-    }
+        if a not in inside and load_kind(a.meta["val"], *shape) == "aux_load"
+    }  # full tensors, and in a batched region [M, N] ones every batch reads
     writes = [n for n in r.nodes if not is_reduction(n)]
     stores = sum(any(u not in inside for u in n.users) for n in writes) - 1
     return len(loads) + stores

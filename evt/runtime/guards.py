@@ -114,6 +114,9 @@ def _roles(spec: ir.KernelSpec, infos: Sequence[TensorInfo], mnkl) -> list[Role]
     b_ext = _logical_shape(b, g.b.transposed)[::-1]
     if b_ext != (N, K) or (g.batched and b.shape[0] != L):
         raise LaunchError(f"input {g.b.input} (B) has shape {b.shape}; A implies K={K}, L={L}")
+    if g.batched and L > 1 and 0 in (a.stride[0], b.stride[0]):
+        raise LaunchError("an operand has L stride 0 (an expanded batch); the kernel needs a "
+                          "real batch stride")  # fmt: skip
     lstride = (lambda t: t.stride[0]) if g.batched else (lambda t: 0)
     roles = [
         Role("A", g.a.input, g.dtype, "MKL", (M, K, L), (*s_a, lstride(a)), "mk".index(g.a.major),
@@ -131,11 +134,11 @@ def _load_role(n, t: TensorInfo, mnl, batched: bool) -> Role:
     M, N, L = mnl
     ext = (M, N, L)
     if isinstance(n, ir.AuxLoad):
-        ok = t.shape[-2:] == (M, N) and (len(t.shape) == 2 or (batched and t.shape == (L, M, N)))
+        ok = _aux_shape_ok(n, t, (M, N, L), batched)
         s_m, s_n = t.stride[-2:] if len(t.shape) >= 2 else (0, 0)
-        s_l = t.stride[0] if len(t.shape) == 3 else 0
+        s_l = t.stride[0] if len(t.shape) == 3 and not n.broadcast_l else 0
         role = Role(f"aux load {n.name}", n.input, n.dtype, "MNL", ext, (s_m, s_n, s_l),
-                    "mn".index(n.major), None, True)  # fmt: skip
+                    "mn".index(n.major), 2 if n.broadcast_l else None, True)  # fmt: skip
     elif isinstance(n, ir.RowBroadcast):
         ok = len(t.shape) >= 1 and t.shape[-1] == N and math.prod(t.shape[:-1]) == 1
         role = Role(f"row broadcast {n.name}", n.input, n.dtype, "MNL", ext,
@@ -150,6 +153,17 @@ def _load_role(n, t: TensorInfo, mnl, batched: bool) -> Role:
     if not ok:
         raise LaunchError(f"input {n.input} ({role.what}) has shape {t.shape}; (M, N, L) = {mnl}")
     return role
+
+
+def _aux_shape_ok(n: ir.AuxLoad, t: TensorInfo, mnl, batched: bool) -> bool:
+    """[M, N] (unbatched, or read by every batch), or [L, M, N] with a real L stride (a stride-0
+    L needs the kernel built with a static zero: `broadcast_l`)."""
+    M, N, L = mnl
+    if n.broadcast_l:
+        return t.shape in ((M, N), (1, M, N))
+    if not batched:
+        return t.shape == (M, N)
+    return t.shape == (L, M, N) and (L == 1 or t.stride[0] != 0)
 
 
 def _logical_shape(t: TensorInfo, transposed: bool) -> tuple[int, int]:

@@ -94,7 +94,7 @@ def _load(node: ir.Node, t: torch.Tensor, shape: tuple[int, int, int]) -> torch.
     L, M, N = shape
     if isinstance(node, ir.AuxLoad):
         s = t.stride()
-        strides = (s[0] if t.dim() == 3 else 0, s[-2], s[-1])
+        strides = (s[0] if t.dim() == 3 and not node.broadcast_l else 0, s[-2], s[-1])
     elif isinstance(node, ir.RowBroadcast):
         strides = (0, 0, t.stride(-1))
     else:  # ColBroadcast: an M-vector stored as [M] or [M, 1]

@@ -56,11 +56,23 @@ class TileConfig:
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
 
 
+FALLBACK_TILES = (TileConfig(128, 128, 64), TileConfig(128, 64, 64))
+
+
 def default_config(spec: KernelSpec) -> TileConfig:
-    """128x256x64 cooperative, or 128x128x64 when the epilogue's shared memory would leave the
-    wider tile fewer than 3 mainloop stages."""
+    """128x256x64 cooperative while the epilogue's shared memory leaves it 3 mainloop stages;
+    else the first narrower tile that keeps 2 (CUTLASS's minimum: the fuzzer found epilogues with
+    several fp32 aux tensors that leave 128x128 only one)."""
     wide = TileConfig()
-    return wide if mainloop_stages(spec, wide) >= 3 else TileConfig(128, 128, 64)
+    if mainloop_stages(spec, wide) >= 3:
+        return wide
+    for cfg in FALLBACK_TILES:
+        if mainloop_stages(spec, cfg) >= 2:
+            return cfg
+    raise CodegenError(
+        f"kernel {spec.name}: its epilogue's shared memory leaves no tile 2 mainloop stages; "
+        "the region runs unfused"
+    )
 
 
 def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:

@@ -1,0 +1,178 @@
+"""Random epilogue DAGs for differential testing: `generate(seed)` -> a valid `KernelSpec`.
+
+A spec reads the accumulator, aux loads (bf16/f16/f32 and bool masks), row/column broadcasts and
+scalars; computes with every op of `COMPUTE_OPS` (some results cast to bf16/f16); reuses values
+(shared subexpressions, so most specs are DAGs); writes several outputs (aux stores, bool mask
+stores of comparisons, row reductions, [N] or [1, N]), some read through by later nodes as
+`evt.codegen.tree` emits them; and stores D as bf16, f32, f16 (f16 GEMMs) or bool (a mask).
+Domain safety and mask stability come from `evt.testing.facts`; `check` verifies a spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from evt import ir
+from evt.testing.facts import ACC, COMPARE, LOAD, Fact, infer
+from evt.testing.spec_check import MAX_AUX, check, facts_of, live
+
+__all__ = ["COMPARE", "check", "facts_of", "generate", "live"]
+
+SCALARS = (0.0, 0.5, 1.0, -1.0, 2.0, 3.0, -0.25, 0.1)
+WEIGHTS = {op: 1.0 for op in ir.COMPUTE_OPS} | {"add": 3.0, "mul": 2.0, "where": 2.0, "sub": 1.5}
+REPAIR = {"log": 0, "rsqrt": 0, "div": 1, "exp": 0}  # op -> argument to make positive/small
+
+
+class _Gen:
+    def __init__(self, rng: random.Random, gemm_dtype: str):
+        self.rng, self.gemm_dtype = rng, gemm_dtype
+        self.nodes: list[ir.Node] = [ir.AccFetch("acc")]
+        self.facts: dict[str, Fact] = {"acc": Fact(*ACC)}
+        self.inputs, self.aux = 2, 0
+
+    def add(self, node: ir.Node, fact: Fact) -> str:
+        self.nodes.append(node)
+        self.facts[node.name] = fact
+        return node.name
+
+    def leaf(self) -> str:
+        r, i = self.rng, len(self.nodes)
+        kinds = ["scalar", "row", "col"] + ["aux"] * 2 * (self.aux < MAX_AUX - 1)
+        kind = r.choice(kinds)
+        if kind == "scalar":
+            v = r.choice(SCALARS)
+            return self.add(ir.ScalarBroadcast(f"c{i}", v), Fact(v, v))
+        dtype, self.inputs = r.choice(("bf16", "bf16", "f16", "f32")), self.inputs + 1
+        name = f"in{self.inputs - 1}"
+        if kind == "aux":
+            self.aux += 1
+            if r.random() < 0.25:
+                return self.add(ir.AuxLoad(name, self.inputs - 1, "b8", r.choice("nm")),
+                                Fact(0.0, 1.0, mask=True))  # fmt: skip
+            node: ir.Node = ir.AuxLoad(name, self.inputs - 1, dtype, r.choice("nnm"))
+        else:
+            cls = ir.RowBroadcast if kind == "row" else ir.ColBroadcast
+            node = cls(f"{name}_{kind}", self.inputs - 1, dtype)
+        return self.add(node, Fact(*LOAD))
+
+    def pick(self, want_mask: bool = False) -> str:
+        """An existing value (recent ones more often: depth; any: shared subexpressions)."""
+        values = [n.name for n in self.nodes if not isinstance(n, (ir.AuxStore, ir.RowReduction))]
+        masks = [v for v in values if self.facts[v].mask]
+        if want_mask and masks and self.rng.random() < 0.8:
+            return self.rng.choice(masks)
+        if self.rng.random() < 0.2:
+            return self.leaf()
+        read = {a for n in self.nodes for a in ir.node_args(n)}
+        unread = [v for v in values if v not in read and v != "acc"]
+        if unread and self.rng.random() < 0.5:
+            return self.rng.choice(unread)
+        return self.rng.choice(values[-3:] if self.rng.random() < 0.5 else values)
+
+    def compute(self, op: str, args: list[str]) -> str | None:
+        fact = infer(op, [self.facts[a] for a in args])
+        if fact is None:
+            return None
+        dtype = "f32"
+        if self.rng.random() < 0.15:
+            dtype = self.rng.choice(("bf16", "f16") if self.gemm_dtype == "f16" else ("bf16",))
+        name = f"v{len(self.nodes)}_{op}"
+        return self.add(ir.Compute(name, op, tuple(args), dtype), fact)
+
+    def positive(self, x: str) -> str:
+        """A value in [0.36, 2.8] or [0.5, 1.5] made from `x` (a safe log/rsqrt/div argument)."""
+        if self.rng.random() < 0.5:
+            return self.sure("exp", [self.sure("tanh", [x])])
+        c = self.add(ir.ScalarBroadcast(f"c{len(self.nodes)}", 0.5), Fact(0.5, 0.5))
+        return self.sure("add", [self.sure("sigmoid", [x]), c])
+
+    def sure(self, op: str, args: list[str]) -> str:
+        name = self.compute(op, args)
+        assert name is not None, (op, args)
+        return name
+
+    def step(self) -> str | None:
+        op = self.rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        arity = ir.COMPUTE_OPS[op].arity
+        args = [self.pick(want_mask=op == "where" and i == 0) for i in range(arity)]
+        if op == "threshold_backward":
+            args[2] = self.add(ir.ScalarBroadcast(f"c{len(self.nodes)}", 0.0), Fact(0.0, 0.0))
+        if op in REPAIR and infer(op, [self.facts[a] for a in args]) is None:
+            k = REPAIR[op]
+            args[k] = self.positive(args[k])
+        return self.compute(op, args)
+
+
+def generate(seed: int, max_ops: int = 12) -> ir.KernelSpec:
+    """The spec of `seed`: the first draw that `check` accepts (a draw that only hits a known
+    codegen limit is drawn again from a derived seed)."""
+    for attempt in range(100):
+        spec = _draw(random.Random(seed if attempt == 0 else f"{seed}/{attempt}"), max_ops, seed)
+        problems = check(spec)
+        if not problems:
+            return spec
+        assert all(p.startswith("known limit") for p in problems), (seed, problems)
+    raise AssertionError(f"seed {seed}: no valid draw in 100 attempts")
+
+
+def _draw(rng: random.Random, max_ops: int, seed: int) -> ir.KernelSpec:
+    gemm_dtype = rng.choice(("bf16", "bf16", "f16"))
+    g = _Gen(rng, gemm_dtype)
+    for _ in range(rng.randint(1, max_ops)):
+        for _ in range(10):  # an op that is unsafe on the arguments drawn: draw again
+            if g.step() is not None:
+                break
+    _add_outputs(g)
+    d = _fold_dead(g)
+    reduces = any(isinstance(n, ir.RowReduction) for n in g.nodes)  # see spec_check's known limits
+    mask = g.facts[d].mask and not reduces and rng.random() < 0.8
+    d_dtype = "b8" if mask else rng.choice(("bf16", "f32", gemm_dtype))
+    a_in, b_in = (0, 1) if rng.random() < 0.8 else (1, 0)
+    gemm = ir.Gemm(ir.Operand(a_in, rng.random() < 0.5, rng.choice("km")),
+                   ir.Operand(b_in, rng.random() < 0.5, rng.choice("kn")), gemm_dtype)  # fmt: skip
+    return ir.KernelSpec(f"fuzz_{seed}", gemm, tuple(g.nodes), d, d_dtype, g.inputs)
+
+
+def _add_outputs(g: _Gen) -> None:
+    """0-2 aux stores and 0-2 row reductions, each right after its value; later readers read
+    through some of them."""
+    r, out = g.rng, 1
+    values = [n.name for n in g.nodes if isinstance(n, (ir.Compute, ir.AccFetch))]
+    writers: list[ir.AuxStore | ir.RowReduction] = []
+    for _ in range(r.randint(0, min(2, MAX_AUX - g.aux))):
+        v = r.choice(values)
+        dtype = "b8" if g.facts[v].mask and r.random() < 0.7 else r.choice(("bf16", "f32"))
+        writers.append(ir.AuxStore(f"out{out}", v, out, dtype))
+        out += 1
+    for _ in range(r.randint(0, 2)):
+        v = r.choice(values)
+        writers.append(ir.RowReduction(f"sum{out}", v, out, r.choice(("f32", "bf16")),
+                                       r.random() < 0.5))  # fmt: skip
+        out += 1
+    for w in writers:
+        at = next(i for i, n in enumerate(g.nodes) if n.name == w.arg) + 1
+        through = r.random() < 0.5
+        rest = [_rename(n, w.arg, w.name) if through else n for n in g.nodes[at:]]
+        g.nodes[at:] = [w, *rest]
+        g.facts[w.name] = g.facts[w.arg]
+
+
+def _rename(n: ir.Node, old: str, new: str) -> ir.Node:
+    if isinstance(n, ir.Compute):
+        return dataclasses.replace(n, args=tuple(new if a == old else a for a in n.args))
+    return n
+
+
+def _fold_dead(g: _Gen) -> str:
+    """D is the last computed value; values that reach neither D nor an output are folded into D (by
+    `maximum` where another op would leave the safe range)."""
+    d = next(n.name for n in reversed(g.nodes) if isinstance(n, ir.Compute | ir.AccFetch))
+    spec = ir.KernelSpec("k", ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, False, "k"), "bf16"),
+                         tuple(g.nodes), d, "f32", g.inputs)  # fmt: skip
+    alive = live(spec)
+    for n in list(g.nodes):
+        if n.name not in alive:
+            op = g.rng.choice(("add", "sub", "mul", "maximum", "minimum"))
+            d = g.compute(op, [d, n.name]) or g.compute("maximum", [d, n.name]) or d
+    return d

@@ -1,0 +1,180 @@
+"""CPU tier of the differential fuzzer (`evt.testing`): generated specs are valid, render, round-trip
+through JSON and cover the IR; the reference runs them without inf or NaN on the fuzz inputs,
+which fit the guards at every fuzz shape; the checker rejects what the generator must not make;
+the minimizer shrinks a spec with an injected failure to a 1-minimal one."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from evt import ir
+from evt.codegen.emit import render
+from evt.codegen.visitor import plan_visitor
+from evt.runtime import guards, reference
+from evt.testing import fuzz
+from evt.testing.compare import SHAPES
+from evt.testing.inputs import make_inputs
+from evt.testing.minimize import candidates_of, minimize
+from tests import specs
+
+SEEDS = range(300)
+REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[int, ir.KernelSpec]:
+    return {s: fuzz.generate(s) for s in SEEDS}
+
+
+def test_specs_are_valid_render_and_round_trip(generated):
+    for seed, spec in generated.items():
+        assert fuzz.check(spec) == [], seed
+        assert ir.from_json(ir.to_json(spec)) == spec
+        assert "using CustomEVT" in render(spec), seed
+
+
+def test_generation_is_deterministic():
+    assert [fuzz.generate(s) for s in range(5)] == [fuzz.generate(s) for s in range(5)]
+
+
+def _features(spec: ir.KernelSpec) -> set[str]:
+    out = {n.kind for n in spec.nodes} | {f"op:{n.op}" for n in spec.nodes if n.kind == "compute"}
+    out |= {f"{n.kind}:{n.dtype}" for n in spec.nodes if hasattr(n, "dtype")}
+    out |= {
+        f"d:{spec.d_dtype}",
+        f"gemm:{spec.gemm.dtype}",
+        "dag" if plan_visitor(spec).dag else "tree",
+    }
+    out |= {f"keepdim:{n.keepdim}" for n in spec.nodes if isinstance(n, ir.RowReduction)}
+    reads = collections.Counter(a for n in spec.nodes for a in ir.node_args(n))
+    writers = {n.name for n in spec.nodes if isinstance(n, (ir.AuxStore, ir.RowReduction))}
+    out |= {"shared"} if any(c > 1 for c in reads.values()) else set()
+    out |= {"read-through"} if writers & {a for n in spec.nodes for a in ir.node_args(n)} else set()
+    out |= {
+        f"outputs:{min(spec.num_outputs, 4)}",
+        f"a:{spec.gemm.a.major}",
+        f"b:{spec.gemm.b.major}",
+    }
+    return out
+
+
+def test_coverage(generated):
+    seen = set().union(*(_features(s) for s in generated.values()))
+    want = {k for k in ir.NODE_TYPES} | {f"op:{op}" for op in ir.COMPUTE_OPS}
+    want |= {"aux_load:b8", "aux_load:f16", "aux_load:f32", "aux_store:b8", "aux_store:f32",
+             "compute:bf16", "compute:f16", "row_reduction:bf16", "d:b8", "d:f16", "d:f32",
+             "gemm:f16", "dag", "tree", "keepdim:True", "keepdim:False", "shared",
+             "read-through", "outputs:4", "a:m", "b:n"}  # fmt: skip
+    assert want <= seen, want - seen
+
+
+def test_reference_is_finite_and_inputs_fit_the_guards(generated):
+    for seed in list(SEEDS)[:120]:
+        spec = generated[seed]
+        for M, N, K in SHAPES[1:]:
+            inputs = make_inputs(spec, M, N, K, seed)
+            guards.check(spec, [guards.TensorInfo.of(t) for t in inputs])
+            for i, out in enumerate(reference.run(spec, inputs)):
+                assert torch.isfinite(out.float()).all(), (seed, i)
+
+
+def test_the_fuzz_gemm_is_exact():
+    spec = fuzz.generate(0)
+    inputs = make_inputs(spec, 64, 48, 264, seed=3)
+    g = spec.gemm
+    a = inputs[g.a.input].mT if g.a.transposed else inputs[g.a.input]
+    b = inputs[g.b.input].mT if g.b.transposed else inputs[g.b.input]
+    exact = a.double() @ b.double()
+    assert torch.equal((a.float() @ b.float()).double(), exact) and exact.abs().max() <= 4
+
+
+def _spec(*nodes: ir.Node, d: str, d_dtype: str = "bf16", inputs: int = 2) -> ir.KernelSpec:
+    return ir.KernelSpec("k", specs.LINEAR, (ir.AccFetch("acc"), *nodes), d, d_dtype, inputs)
+
+
+C, E = ir.ScalarBroadcast("c", 0.5), ir.Compute("e", "exp", ("acc",))
+
+
+@pytest.mark.parametrize(
+    "spec, problem",
+    [
+        (_spec(ir.Compute("l", "log", ("acc",)), d="l"), "unsafe"),  # log of a negative
+        (_spec(C, E, ir.Compute("g", "gt", ("e", "c")), d="g"), "unsafe"),  # unstable mask
+        (_spec(C, E, ir.Compute("w", "where", ("e", "acc", "c")), d="w"), "unsafe"),
+        (_spec(ir.AuxStore("s", "acc", 1, "b8"), d="acc"), "not a mask"),
+        (_spec(E, d="acc", d_dtype="f32"), "dead"),
+        (_spec(C, ir.Compute("c", "neg", ("acc",)), d="c"), "twice"),
+        (_spec(ir.Compute("n", "neg", ("x",)), d="n"), "before it is defined"),
+        (
+            _spec(
+                *(ir.AuxLoad(f"x{i}", 2 + i, "bf16", "n") for i in range(5)),
+                ir.Compute("m", "add", ("x0", "x1")),
+                d="m",
+                inputs=7,
+            ),
+            "aux loads",
+        ),  # fmt: skip
+        (_spec(ir.AuxLoad("x", 3, "bf16", "n"), d="x", inputs=4), "inputs"),
+        (_spec(ir.Compute("g", "gt", ("acc", "acc")), d="g", d_dtype="b8"), None),  # valid
+    ],
+)
+def test_check_rejects(spec, problem):
+    found = fuzz.check(spec)
+    assert (not found) if problem is None else any(problem in p for p in found), found
+
+
+def _has_masked_where(spec: ir.KernelSpec) -> bool:
+    """The injected failure: a `where` whose condition is a comparison."""
+    ops = {n.name: n.op for n in spec.nodes if isinstance(n, ir.Compute)}
+    return any(op == "where" and ops.get(spec.node(n).args[0], "") in fuzz.COMPARE
+               for n, op in ops.items())  # fmt: skip
+
+
+def test_minimizer_shrinks_an_injected_failure_to_a_minimal_spec(generated):
+    failing = [s for s in generated.values() if _has_masked_where(s)]
+    assert len(failing) >= 5
+    for spec in failing[:10]:
+        small = minimize(spec, _has_masked_where)
+        assert _has_masked_where(small) and fuzz.check(small) == []
+        assert len(small.nodes) <= 6 and small.num_outputs == 1, ir.format_tree(small)
+        smaller = [c for c in candidates_of(small) if len(c.nodes) < len(small.nodes)]
+        assert not any(_has_masked_where(c) and not fuzz.check(c) for c in smaller)
+
+
+def test_minimizer_keeps_the_spec_when_nothing_smaller_fails(generated):
+    spec = generated[3]
+    assert minimize(spec, lambda s: s == spec) is spec
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+def test_regression_specs_are_valid(path):
+    body = json.loads(path.read_text())
+    spec = ir.from_json(body["spec"])
+    assert fuzz.check(spec) == [] and len(body["shape"]) == 3
+    render(spec)
+
+
+def test_gpu_runner_logs_minimizes_and_writes_regressions(tmp_path, monkeypatch):
+    """scripts/fuzz_gpu.py's flow without a GPU: builds and cases faked, the failure injected."""
+    from evt.testing.compare import Failure
+    from scripts import fuzz_gpu
+
+    built: list[str] = []
+    monkeypatch.setattr(fuzz_gpu.build, "prefetch", lambda spec: built.append(spec.name))
+    fake = Failure("mismatch", "injected")
+    monkeypatch.setattr(fuzz_gpu, "run_case", lambda spec, shape, seed: fake
+                        if _has_masked_where(spec) and shape == SHAPES[1] else None)  # fmt: skip
+    assert fuzz_gpu.main(["--count", "6", "--seed", "16", "--out", str(tmp_path)]) == 1
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [e["seed"] for e in log] == list(range(16, 22)) and len(built) >= 6
+    failed = [e for e in log if e["status"] == "fail"]
+    assert failed and all(e["kind"] == "mismatch" and e["shape"] == list(SHAPES[1]) for e in failed)
+    for e in failed:
+        body = json.loads(Path(e["regression"]).read_text())
+        small = ir.from_json(body["spec"])
+        assert body["seed"] == e["seed"] and _has_masked_where(small) and len(small.nodes) <= 6

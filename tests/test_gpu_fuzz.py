@@ -1,0 +1,48 @@
+"""GPU tier of the differential fuzzer: 20 generated specs, and every minimized failure in
+tests/fuzz_regressions/, run at each fuzz shape against the reference path with NaN-poisoned
+outputs (`evt.testing.compare`). The full fuzz run is scripts/fuzz_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from evt import ir
+from evt.runtime import build, dispatch
+from evt.testing import fuzz
+from evt.testing.compare import SHAPES, run_case
+
+pytestmark = pytest.mark.gpu
+
+SEEDS = range(1000, 1020)
+REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> dict[int, ir.KernelSpec]:
+    if not os.environ.get("EVT_CACHE_DIR"):
+        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
+    dispatch.reset()
+    out = {s: fuzz.generate(s) for s in SEEDS}
+    for future in [build.prefetch(s) for s in out.values()]:
+        future.exception()  # a failed build shows as that seed's failure below
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_generated_spec_matches_the_reference(generated, seed):
+    for shape in SHAPES:
+        failure = run_case(generated[seed], shape, seed)
+        assert failure is None, (f"fuzz seed {seed} at {shape}: {failure}\n"
+                                 f"{ir.format_tree(generated[seed])}")  # fmt: skip
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+def test_regression(path):
+    body = json.loads(path.read_text())
+    spec = ir.from_json(body["spec"])
+    failure = run_case(spec, tuple(body["shape"]), body["seed"])
+    assert failure is None, f"{path.name}: {failure}\n{ir.format_tree(spec)}"

@@ -24,8 +24,13 @@ class Report:
     def unfused_gemms(self) -> int:
         return sum(g.unfused_gemms for g in self.graphs)
 
+    @property
+    def unfused(self) -> list[tuple[str, str, str]]:
+        """(GEMM node, side, why no region anchors it), forward and backward."""
+        return [u for g in self.graphs for u in g.unfused]
+
     def __str__(self) -> str:
-        lines = [format_table(self.regions, self.unfused_gemms)]
+        lines = [format_table(self.regions, self.unfused_gemms, self.unfused)]
         lines += [f"ran unfused: {name}: {why}" for name, why in self.fallbacks.items()]
         return "\n".join(lines)
 

@@ -13,11 +13,12 @@ from torch.fx import Graph
 
 from evt import debug
 from evt.errors import EvtError
-from evt.graph.annotate_sides import annotate_sides
+from evt.graph.annotate_sides import annotate_sides, side
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
+from evt.graph.layouts import why_not_anchor
 from evt.graph.lower_regions import lower_regions
 from evt.graph.sink_views import sink_views
 from evt.graph.verify import verify
@@ -64,19 +65,27 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
     regions = partition(graph)
     validate(graph, regions)
     drawing = _draw(graph, regions) if draw else None
-    gemms = sum(GEMM in n.meta for n in graph.nodes)
+    gemms = [n for n in graph.nodes if GEMM in n.meta]
+    why = {n: _why_unfused(n) for n in gemms}  # before lowering erases the fused ones
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     lowered = lower_regions(graph, regions)
     run_passes(graph, [("eliminate_dead_code", eliminate_dead_code)], check)
     verify(graph, after="lower_regions")
-    report = GraphReport(unfused_gemms=gemms - len(lowered), drawing=drawing)
+    report = GraphReport(unfused_gemms=len(gemms) - len(lowered), drawing=drawing)
+    fused = {region.anchor for region, _ in lowered}
+    report.unfused = [(n.name, side(n), why[n]) for n in gemms if n not in fused]
     for region, built in lowered:
         anchor, fused, saved, kept = summaries[region.anchor]
         report.regions.append(
             RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec, kept)
         )
-    debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms))
+    debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms, report.unfused))
     return report
+
+
+def _why_unfused(gemm) -> str:
+    """The reason a report gives for a GEMM no region anchors."""
+    return why_not_anchor(gemm) or "nothing after it that an epilogue can compute"
 
 
 def _draw(graph: Graph, regions: list[Region]):

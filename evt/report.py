@@ -27,6 +27,7 @@ class GraphReport:
     unfused_gemms: int = 0
     fallbacks: list[str] = field(default_factory=list)  # regions left unfused, with the reason
     drawing: object | None = None  # a pydot graph of the partition, when asked for
+    unfused: list[tuple[str, str, str]] = field(default_factory=list)  # (GEMM, side, why)
 
 
 def op_name(node: Node) -> str:
@@ -74,7 +75,9 @@ def saved_for_backward(outputs: list[Node]) -> int:
     return sum(nbytes(n) for n in outputs if any(side(u) == "backward" for u in n.users))
 
 
-def format_table(regions: list[RegionReport], unfused_gemms: int) -> str:
+def format_table(
+    regions: list[RegionReport], unfused_gemms: int, unfused: list | None = None
+) -> str:
     rows = [("kernel", "side", "anchor", "fused", "bytes saved", "kept for bwd")]
     rows += [
         (r.name, r.side, r.anchor, ", ".join(r.fused), f"{r.bytes_saved:,}",
@@ -85,4 +88,5 @@ def format_table(regions: list[RegionReport], unfused_gemms: int) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(f"{len(regions)} fused regions, {unfused_gemms} GEMMs left unfused")
+    lines += [f"  unfused {name} ({side}): {why}" for name, side, why in unfused or []]
     return "\n".join(lines)

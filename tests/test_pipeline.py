@@ -110,3 +110,13 @@ def test_3d_activations_sink_views_and_match_eager(dtype):
     forward = [(r.anchor, r.fused) for r in report.regions if r.side == "forward"]
     assert len(forward) == 4  # Q·Kᵀ / sqrt(d), proj+res, fc1+gelu, fc2+res
     assert forward[0][0] == "aten.bmm" and "aten.div" in forward[0][1]  # bf16: + softmax's upcast
+
+
+def test_report_says_why_each_gemm_stayed_unfused():
+    model = MLP(32, 64)
+    x = torch.randn(16, 32, requires_grad=True)
+    report = evt.explain(lambda x: model(x).sum().backward(), x)  # .sum(): an expanded gradient
+    reasons = {why for _, side, why in report.unfused if side == "backward"}
+    assert any("unit-stride" in why for why in reasons), report.unfused
+    assert len(report.unfused) == report.unfused_gemms
+    assert "unfused" in str(report)

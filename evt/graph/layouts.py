@@ -60,6 +60,20 @@ def aux_major(val: torch.Tensor) -> str:
     return "n" if val.stride(-1) == 1 else "m"
 
 
+def why_not_anchor(node: torch.fx.Node) -> str | None:
+    """Why a GEMM cannot anchor a region (for reports), or None if it can."""
+    g, val = node.meta.get(GEMM), node.meta.get("val")
+    if g is None or val is None or val.dim() != (3 if g.batched else 2):
+        return "not a plain 2-D (or batched 3-D) GEMM"
+    if val.dtype not in GEMM_DTYPES:
+        return f"dtype {val.dtype}"
+    if gemm_majors(g) is None:
+        return "an operand has no unit-stride dimension (e.g. an expanded gradient)"
+    if g.bias is not None and load_kind(g.bias.meta.get("val"), *val.shape) is None:
+        return "its bias cannot be read as a row/column vector or aux tensor"
+    return None
+
+
 def gemm_shape(node: torch.fx.Node) -> tuple[int, ...] | None:
     """[M, N] (or [L, M, N], batched) of an eligible GEMM anchor, else None (not a GEMM, odd
     dtype or layout)."""

@@ -11,13 +11,13 @@ other output, in graph order, is an `AuxStore` or, for a `sum` over M, a `RowRed
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
 from torch.fx import Node
 
 from evt import ir
+from evt.codegen.emit import c_identifier
 from evt.errors import UnsupportedPattern
 from evt.graph.epilogue_rules import REDUCTION_OPS, Expr, epilogue_expr
 from evt.graph.fold_gemm_operands import GEMM
@@ -30,11 +30,6 @@ class BuiltRegion:
     spec: ir.KernelSpec
     inputs: tuple[Node, ...]  # the FX values passed as the kernel's inputs, in order
     outputs: tuple[Node, ...]  # the region's FX nodes each kernel output replaces (D first)
-
-
-def sanitize(name: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return name if name and not name[0].isdigit() else f"n_{name}"
 
 
 class _Builder:
@@ -62,7 +57,7 @@ class _Builder:
         kind, dtype = load_kind(val, *self.shape), ir.dtype_name(val.dtype)
         if kind is None:
             raise UnsupportedPattern(f"cannot load {fx.format_node()} into a {self.shape} epilogue")
-        idx, name = self.input_index(fx), sanitize(fx.name)
+        idx, name = self.input_index(fx), c_identifier(fx.name)
         if kind == "aux_load":
             every = len(self.shape) == 3 and val.dim() == 2  # one [M, N] tensor for every batch
             node: ir.Node = ir.AuxLoad(name, idx, dtype, aux_major(val), every)
@@ -79,14 +74,14 @@ class _Builder:
         if isinstance(a, Expr):
             return self.expr(a, owner, counter, final=False)
         counter[0] += 1
-        return self.add(ir.ScalarBroadcast(f"{sanitize(owner.name)}_c{counter[0]}", float(a)))
+        return self.add(ir.ScalarBroadcast(f"{c_identifier(owner.name)}_c{counter[0]}", float(a)))
 
     def expr(self, e: Expr, owner: Node, counter: list[int], final: bool = True) -> str:
         args = tuple(self.arg(a, owner, counter) for a in e.args)
         if self.no_op_cast(e, args):
             return args[0]
         counter[0] += 1
-        name = sanitize(owner.name) if final else f"{sanitize(owner.name)}_{counter[0]}"
+        name = c_identifier(owner.name) if final else f"{c_identifier(owner.name)}_{counter[0]}"
         dtype = "f32" if e.dtype is None else ir.dtype_name(e.dtype)
         return self.add(ir.Compute(name, e.op, args, dtype))
 
@@ -107,7 +102,7 @@ class _Builder:
             raise UnsupportedPattern(f"GEMM operands need a unit stride: {a_node.format_node()}")
         a = ir.Operand(self.input_index(g.a), g.a_transposed, majors[0])
         b = ir.Operand(self.input_index(g.b), g.b_transposed, majors[1])
-        acc = self.add(ir.AccFetch(f"{sanitize(a_node.name)}_acc"))
+        acc = self.add(ir.AccFetch(f"{c_identifier(a_node.name)}_acc"))
         value = acc if g.alpha == 1 else self.expr(Expr("mul", (_Ref(acc), g.alpha)), a_node, [0], False)
         if g.bias is not None:
             bias: object = g.bias if g.beta == 1 else Expr("mul", (g.bias, g.beta))
@@ -138,7 +133,7 @@ def build_region(region: Region, name: str) -> BuiltRegion:
     rest = [fx for fx in outputs if fx is not d]
     writers = [_writer(fx, i, b.value, reductions) for i, fx in enumerate(rest, start=1)]
     spec = ir.KernelSpec(
-        sanitize(name), gemm, _insert_writers(b.nodes, writers), b.value[d],
+        c_identifier(name), gemm, _insert_writers(b.nodes, writers), b.value[d],
         ir.dtype_name(d.meta["val"].dtype), len(b.inputs),
     )  # fmt: skip
     return BuiltRegion(spec, tuple(b.inputs), (d, *rest))
@@ -159,8 +154,8 @@ def _writer(fx: Node, output: int, value: dict[Node, str], reductions: dict[Node
     val = fx.meta["val"]
     dtype = ir.dtype_name(val.dtype)
     if fx in reductions:
-        return ir.RowReduction(sanitize(fx.name), reductions[fx], output, dtype, val.dim() == 2)
-    return ir.AuxStore(f"{sanitize(fx.name)}_store", value[fx], output, dtype)
+        return ir.RowReduction(c_identifier(fx.name), reductions[fx], output, dtype, val.dim() == 2)
+    return ir.AuxStore(f"{c_identifier(fx.name)}_store", value[fx], output, dtype)
 
 
 def _insert_writers(nodes: list[ir.Node], writers: list) -> tuple[ir.Node, ...]:

@@ -1,57 +1,43 @@
-"""Time one region's kernel under several tile configurations, at real shapes, next to cuBLAS.
+"""Time regions' kernels under every candidate tile configuration, at the suite's shapes, next to
+the bare cuBLAS GEMM: the exhaustive sweep the config heuristic is judged against.
 
-The seed of the config search (issue: fast kernels): builds every (spec, config) in parallel,
-checks each against the reference path, then times it with CUDA events.
+Each pattern of the benchmark suite (`evt.bench.patterns`) is captured through the pipeline on CPU
+(small shapes: a KernelSpec does not depend on them), every (region, config) is built in parallel,
+checked against the reference path, then timed at the pattern's real shapes with CUDA events.
+The output ranks the configs per (pattern, shape) and says where `evt.codegen.config.heuristic`
+put the measured winner.
 
-    python benchmarks/config_sweep.py [--shapes 8192x4096x1024,8192x3072x768] [--json out.json]
+    python benchmarks/config_sweep.py [--patterns bias_relu,dgrad_gelu] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 
-from evt.codegen.config import TileConfig
+from evt.bench import ops
+from evt.bench.workload import tiny
+from evt.codegen import config as cfgs
 from evt.runtime import build, launch, reference
-from tests import specs
+from evt.testing.inputs import make_inputs
 
-CONFIGS = [
-    TileConfig(128, 256, 64),
-    TileConfig(128, 128, 64),
-    TileConfig(128, 256, 64, cluster_m=2),
-    TileConfig(64, 256, 64, schedule="pingpong"),
-    TileConfig(128, 128, 64, schedule="pingpong"),
-    TileConfig(64, 128, 64, schedule="pingpong"),
-]
-SPECS = {
-    "fc1_bias_gelu_aux": specs.mlp_fc1_forward,
-    "fc2_bias_residual": specs.mlp_fc2_residual,
-    "dgrad_gelu": specs.mlp_dgrad_gelu,
-}
+PATTERNS = (
+    "bias_relu", "bias_gelu", "bias_gelu_tanh", "bias_gelu_aux", "dgrad_gelu", "dgrad_bias_grad",
+    "residual_scale_cast",
+)  # fmt: skip
 
 
-def inputs_for(spec, m, n, k):
-    """Random inputs laid out as the spec expects (see tests/specs.py)."""
-    bf = dict(device="cuda", dtype=torch.bfloat16)
-    a = torch.randn(m, k, **bf)
-    b = (
-        torch.randn(n, k, **bf) / k**0.5
-        if spec.gemm.b.transposed
-        else torch.randn(k, n, **bf) / k**0.5
-    )
-    rest = []
-    for node in spec.nodes:
-        if node.kind == "row_broadcast":
-            rest.append((node.input, torch.randn(n, **bf)))
-        elif node.kind == "aux_load":
-            rest.append((node.input, torch.randn(m, n, **bf)))
-    out = [None] * spec.num_inputs
-    out[spec.gemm.a.input], out[spec.gemm.b.input] = a, b
-    for i, t in rest:
-        out[i] = t
-    return out
+def capture(pattern: str):
+    """The region specs evt makes of `pattern` (CPU, tiny shapes)."""
+    from evt.explain import explain
+
+    p = ops.PATTERNS[pattern]
+    dims = tiny(next(iter(p.shapes.values())))
+    inputs = p.inputs(dims, torch.bfloat16, "cpu", torch.Generator().manual_seed(0))
+    return [r.spec for r in explain(p.fn, *inputs).regions]
 
 
 def time_ms(fn) -> float:
@@ -60,54 +46,72 @@ def time_ms(fn) -> float:
     return harness_time_ms(fn, "cuda")
 
 
+def bare_mm(spec, x):
+    a, b = x[spec.gemm.a.input], x[spec.gemm.b.input]
+    a = a.t() if spec.gemm.a.transposed else a
+    b = b.t() if spec.gemm.b.transposed else b
+    return lambda: torch.mm(a, b)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--shapes", default="8192x4096x1024,8192x3072x768,16384x4096x4096")
+    p.add_argument("--patterns", default=",".join(PATTERNS))
+    p.add_argument("--configs", help="comma-separated labels (default: every candidate)")
     p.add_argument("--json")
     a = p.parse_args()
-    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
-    jobs = {
-        (name, cfg): build.prefetch(make(), cfg) for name, make in SPECS.items() for cfg in CONFIGS
-    }
+    configs = [c for c in cfgs.CANDIDATES if not a.configs or c.label in a.configs.split(",")]
+    specs = {name: capture(name) for name in a.patterns.split(",")}
+    t0 = time.time()
+    jobs = {}
+    for name, regions in specs.items():
+        for spec in regions:
+            for cfg in configs:
+                if cfgs.fits(spec, cfg):
+                    jobs[(name, spec.name, cfg)] = (spec, build.prefetch(spec, cfg))
+    print(f"{len(jobs)} kernels to build", flush=True)
     rows = []
-    for (name, cfg), fut in jobs.items():
-        spec = SPECS[name]()
+    for (name, region, cfg), (spec, fut) in jobs.items():
         try:
             kernel = launch.Kernel(spec, launch.load(fut.result()))
         except Exception as e:  # noqa: BLE001
-            print(f"{name} {cfg.label}: build failed: {str(e)[:200]}")
+            print(f"{name} {region} {cfg.label}: build failed: {str(e)[:300]}", flush=True)
             continue
-        for m, n, k in shapes:
-            x = inputs_for(spec, m, n, k)
+        for shape, (m, n, k) in ops.PATTERNS[name].shapes.items():
+            x = make_inputs(spec, m, n, k, seed=1, device="cuda")
             got, want = kernel(x), reference.run(spec, x)
             err = max(
-                ((g.float() - w.float()).abs().max() / w.float().abs().max()).item()
+                ((g.float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-6)).item()
                 for g, w in zip(got, want)
             )
-            ms = time_ms(lambda kernel=kernel, x=x: kernel(x))
-            b = x[1].t() if spec.gemm.b.transposed else x[1]
-            mm = time_ms(lambda a=x[0], b=b: torch.mm(a, b))
-            tf = 2 * m * n * k / ms / 1e9
-            rows.append(
-                dict(
-                    spec=name,
-                    config=cfg.label,
-                    m=m,
-                    n=n,
-                    k=k,
-                    ms=ms,
-                    tflops=tf,
-                    vs_mm=mm / ms,
-                    err=err,
-                )
-            )
-            print(
-                f"{name:18} {cfg.label:28} {m}x{n}x{k}: {ms:.4f} ms {tf:6.1f} TFLOP/s "
-                f"{mm / ms:.2f}x mm  err {err:.1e}"
-            )
+            ms, mm = time_ms(lambda kernel=kernel, x=x: kernel(x)), time_ms(bare_mm(spec, x))
+            rank = [c.label for c in cfgs.heuristic(spec, m, n, k)]
+            row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, config=cfg.label,
+                       ms=ms, mm_ms=mm, tflops=2 * m * n * k / ms / 1e9, vs_mm=mm / ms, err=err,
+                       heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
+            rows.append(row)
+            print(f"{name:20} {shape:9} {cfg.label:30} {row['tflops']:6.1f} TFLOP/s "
+                  f"{row['vs_mm']:.2f}x mm  err {err:.1e}", flush=True)  # fmt: skip
+    print(f"built and timed in {time.time() - t0:.0f} s")
+    summarize(rows)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def summarize(rows: list[dict]) -> None:
+    """Per (pattern, shape): the winner, the heuristic's pick and where it ranks the winner."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["pattern"], r["region"], r["shape"]), []).append(r)
+    print("\npattern/shape               best config                    vs mm  heuristic pick"
+          "                 vs mm  winner's rank")  # fmt: skip
+    for (pattern, _, shape), rs in groups.items():
+        best = max(rs, key=lambda r: r["tflops"])
+        pick = min((r for r in rs if r["heuristic_rank"] is not None),
+                   key=lambda r: r["heuristic_rank"], default=None)  # fmt: skip
+        print(f"{pattern + '/' + shape:27} {best['config']:30} {best['vs_mm']:.2f}  "
+              f"{pick['config'] if pick else '-':30} {pick['vs_mm'] if pick else 0:.2f}  "
+              f"{best['heuristic_rank']}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from torch.fx import Graph
 
 import evt
 from evt import debug, pipeline
+from evt.graph import lower_regions
 from evt.report import GraphReport
 from evt.runtime import dispatch
 
@@ -67,60 +68,83 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def fuse_graph(graph: Graph) -> GraphReport | None:
-    """Run the pipeline; on any failure warn once and leave the graph as it is."""
+def fuse_graph(graph: Graph, autotune: bool = False) -> GraphReport | None:
+    """Run the pipeline; on any failure warn once and leave the graph as it is. With `autotune`,
+    each region's config is measured and unprofitable regions stay unfused
+    (`evt.runtime.autotune`)."""
+    keep = None
+    if autotune:
+        from evt.runtime import autotune as tuner
+
+        keep = tuner.decide
     try:
-        report = pipeline.fuse(graph, check=debug.level() >= 2, draw=DRAW)
+        report = pipeline.fuse(graph, check=debug.level() >= 2, draw=DRAW, keep=keep)
     except Exception as e:  # noqa: BLE001 - training must not crash because of evt
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
         return None
-    for region in report.regions:  # compile kernels in parallel while Inductor works on the rest
-        dispatch.prefetch(region.spec)
+    prefetch_kernels(graph)
     for listener in _listeners:
         listener(report)
     return report
 
 
+def prefetch_kernels(graph: Graph) -> None:
+    """Start building every region's kernel (in parallel, while Inductor works on the rest), its
+    tile config chosen for the shapes the graph carries."""
+    for node in graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM):
+        spec = node.meta["evt_spec"]
+        values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in node.args[1]]
+        try:
+            problem = dispatch.problem_hint(spec, values)
+        except Exception:  # noqa: BLE001 - no hint: the kernel gets the shape-blind default
+            problem = None
+        dispatch.prefetch(spec, problem)
+
+
 class JointPass(CustomGraphPass):
     """Inductor's `joint_custom_pre_pass`: evt's pipeline on the joint (or inference) graph."""
 
+    def __init__(self, autotune: bool = False):
+        self.autotune = autotune
+
     def __call__(self, graph: Graph) -> None:
-        fuse_graph(graph)
+        fuse_graph(graph, self.autotune)
 
     def uuid(self) -> str:
-        return f"evt-{source_hash()}"
+        return f"evt-{source_hash()}{'-autotune' if self.autotune else ''}"
 
 
 def evt_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
     options = dict(options or {})
     rest = options.pop("rest", "inductor")
+    autotune = bool(options.pop("autotune", False)) or (mode or "").startswith("max-autotune")
     if rest not in EVT_OPTIONS["rest"]:
         raise ValueError(f"evt: options['rest'] must be one of {EVT_OPTIONS['rest']}, got {rest!r}")
     if rest == "eager":
-        return _eager(gm, example_inputs)
-    return _inductor(gm, example_inputs, options, mode)
+        return _eager(gm, example_inputs, autotune)
+    return _inductor(gm, example_inputs, options, mode, autotune)
 
 
-def _inductor(gm, example_inputs, options: dict, mode: str | None):
+def _inductor(gm, example_inputs, options: dict, mode: str | None, autotune: bool = False):
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
     patches = {**(list_mode_options(mode) if mode else {}), **options}
-    patches["joint_custom_pre_pass"] = JointPass()
+    patches["joint_custom_pre_pass"] = JointPass(autotune)
     return compile_fx(gm, example_inputs, config_patches=patches, decompositions=decompositions())
 
 
-def _eager(gm, example_inputs):
+def _eager(gm, example_inputs, autotune: bool = False):
     from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
     def partition_fn(joint, joint_inputs, **kwargs):
-        fuse_graph(joint.graph)
+        fuse_graph(joint.graph, autotune)
         joint.recompile()
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
     def inference(module, inputs):
-        fuse_graph(module.graph)
+        fuse_graph(module.graph, autotune)
         module.recompile()
         return make_boxed_func(module.forward)
 

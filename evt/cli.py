@@ -1,7 +1,9 @@
 """The `evt` command line.
 
-    evt dump --example mlp --out DIR [--draw]   capture a training step, fuse, write each
-                                                kernel's C++ (and a picture of the partition)
+    evt dump --example mlp|gpt2|bert --out DIR [--draw]
+                                                capture a training step, fuse, write each
+                                                kernel's C++ (and a picture of the partition) and
+                                                a summary: per GEMM, what it fuses or why not
     evt bench [--quick] [--out DIR]             GEMM+epilogue suite and training steps against
                                                 every peer (see benchmarks/README.md)
     evt cache [info [--verbose] | clear]        show the kernel cache or empty it
@@ -25,6 +27,7 @@ def _dump(args: argparse.Namespace) -> int:
     from evt.codegen.config import default_config
     from evt.codegen.emit import render
     from evt.codegen.nvcc import nvcc_command
+    from evt.errors import EvtError
     from evt.examples import EXAMPLES
     from evt.explain import explain
 
@@ -34,16 +37,23 @@ def _dump(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.draw:
         _draw(report, out)
+    unrendered = []  # e.g. fp32 epilogues whose shared memory leaves no tile two stages
     for r in report.regions:
-        cu = out / f"{r.name}.cu"
-        cu.write_text(render(r.spec, default_config(r.spec)))
         (out / f"{r.name}.tree.txt").write_text(ir.format_tree(r.spec))
+        try:
+            source = render(r.spec, default_config(r.spec))
+        except EvtError as e:
+            unrendered.append(f"no kernel source: {e}")
+            continue
+        cu = out / f"{r.name}.cu"
+        cu.write_text(source)
         cmd = shlex.join(nvcc_command(cu.name, f"{r.name}.so"))
         (out / f"{r.name}.nvcc.sh").write_text(f"#!/bin/sh\n# run in {out}\n{cmd}\n")
-    table = str(report)
+    table = "\n".join([str(report), *unrendered])
     (out / "summary.txt").write_text(table + "\n")
     print(table)
-    print(f"wrote {len(report.regions)} kernels (.cu, .tree.txt, .nvcc.sh) to {out}")
+    written = len(report.regions) - len(unrendered)
+    print(f"wrote {written} kernels (.cu, .tree.txt, .nvcc.sh) to {out}")
     return 0
 
 
@@ -64,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evt", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("dump", help="capture an example, fuse it, write the generated kernels")
-    d.add_argument("--example", choices=sorted(EXAMPLES), default="mlp")
+    d.add_argument("--example", choices=sorted(EXAMPLES), default="mlp",
+                   help="; ".join(f"{k}: {e.description}" for k, e in EXAMPLES.items()))
     d.add_argument("--out", default="evt-dump", help="output folder (default: evt-dump)")
     d.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     d.add_argument("--device", default="cpu", help="where to trace the example (default: cpu)")

@@ -15,8 +15,11 @@ Conventions (CUTLASS 3.x):
   other strides are run-time arguments.
 - Row* nodes are N-vectors (broadcast along M), Col* nodes are M-vectors (broadcast along N).
 - Epilogue nodes are listed in topological order and refer to each other by name. `d` names the
-  node whose value is stored as D (output 0); each `AuxStore` and each `RowReduction` writes one
-  more output. Both pass their argument's value on to their readers.
+  node whose value is stored as D (output 0); each writer (`WRITERS`: an `AuxStore`, a reduction
+  or a statistic) writes one or two more outputs and passes its argument's value on to its
+  readers.
+- Reductions and statistics are deterministic: fp32 partials per CTA tile, combined in a fixed
+  order (no float atomics), rounded once to the output's dtype.
 - Masks: a comparison computes 1.0 or 0.0 in fp32; a bool tensor is loaded and stored as bytes
   (dtype "b8", CUTLASS `uint8_t`), the layout torch uses for bool.
 """
@@ -148,11 +151,14 @@ class AuxStore:
     major: str = "n"
 
 
+REDUCE_OPS = ("sum", "max")  # max: NaN-propagating, like torch.amax
+
+
 @dataclass(frozen=True)
 class RowReduction:
-    """Sums its argument over M (and L) into an N-vector, kernel output `output`: accumulated in
-    fp32, rounded once to `dtype`, shaped [N] or, with `keepdim`, [1, N] (CUTLASS
-    `Sm90RowReduction`, e.g. a Linear's bias gradient). Passes its argument's value through."""
+    """Reduces its argument (`op`: sum or max) over M (and L) into an N-vector, kernel output
+    `output`: accumulated in fp32, rounded once to `dtype`, shaped [N] or, with `keepdim`, [1, N]
+    (CUTLASS `Sm90RowReduction`, e.g. a Linear's bias gradient). Passes its argument through."""
 
     kind: ClassVar[str] = "row_reduction"
     name: str
@@ -160,20 +166,121 @@ class RowReduction:
     output: int
     dtype: str
     keepdim: bool = False
+    op: str = "sum"
+
+
+@dataclass(frozen=True)
+class ColReduction:
+    """Reduces its argument (`op`: sum or max) over N into an M-vector per batch, kernel output
+    `output`: [M] ([L, M] batched), or with `keepdim` [M, 1] ([L, M, 1]); fp32, rounded once
+    (CUTLASS `Sm90ColReduction`, its deterministic final reduction). Passes its argument through."""
+
+    kind: ClassVar[str] = "col_reduction"
+    name: str
+    arg: str
+    output: int
+    dtype: str
+    keepdim: bool = False
+    op: str = "sum"
+
+
+@dataclass(frozen=True)
+class ScalarReduction:
+    """Reduces its argument (`op`: sum or max) over L, M and N into one value, kernel output
+    `output`: shape [] or, with `keepdim`, all ones (evt's `Sm90ScalarStatistic`: per-tile
+    partials combined in a fixed order; CUTLASS's Sm90ScalarReduction is atomic only)."""
+
+    kind: ClassVar[str] = "scalar_reduction"
+    name: str
+    arg: str
+    output: int
+    dtype: str
+    keepdim: bool = False
+    op: str = "sum"
+
+
+@dataclass(frozen=True)
+class SoftmaxStats:
+    """Softmax's statistics of each row over N, in one pass (online softmax): m = max x and
+    s = sum exp(x - m), or with `zero_inf_max` (logsumexp) shifted by 0 where m is +-inf.
+    Outputs `max_output` (m) and/or `sum_output` (s), M-vectors shaped as a ColReduction's
+    (evt's `Sm90RowStatistics<SoftmaxStat>`: (m_i, s_i) per N tile, combined as m = max m_i,
+    s = sum s_i exp(m_i - m)). Passes its argument through."""
+
+    kind: ClassVar[str] = "softmax_stats"
+    name: str
+    arg: str
+    dtype: str
+    max_output: int | None = None
+    sum_output: int | None = None
+    keepdim: bool = False
+    zero_inf_max: bool = False
+
+
+@dataclass(frozen=True)
+class WelfordStats:
+    """LayerNorm's statistics of each row over N: `mean_output` (the mean) and/or `var_output`
+    (M2 / (count - correction)), M-vectors shaped as a ColReduction's (evt's
+    `Sm90RowStatistics<WelfordStat>`: (count, mean, M2) per N tile, combined with Chan's
+    formula). Passes its argument through."""
+
+    kind: ClassVar[str] = "welford"
+    name: str
+    arg: str
+    dtype: str
+    mean_output: int | None = None
+    var_output: int | None = None
+    keepdim: bool = False
+    correction: int = 0
 
 
 Node = (
     AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarBroadcast | Compute | AuxStore
-    | RowReduction
+    | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats
 )  # fmt: skip
 NODE_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (
         AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarBroadcast, Compute, AuxStore,
-        RowReduction,
+        RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats,
     )
 }  # fmt: skip
 LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
+REDUCTIONS = (RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)
+WRITERS = (AuxStore, *REDUCTIONS)  # write outputs, pass their argument through
+Writer = AuxStore | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats
+
+
+@dataclass(frozen=True)
+class Output:
+    """One kernel output besides D: its index, the writer, and its shape's kind."""
+
+    index: int
+    node: Writer
+    dtype: str
+    vector: str  # "full" [L,] M, N | "row" an N-vector | "col" an M-vector | "scalar"
+    keepdim: bool
+
+
+def writes(node: Node) -> list[Output]:
+    """The outputs `node` writes (none for a non-writer), in the order of its fields."""
+    if isinstance(node, AuxStore):
+        return [Output(node.output, node, node.dtype, "full", False)]
+    if isinstance(node, (RowReduction, ColReduction, ScalarReduction)):
+        vector = {"row_reduction": "row", "col_reduction": "col"}.get(node.kind, "scalar")
+        return [Output(node.output, node, node.dtype, vector, node.keepdim)]
+    if isinstance(node, (SoftmaxStats, WelfordStats)):
+        return [Output(i, node, node.dtype, "col", node.keepdim) for i in stat_outputs(node)
+                if i is not None]  # fmt: skip
+    return []
+
+
+def stat_outputs(node: SoftmaxStats | WelfordStats) -> tuple[int | None, int | None]:
+    """A statistic's two optional outputs in the kernel's order (softmax: max, sum; Welford:
+    mean, var)."""
+    if isinstance(node, SoftmaxStats):
+        return (node.max_output, node.sum_output)
+    return (node.mean_output, node.var_output)
 
 
 @dataclass(frozen=True)
@@ -194,7 +301,7 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     "neg": ComputeOp(1, "cutlass::negate", "neg"),
     "relu": ComputeOp(1, "cutlass::epilogue::thread::ReLu", "relu"),
     "gelu": ComputeOp(1, "cutlass::epilogue::thread::GELU", "gelu"),
-    "gelu_tanh": ComputeOp(1, "cutlass::epilogue::thread::GELU_taylor", "gelu_tanh"),
+    "gelu_tanh": ComputeOp(1, "evt::GeluTanh", "gelu_tanh"),
     # grad * d/dz gelu(z): CUTLASS's dGELU is the tanh form, so exact GELU has its own functor.
     "gelu_backward": ComputeOp(2, "evt::GeluBackward", "gelu_backward"),
     "gelu_tanh_backward": ComputeOp(2, "evt::GeluTanhBackward", "gelu_tanh_backward"),
@@ -238,29 +345,47 @@ class KernelSpec:
     d_dtype: str
     num_inputs: int
 
-    def output_nodes(self) -> list[AuxStore | RowReduction]:
-        """The nodes that write outputs 1, 2, ..., in output order."""
-        outs = [n for n in self.nodes if isinstance(n, (AuxStore, RowReduction))]
-        return sorted(outs, key=lambda n: n.output)
+    def outputs(self) -> list[Output]:
+        """Outputs 1, 2, ... (D is output 0), in output order."""
+        return sorted((o for n in self.nodes for o in writes(n)), key=lambda o: o.index)
+
+    def output_nodes(self) -> list[Writer]:
+        """The node writing each of outputs 1, 2, ..., in output order (a statistic's node once
+        per output it writes)."""
+        return [o.node for o in self.outputs()]
 
     @property
     def num_outputs(self) -> int:
-        return 1 + len(self.output_nodes())
+        return 1 + len(self.outputs())
 
     def output_dtypes(self) -> list[str]:
-        return [self.d_dtype] + [n.dtype for n in self.output_nodes()]
+        return [self.d_dtype] + [o.dtype for o in self.outputs()]
 
     def output_shapes(self, m, n, l) -> list[tuple]:  # noqa: E741
         """Each output's shape for the problem (M, N, L): D and aux stores [L,] M, N; a row
-        reduction [N] or [1, N]."""
-        full = (l, m, n) if self.gemm.batched else (m, n)
+        reduction [N] or [1, N]; an M-vector [L,] M or [L,] M, 1; a scalar [] or all ones."""
+        batch = (l,) if self.gemm.batched else ()
+        full = (*batch, m, n)
         shapes: list[tuple] = [full]
-        for o in self.output_nodes():
-            if isinstance(o, RowReduction):
+        for o in self.outputs():
+            if o.vector == "row":
                 shapes.append((1, n) if o.keepdim else (n,))
+            elif o.vector == "col":
+                shapes.append((*batch, m, 1) if o.keepdim else (*batch, m))
+            elif o.vector == "scalar":
+                shapes.append((1,) * len(full) if o.keepdim else ())
             else:
                 shapes.append(full)
         return shapes
+
+    def output_strides(self, m, n) -> tuple[int, ...]:
+        """The (M, N, L) strides of each freshly allocated (contiguous) output: D and aux stores
+        [L,] M, N row-major; stride 0 along the modes a vector or a scalar is reduced over."""
+        full = (n, 1, m * n if self.gemm.batched else 0)
+        by_kind = {"full": full, "row": (0, 1, 0), "col": (1, 0, m if self.gemm.batched else 0),
+                   "scalar": (0, 0, 0)}  # fmt: skip
+        return tuple(s for strides in [full] + [by_kind[o.vector] for o in self.outputs()]
+                     for s in strides)  # fmt: skip
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -273,12 +398,13 @@ class KernelSpec:
         return to_json(dataclasses.replace(self, name="k"))
 
 
-OMIT_IF_FALSE = ("broadcast_l",)  # newer flags: absent when off, so older specs keep their JSON
+# newer fields: absent at their default, so older specs keep their JSON (and their kernels)
+OMIT_IF_DEFAULT = {"broadcast_l": False, "op": "sum"}
 
 
 def _node_to_dict(node: Node) -> dict:
     d = {"kind": node.kind, **dataclasses.asdict(node)}
-    return {k: v for k, v in d.items() if not (k in OMIT_IF_FALSE and v is False)}
+    return {k: v for k, v in d.items() if not (k in OMIT_IF_DEFAULT and v == OMIT_IF_DEFAULT[k])}
 
 
 def _node_from_dict(d: dict) -> Node:
@@ -322,7 +448,7 @@ def users(spec: KernelSpec) -> dict[str, list[str]]:
 def node_args(node: Node) -> tuple[str, ...]:
     if isinstance(node, Compute):
         return node.args
-    if isinstance(node, (AuxStore, RowReduction)):
+    if isinstance(node, WRITERS):
         return (node.arg,)
     return ()
 
@@ -356,5 +482,23 @@ def _format_node(n: Node) -> str:
         return f"{n.name} = Compute({n.op}; {', '.join(n.args)}) -> {n.dtype}"
     if isinstance(n, RowReduction):
         shape = "[1, N]" if n.keepdim else "[N]"
-        return f"{n.name} = RowReduction(sum over M; {n.arg}) -> out{n.output} ({n.dtype}, {shape})"
+        return f"{n.name} = RowReduction({n.op} over M; {n.arg}) -> out{n.output} ({n.dtype}, {shape})"
+    if isinstance(n, ColReduction):
+        shape = "[M, 1]" if n.keepdim else "[M]"
+        return f"{n.name} = ColReduction({n.op} over N; {n.arg}) -> out{n.output} ({n.dtype}, {shape})"
+    if isinstance(n, ScalarReduction):
+        return f"{n.name} = ScalarReduction({n.op} over L, M, N; {n.arg}) -> out{n.output} ({n.dtype})"
+    if isinstance(n, (SoftmaxStats, WelfordStats)):
+        return _format_stats(n)
     return f"{n.name} = AuxStore({n.arg}) -> out{n.output} ({n.dtype})"
+
+
+def _format_stats(n: SoftmaxStats | WelfordStats) -> str:
+    names = ("max", "sum") if isinstance(n, SoftmaxStats) else ("mean", "var")
+    outs = [f"{what} -> out{i}" for what, i in zip(names, stat_outputs(n)) if i is not None]
+    if isinstance(n, SoftmaxStats):
+        what = "max, sum exp(x - max)" + (", +-inf max as 0" if n.zero_inf_max else "")
+    else:
+        what = f"Welford mean, var (correction {n.correction})"
+    shape = "[M, 1]" if n.keepdim else "[M]"
+    return f"{n.name} = {type(n).__name__}({what} over N; {n.arg}): {'; '.join(outs)} ({n.dtype}, {shape})"

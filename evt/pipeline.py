@@ -1,6 +1,6 @@
 """The pipeline: the one place that lists evt's passes, in order.
 
-    graph passes -> partition -> validate -> lower regions -> dead code -> verify
+    graph passes -> partition -> validate -> lower regions -> cleanup passes -> verify
 
 Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
 """
@@ -20,6 +20,8 @@ from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
 from evt.graph.layouts import why_not_anchor
 from evt.graph.lower_regions import lower_regions
+from evt.graph.recognize_statistics import recognize_statistics
+from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
@@ -40,6 +42,12 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("sink_views", sink_views),
     ("fold_views", fold_views),
     ("fold_gemm_operands", fold_gemm_operands),
+    ("recognize_statistics", recognize_statistics),
+]
+# after lowering: what no region took goes back to what Inductor expects, then dead code goes
+CLEANUP_PASSES: list[tuple[str, Pass]] = [
+    ("restore_statistics", restore_statistics),
+    ("eliminate_dead_code", eliminate_dead_code),
 ]
 
 
@@ -58,9 +66,9 @@ def run_passes(graph: Graph, passes: list[tuple[str, Pass]], check: bool) -> Non
             verify(graph, after=name)
 
 
-def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
+def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> GraphReport:
     """Run the whole pipeline on `graph` in place; returns what was fused (and, with `draw`, a
-    picture of the partition)."""
+    picture of the partition). `keep(region, built)` may veto regions (max-autotune)."""
     run_passes(graph, GRAPH_PASSES, check)
     regions = partition(graph)
     validate(graph, regions)
@@ -68,8 +76,17 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
     gemms = [n for n in graph.nodes if GEMM in n.meta]
     why = {n: _why_unfused(n) for n in gemms}  # before lowering erases the fused ones
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
-    lowered = lower_regions(graph, regions)
-    run_passes(graph, [("eliminate_dead_code", eliminate_dead_code)], check)
+    vetoed: set = set()
+
+    def keep_region(region, built) -> bool:
+        if keep is None or keep(region, built):
+            return True
+        vetoed.add(region.anchor)
+        why[region.anchor] = "max-autotune: its fused kernel was not faster than the unfused path"
+        return False
+
+    lowered = lower_regions(graph, regions, keep_region)
+    run_passes(graph, CLEANUP_PASSES, check)
     verify(graph, after="lower_regions")
     report = GraphReport(unfused_gemms=len(gemms) - len(lowered), drawing=drawing)
     fused = {region.anchor for region, _ in lowered}
@@ -86,6 +103,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False) -> GraphReport:
 def _why_unfused(gemm) -> str:
     """The reason a report gives for a GEMM no region anchors."""
     return why_not_anchor(gemm) or "nothing after it that an epilogue can compute"
+
 
 
 def _draw(graph: Graph, regions: list[Region]):

@@ -20,6 +20,12 @@ class RegionReport:
     spec: ir.KernelSpec
     saved_for_backward: int = 0  # bytes of this forward kernel's outputs that the backward reads
 
+    @property
+    def gemm(self) -> str:
+        """The anchor GEMM's FX node name, e.g. "addmm_3" (its accumulator is "<gemm>_acc")."""
+        acc = next(n.name for n in self.spec.nodes if isinstance(n, ir.AccFetch))
+        return acc.removesuffix("_acc")
+
 
 @dataclass
 class GraphReport:
@@ -75,18 +81,84 @@ def saved_for_backward(outputs: list[Node]) -> int:
     return sum(nbytes(n) for n in outputs if any(side(u) == "backward" for u in n.users))
 
 
+def short_op(op: str) -> str:
+    """'gelu' for 'aten.gelu'."""
+    return op.rsplit(".", 1)[-1]
+
+
+def op_list(ops: list[str]) -> str:
+    """'mul, where, convert_element_type x2': graph order, repeats counted."""
+    counts = dict.fromkeys(short_op(op) for op in ops)  # ordered set
+    for op in counts:
+        counts[op] = sum(short_op(o) == op for o in ops)
+    return ", ".join(op if n == 1 else f"{op} x{n}" for op, n in counts.items())
+
+
+@dataclass(frozen=True)
+class SideCoverage:
+    """One side of a step: its GEMMs, those anchoring a kernel and what those fuse."""
+
+    side: str  # "forward" | "backward"
+    fused: list[RegionReport]
+    unfused: list[tuple[str, str]]  # (GEMM, why no region anchors it)
+
+    @property
+    def gemms(self) -> int:
+        return len(self.fused) + len(self.unfused)
+
+    @property
+    def fused_ops(self) -> int:
+        """Ops fused into the GEMMs' epilogues, all kernels together."""
+        return sum(len(r.fused) for r in self.fused)
+
+
+def coverage(regions: list[RegionReport], unfused: list[tuple[str, str, str]]) -> list[SideCoverage]:
+    """Forward, then backward (a side without GEMMs is left out)."""
+    read_by = {n.name: r.name for r in regions for n in r.spec.nodes if n.kind in ir.LOAD_KINDS}
+    out = []
+    for s in ("forward", "backward"):
+        mine = SideCoverage(s, [r for r in regions if r.side == s],
+                            [(g, _why(g, why, read_by)) for g, side, why in unfused if side == s])  # fmt: skip
+        if mine.gemms:
+            out.append(mine)
+    return out
+
+
+def _why(gemm: str, why: str, read_by: dict[str, str]) -> str:
+    """The pipeline's reason, or, where another kernel's epilogue loads the GEMM's result, that."""
+    if gemm in read_by:
+        return f"its result is an input of {read_by[gemm]}'s epilogue (one GEMM per kernel)"
+    return why
+
+
 def format_table(
     regions: list[RegionReport], unfused_gemms: int, unfused: list | None = None
 ) -> str:
-    rows = [("kernel", "side", "anchor", "fused", "bytes saved", "kept for bwd")]
-    rows += [
-        (r.name, r.side, r.anchor, ", ".join(r.fused), f"{r.bytes_saved:,}",
-         f"{r.saved_for_backward:,}" if r.side == "forward" else "")
-        for r in regions
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    """Per side, one row per GEMM: the kernel it anchors and the ops fused into its epilogue,
+    or why it stayed unfused."""
+    lines: list[str] = []
+    for c in coverage(regions, unfused or []):
+        lines.append(
+            f"{c.side}: {c.gemms} GEMMs, {len(c.fused)} fused ({c.fused_ops} ops in their "
+            f"epilogues), {len(c.unfused)} unfused"
+        )
+        rows = [("  GEMM", "kernel", "fused into its epilogue", "bytes saved", "kept for bwd")]
+        rows += [
+            ("  " + r.gemm, r.name, op_list(r.fused) or "(none: the GEMM alone)",
+             f"{r.bytes_saved:,}", f"{r.saved_for_backward:,}")
+            for r in c.fused
+        ]  # fmt: skip
+        rows += [("  " + g, "-", f"unfused: {why}", "", "") for g, why in c.unfused]
+        forward = c.side == "forward"  # only forward kernels keep values for the backward
+        lines += _columns([row if forward else row[:-1] for row in rows])
     lines.append(f"{len(regions)} fused regions, {unfused_gemms} GEMMs left unfused")
-    lines += [f"  unfused {name} ({side}): {why}" for name, side, why in unfused or []]
     return "\n".join(lines)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned columns, a rule under the first; a long last text column runs on."""
+    body = [r for r in rows if not r[2].startswith("unfused: ")]
+    widths = [max(len(row[i]) for row in body) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  " + "  ".join("-" * w for w in widths)[2:])
+    return lines

@@ -16,7 +16,7 @@ import torch
 
 from evt import ir
 from evt.examples import MLP
-from evt.runtime import dispatch
+from evt.runtime import dispatch, launch
 from tests import specs
 
 
@@ -43,6 +43,20 @@ def main() -> None:
     print(f"dispatch.run              {per_call_us(lambda: dispatch.run(parsed, [x, w, b])):7.1f} us")
     print(f"Kernel.guard + launch     {per_call_us(lambda: kernel.launch(kernel.guard([x, w, b]), [x, w, b])):7.1f} us")
     print(f"Kernel.launch             {per_call_us(lambda: kernel.launch(problem, [x, w, b])):7.1f} us")
+    print(f"Kernel.guard              {per_call_us(lambda: kernel.guard([x, w, b])):7.1f} us")
+    plan = kernel._plan(problem)
+    out = [torch.empty(s, dtype=d, device="cuda") for s, d in plan.outputs]
+    args = (launch._pointers([x, w, b]), plan.input_strides, launch._pointers(out),
+            plan.output_strides, problem.M, problem.N, problem.K, problem.L, None, 0,
+            launch.stream_handle(x.device))  # fmt: skip
+    print(f"C++ launcher (ctypes)     {per_call_us(lambda: kernel.library.run(*args)):7.1f} us")
+    print(f"torch.empty (1 output)    {per_call_us(lambda: torch.empty(plan.outputs[0][0], dtype=plan.outputs[0][1], device='cuda')):7.1f} us")
+    print(f"current_stream().cuda_stream {per_call_us(lambda: torch.cuda.current_stream().cuda_stream):7.1f} us")
+    print(f"raw stream                {per_call_us(lambda: launch.stream_handle(x.device)):7.1f} us")
+    noop = torch.library.Library("evt_probe", "DEF")
+    noop.define("noop(str spec, Tensor[] inputs) -> Tensor[]")
+    noop.impl("noop", lambda spec, inputs: inputs[:1], "CompositeExplicitAutograd")
+    print(f"no-op torch.library op    {per_call_us(lambda: torch.ops.evt_probe.noop(text, [x, w, b])):7.1f} us")
     print(f"torch.addmm (reference)   {per_call_us(lambda: torch.addmm(b, x, w.t())):7.1f} us")
     model = torch.compile(copy.deepcopy(MLP(1024, 4096)).to(**bf), backend="evt")
     xs = torch.randn(8192, 1024, **bf, requires_grad=True)
@@ -60,7 +74,7 @@ def main() -> None:
         step()
     torch.cuda.synchronize()
     prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import evt
 from evt.codegen.config import default_config
 from evt.codegen.emit import render
 from evt.examples import MLP
-from tests.graphs import Arith, LinearAct
+from tests.graphs import Arith, LinearAct, LinearStatistics
 
 ROOT = Path(__file__).parent / "golden"
 
@@ -45,7 +45,16 @@ def _arith():
     return _step(Arith(64, 128).bfloat16(), (32, 128)), (x, torch.randn(32, 128, dtype=BF16))
 
 
-GRAPHS = {"mlp": _mlp, "linear_gelu_tanh": _linear_gelu_tanh, "arith": _arith}
+def _linear_statistics(kind: str):
+    """softmax's statistics (cross-entropy) or LayerNorm's (with a residual) after a Linear."""
+    x = torch.randn(16, 32, dtype=BF16, requires_grad=True)
+    out = () if kind == "cross_entropy" else (16, 64)
+    return lambda: (_step(LinearStatistics(kind).bfloat16(), out), (x,))
+
+
+GRAPHS = {"mlp": _mlp, "linear_gelu_tanh": _linear_gelu_tanh, "arith": _arith,
+          "linear_cross_entropy": _linear_statistics("cross_entropy"),
+          "linear_layer_norm": _linear_statistics("layer_norm")}  # fmt: skip
 
 
 def generate(name: str) -> dict[str, str]:

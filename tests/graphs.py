@@ -69,6 +69,35 @@ class Attention(nn.Module):
         return (scores.softmax(-1) @ heads(self.v(x))).transpose(1, 2).reshape(b, s, d)
 
 
+class LinearStatistics(nn.Module):
+    """A Linear followed by per-row statistics of its output: `kind` is softmax, log_softmax,
+    cross_entropy (against fixed targets), logsumexp, layer_norm (of the output plus a fixed
+    residual) or reductions (amax, sum and a sum of everything)."""
+
+    def __init__(self, kind: str, k: int = 32, n: int = 64, rows: int = 16):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+        self.norm = nn.LayerNorm(n) if kind == "layer_norm" else None
+        self.kind = kind
+        g = torch.Generator().manual_seed(3)
+        self.register_buffer("residual", torch.randn(rows, n, generator=g))
+        self.register_buffer("target", torch.randint(0, n, (rows,), generator=g))
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.kind == "softmax":
+            return F.softmax(y, -1)
+        if self.kind == "log_softmax":
+            return F.log_softmax(y, -1)
+        if self.kind == "cross_entropy":
+            return F.cross_entropy(y.float(), self.target)
+        if self.kind == "logsumexp":
+            return torch.logsumexp(y, -1)
+        if self.kind == "layer_norm":
+            return self.norm(y + self.residual.to(y.dtype))
+        return y.amax(-1) + y.sum(-1) + y.sum()
+
+
 def train_compare(model: nn.Module, args, dtype, rest="eager", tol=None):
     """Run forward+backward eagerly and with evt; return max relative errors per tensor."""
     model = model.to(dtype)

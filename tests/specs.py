@@ -10,6 +10,7 @@ from evt.ir import (
     AuxLoad,
     AuxStore,
     ColBroadcast,
+    ColReduction,
     Compute,
     Gemm,
     KernelSpec,
@@ -17,6 +18,9 @@ from evt.ir import (
     RowBroadcast,
     RowReduction,
     ScalarBroadcast,
+    ScalarReduction,
+    SoftmaxStats,
+    WelfordStats,
 )
 
 # y = x @ W.T with W an nn.Linear weight [N, K]: A = x (k-major), B = W passed as [N, K]
@@ -141,8 +145,56 @@ def attention_scores() -> KernelSpec:
     return KernelSpec("attention_scores", gemm, nodes, "add_2", "bf16", 5)
 
 
+def row_statistics() -> KernelSpec:
+    """Every reduction and statistic of bf16 logits = x @ W.T + b (stored as D): softmax's max
+    and sum of exp (online softmax), LayerNorm's mean and var (Welford), a sum and a bf16 max over
+    N, a max over M and a sum over everything."""
+    nodes = (
+        AccFetch("acc"),
+        RowBroadcast("bias", 2, "bf16"),
+        Compute("logits", "add", ("acc", "bias"), "bf16"),
+        SoftmaxStats("softmax", "logits", "f32", max_output=1, sum_output=2, keepdim=True),
+        WelfordStats("norm", "logits", "f32", mean_output=3, var_output=4, keepdim=True),
+        ColReduction("row_sum", "logits", 5, "f32"),
+        ColReduction("row_max", "logits", 6, "bf16", op="max"),
+        RowReduction("col_max", "logits", 7, "f32", op="max"),
+        ScalarReduction("total", "logits", 8, "f32"),
+    )
+    return KernelSpec("row_statistics", LINEAR, nodes, "logits", "bf16", 3)
+
+
+def batched_row_statistics() -> KernelSpec:
+    """attention-like batched scores (D = acc * 0.125, f32) with logsumexp's statistics (the
+    shift is 0 where a row's max is infinite) and LayerNorm's unbiased var, per batch."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, True, "k"), "bf16", batched=True)
+    nodes = (
+        AccFetch("acc"),
+        ScalarBroadcast("scale", 0.125),
+        Compute("scores", "mul", ("acc", "scale")),
+        SoftmaxStats("lse", "scores", "f32", sum_output=1, zero_inf_max=True),
+        WelfordStats("var", "scores", "f32", var_output=2, correction=1),
+        ColReduction("row_sum", "scores", 3, "f32", keepdim=True),
+    )
+    return KernelSpec("batched_row_statistics", gemm, nodes, "scores", "f32", 2)
+
+
+def statistics_edge_cases() -> KernelSpec:
+    """Softmax's, logsumexp's and Welford's statistics of f32 logits = acc + special, where
+    `special` (an aux load) puts -inf, +inf and NaN into some elements or whole rows."""
+    nodes = (
+        AccFetch("acc"),
+        AuxLoad("special", 2, "f32", "n"),
+        Compute("logits", "add", ("acc", "special")),
+        SoftmaxStats("softmax", "logits", "f32", max_output=1, sum_output=2),
+        SoftmaxStats("lse", "logits", "f32", sum_output=3, zero_inf_max=True),
+        WelfordStats("norm", "logits", "f32", mean_output=4, var_output=5, correction=1),
+    )
+    return KernelSpec("statistics_edge_cases", LINEAR, nodes, "logits", "f32", 3)
+
+
 ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc2_residual, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
-              activations, attention_scores)
+              activations, attention_scores, row_statistics, batched_row_statistics,
+              statistics_edge_cases)
 }  # fmt: skip

@@ -6,6 +6,9 @@ asserted: on the CPU the timer only has to run.
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from evt.bench.store import RECORD_FIELDS, ResumeError, Store
 from evt.bench.workload import outputs
 
 CPU = dict(device="cpu", small=True)
+CONFIG = {"dtype": "bf16", "device": "cpu", "gpu": "cpu", "small": True}
 
 
 def small_plan(only, names="eager,evt"):
@@ -97,15 +101,133 @@ def test_rerun_skips_finished_stages(tmp_path, capsys):
     assert json.loads((tmp_path / "results.json").read_text())["results"] == first
 
 
-def test_a_stage_cut_short_marks_the_running_case_and_skips_the_rest(tmp_path, monkeypatch):
+# -- time limits: a child process per stage, watched by its parent ------------------------------
+
+FAKE_CHILD = """
+import json, os, sys, time
+from pathlib import Path
+
+out, actions = Path(sys.argv[1]), sys.argv[2:]
+calls = out / "calls"
+n = int(calls.read_text()) if calls.exists() else 0
+calls.write_text(str(n + 1))
+
+def write(name, value):  # atomically, as evt.bench.store and evt.bench.isolate.beat do
+    (out / "tmp").write_text(json.dumps(value))
+    os.replace(out / "tmp", out / name)
+
+for step in actions[n].split(";"):
+    verb, *arg = step.split()
+    if verb == "ok":  # a measured result
+        data = json.loads((out / "results.json").read_text())
+        data["results"].append(dict(case=arg[0], baseline=arg[1], stage="eager", status="ok"))
+        write("results.json", data)
+    elif verb == "beat":  # now measuring
+        beat = dict(stage="eager", phase="item", case=arg[0], baseline=arg[1], since=time.time())
+        write("running.json", beat)
+    elif verb == "hang":
+        time.sleep(60)
+    elif verb == "exit":
+        sys.exit(int(arg[0]))
+"""
+
+
+def _watched_stage(tmp_path, actions, limit_s=30.0, item_s=None):
+    """Run stage eager of a 3-case plan in fake child processes acting out `actions` (one string
+    per child: `ok CASE BASELINE`, `beat CASE BASELINE`, `hang`, `exit CODE`, joined by ';')."""
     p = small_plan("bias/gpt2,bias/vit,step/mlp", "eager")
-    config = {"dtype": "bf16", "device": "cpu", "gpu": "cpu", "small": True}
-    store = Store.open(tmp_path, config, resume=False)
-    monkeypatch.setattr(isolate, "run_child", lambda argv, timeout: "the stage ran past 1 s")
-    isolate.run_stage("eager", [], 1.0, p, store, log=lambda s: None)
-    got = [(r["case"], r["status"]) for r in store.results]
-    assert got == [("bias/gpt2", "n/a"), ("bias/vit", "skipped"), ("step/mlp", "skipped")]
-    assert store.results[0]["error"] == "the stage ran past 1 s"
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    cmd = lambda argv: ([sys.executable, "-c", FAKE_CHILD, str(tmp_path), *actions], None)  # noqa: E731
+    isolate.run_stage("eager", [], limit_s, item_s, p, store, lambda s: None, cmd)
+    children = int((tmp_path / "calls").read_text())
+    return {r["case"]: r for r in store.results}, children
+
+
+def test_an_item_past_its_limit_is_timeout_and_a_fresh_child_goes_on(tmp_path):
+    acts = ["beat bias/gpt2 eager; hang", "ok bias/vit eager; ok step/mlp eager"]
+    recs, children = _watched_stage(tmp_path, acts, item_s=0.5)
+    assert children == 2
+    assert recs["bias/gpt2"]["status"] == "timeout"
+    assert "--item-timeout 0.5 s" in recs["bias/gpt2"]["error"]
+    assert recs["bias/vit"]["status"] == recs["step/mlp"]["status"] == "ok"
+    assert not (tmp_path / isolate.HEARTBEAT).exists()
+
+
+def test_a_limit_that_fires_just_after_an_item_finished_blames_nothing(tmp_path):
+    p = small_plan("bias/gpt2,bias/vit", "eager")
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    isolate.beat(tmp_path, "eager", "item", "bias/gpt2", "eager")  # as the child last said
+    beat = isolate.read_beat(tmp_path / isolate.HEARTBEAT)
+    assert (beat["phase"], beat["case"], beat["baseline"]) == ("item", "bias/gpt2", "eager")
+    store.add({"case": "bias/gpt2", "baseline": "eager", "stage": "eager", "status": "ok"})
+    left = plan.pending(p, store.results, "eager")
+    assert isolate.settle(isolate.Outcome("item-timeout", "late", beat), left, store)
+    assert [r["status"] for r in store.results] == ["ok"]  # bias/vit never started: no blame
+
+
+def test_a_crash_costs_its_item_only(tmp_path):
+    acts = ["ok bias/gpt2 eager; beat bias/vit eager; exit 3", "ok step/mlp eager"]
+    recs, children = _watched_stage(tmp_path, acts)
+    assert children == 2
+    assert [recs[c]["status"] for c in ("bias/gpt2", "bias/vit", "step/mlp")] == ["ok", "n/a", "ok"]
+    assert "exited with code 3" in recs["bias/vit"]["error"]
+
+
+def test_a_stage_out_of_time_leaves_its_items_not_measured(tmp_path):
+    recs, children = _watched_stage(tmp_path, ["ok bias/gpt2 eager; beat bias/vit eager; hang"], 2)
+    assert children == 1 and recs["bias/gpt2"]["status"] == "ok"
+    for case in ("bias/vit", "step/mlp"):  # the running one and the one never reached
+        assert recs[case]["status"] == "skipped"
+        assert recs[case]["skip_reason"] == "stage time limit"
+    assert "while this was measured" in recs["bias/vit"]["error"]
+    assert "not reached" in recs["step/mlp"]["error"]
+    assert [i.key for i in plan.pending(small_plan("bias/gpt2,bias/vit,step/mlp", "eager"),
+            list(recs.values()))] == [("bias/vit", "eager"), ("step/mlp", "eager")]  # fmt: skip
+
+
+def test_an_inline_stage_past_its_deadline_starts_nothing(tmp_path):
+    p = small_plan("bias/gpt2,step/mlp", "eager,evt")
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    runner.run_stage(p, "evt", store, "cpu", torch.bfloat16, lambda s: None, deadline=0.0)
+    assert [(r["case"], r["status"], r["skip_reason"]) for r in store.results] == [
+        ("bias/gpt2", "skipped", "stage time limit"),
+        ("step/mlp", "skipped", "stage time limit"),
+    ]
+
+
+def test_a_spent_budget_is_reported_not_measured_and_resume_measures_it(tmp_path, capsys):
+    argv = ["--baselines", "eager", "--only", "bias/gpt2", "--out", str(tmp_path)]
+    assert run([*argv, "--time-budget", "0"]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["status"], r["skip_reason"]) for r in data["results"]] == [
+        ("skipped", "stage time limit")
+    ]
+    assert "--time-budget 0 s was spent" in data["results"][0]["error"]
+    md = (tmp_path / "report.md").read_text()
+    assert "| bias/gpt2 | 128×48×12 | not measured (stage time limit) |" in md
+    assert run([*argv, "--resume"]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["status"], r["session"]) for r in data["results"]] == [("ok", 1)]
+    assert "Merged results" not in (tmp_path / "report.md").read_text()  # one session measured
+
+
+def test_resume_across_processes_at_two_commits(tmp_path):
+    """Two invocations ("device calls") continue one folder; the report says it is merged."""
+    base = [sys.executable, "-m", "evt.bench", "--device", "cpu", "--small", "--only", "bias/gpt2"]
+    base += ["--out", str(tmp_path)]
+    root = Path(__file__).resolve().parents[1]
+    for commit, extra in (("aaaa1111", ["--baselines", "eager"]),
+                          ("bbbb2222", ["--baselines", "eager,mm", "--resume"])):  # fmt: skip
+        env = {**os.environ, "EVT_BENCH_GIT_COMMIT": commit, "PYTHONPATH": str(root)}
+        done = subprocess.run(base + extra, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    got = [(r["baseline"], r["status"], r["session"], r["commit"]) for r in data["results"]]
+    assert got == [("eager", "ok", 0, "aaaa1111"), ("mm", "ok", 1, "bbbb2222")]
+    assert [s["git"]["commit"] for s in data["sessions"]] == ["aaaa1111", "bbbb2222"]
+    md = (tmp_path / "report.md").read_text()
+    assert "**Warning: merged results.** These results were measured in 2 sessions" in md
+    assert "aaaa1111" in md and "bbbb2222" in md and "## Sessions" in md
 
 
 def test_child_argv_round_trips():
@@ -213,6 +335,69 @@ def test_ratios_geomean_and_markdown():
     assert "**C / evt**: wrong: output 0: relative error 9" in md
 
 
+def _session(commit, source="s1"):
+    return {"time": "T", "argv": ["evt", "bench"], "git": {"commit": commit}, "evt_source": source}
+
+
+def test_report_says_what_was_not_measured_and_why():
+    results = [
+        _rec("bias/gpt2", "eager", ms=2.0),
+        _rec("bias/gpt2", "evt", ms=1.0),
+        _rec("bias/gpt2", "max-autotune", "skipped", error="not reached before the stage's time"),
+        _rec("bias/vit", "eager", ms=2.0),
+        _rec("bias/vit", "evt", "timeout", error="ran past --item-timeout 240 s"),
+        _rec("bias/vit", "max-autotune", "n/a", error="NoValidChoicesError: no choices"),
+    ]
+    results[2]["skip_reason"] = "stage time limit"
+    data = {"config": CONFIG, "env": {}, "results": results, "sessions": [_session("a")]}
+    md = markdown.render(data)
+    assert "| bias/gpt2 | 8×8×8 | 0.5 | 1.0 | not measured (stage time limit) | 2.00× |" in md
+    assert "| bias/vit | 8×8×8 | 0.5 | timeout | n/a | — |" in md
+    assert "**bias/gpt2 / max-autotune**: not measured (stage time limit): not reached" in md
+    assert "**bias/vit / evt**: timeout: ran past --item-timeout 240 s" in md
+    cover = md[md.index("## Coverage") :]
+    assert (
+        "| max-autotune | 52 | 0 | 0 | 1 | 0 | 0 | 1 not measured (stage time limit), 50 " in cover
+    )
+    assert "| compile | 52 | 0 | 0 | 0 | 0 | 0 | 52 not run |" in cover
+    assert "Merged" not in md and "## Sessions" not in md
+
+
+def test_a_cell_planned_but_never_run_says_so():
+    results = [_rec("bias/gpt2", "eager", ms=2.0), _rec("bias/vit", "evt", ms=1.0)]
+    data = {"config": CONFIG, "env": {}, "results": results, "sessions": [_session("a")]}
+    md = markdown.render(data)
+    assert "| bias/gpt2 | 8×8×8 | 0.5 | not run |" in md
+    assert "| bias/vit | 8×8×8 | not run | 1.0 |" in md
+
+
+def test_merged_results_are_flagged():
+    results = [_rec("bias/gpt2", "eager", ms=2.0), _rec("bias/gpt2", "evt", ms=1.0)]
+    results[0]["session"], results[1]["session"] = 0, 1
+    data = {"config": CONFIG, "env": {}, "results": results}
+    data["sessions"] = [_session("aaaa"), _session("aaaa")]
+    md = markdown.render(data)
+    assert "**Merged results.** These results were measured in 2 sessions, all at commit aaaa" in md
+    data["sessions"][1] = _session("bbbb", "s2")
+    md = markdown.render(data)
+    assert "**Warning: merged results.**" in md and "2 commits (aaaa, bbbb)" in md
+    assert "| 1 | T | bbbb | s2 |" in md  # the sessions table
+    data["sessions"] = [_session("aaaa"), _session("aaaa", "s2")]  # same commit, other sources
+    assert "2 versions of evt's sources" in markdown.render(data)
+    results[1]["session"] = 0  # one session measured everything: a later one only re-rendered
+    assert "erged" not in markdown.render(data).split("## Summary")[0]
+
+
+def test_the_committed_h200_results_still_render():
+    path = Path(__file__).resolve().parents[1] / "benchmarks/results/2026-11-22-H200/results.json"
+    data = json.loads(path.read_text())  # written before records named their session
+    md = markdown.render(data)
+    assert "**Warning: merged results.** These results were measured in 2 sessions" in md
+    assert "5078929" in md and "3c96695" in md
+    assert "| max-autotune | 52 | 0 | 0 | 0 | 0 | 0 | 52 not run |" in md
+    assert "| step/mlp | batch=16 seq=512 dim=1024 hidden=4096 | 1.18 | 1.29 | 1.04 |" in md
+
+
 def test_end_to_end_on_cpu_with_eager_and_evt(tmp_path, capsys):
     argv = ["--baselines", "eager,evt", "--only", "bias_gelu_tanh/gpt2,step/mlp"]
     assert run([*argv, "--out", str(tmp_path)]) == 0
@@ -243,7 +428,65 @@ def test_inductor_cutlass_checkout_from_the_wheel(tmp_path):
     assert (root / "include/cutlass/cutlass.h").exists()
     assert (root / "tools/util/include").is_dir() and (root / "python/cutlass_library").is_dir()
     assert inductor_cutlass.cutlass_dir(tmp_path) == root  # idempotent
-    assert any(k.endswith("cutlass_dir") for k in inductor_cutlass.options(tmp_path))
+    opts = inductor_cutlass.options(tmp_path)
+    assert any(k.endswith("cutlass_dir") for k in opts)
+    assert any(k.endswith("cutlass_tma_only") for k in opts)  # what its EVT fusion renders on
+    assert opts["max_autotune_gemm_backends"] == "CUTLASS"
+
+
+def test_inductor_cutlass_runs_on_its_subset():
+    from evt.bench import inductor_cutlass
+
+    items = [i for i in plan.make_plan(device="cuda").items if i.baseline == "inductor-cutlass"]
+    assert [i.case.name for i in items] == list(inductor_cutlass.CASES)
+    assert set(inductor_cutlass.CASES) <= {c.name for c in plan.all_cases()}
+
+
+# -- the full run in parts (scripts/bench_full.sh) -----------------------------------------------
+
+
+def test_parts_cover_every_baseline_and_slow_stages_go_breadth_first():
+    assert set().union(*(p.baselines for p in plan.PARTS.values())) == set(BASELINES)
+    items = [i for i in plan.make_plan(device="cuda").items if i.stage == "max-autotune"]
+    first = [i.case.group for i in items[: len(ops.PATTERNS) + 5]]
+    assert len(set(first)) == len(first)  # every pattern once and every step, then more shapes
+    assert {i.case.name for i in items} == {c.name for c in plan.all_cases()}
+
+
+def test_a_part_sets_its_baselines_and_limits(capsys):
+    p = cli.configure(__import__("argparse").ArgumentParser())
+    args = p.parse_args(["--part", "2"])
+    cli.apply_part(args)
+    assert (args.baselines, args.resume) == ("inductor-cutlass", True)
+    assert (args.time_budget, args.item_timeout) == (plan.PART_TIME_BUDGET_S, 240.0)
+    args = p.parse_args(["--part", "3", "--time-budget", "100"])
+    cli.apply_part(args)
+    assert (args.baselines, args.time_budget) == ("max-autotune", 100.0)
+    assert cli.run(["--list", "--part", "2"]) == 0
+    assert "stage inductor-cutlass: 4 measurements" in capsys.readouterr().out
+
+
+def test_retry_queues_failures_again(tmp_path):
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    for n, status in enumerate(("ok", "n/a", "timeout", "fallback", "wrong")):
+        store.add({"case": f"c{n}", "baseline": "b", "status": status, "error": "E"})
+    assert store.requeue({(f"c{n}", "b") for n in range(5)}) == 3
+    assert [r["status"] for r in store.results] == ["ok", *["skipped"] * 3, "wrong"]
+    assert store.results[2]["skip_reason"] == "queued by --retry"
+    assert store.results[2]["error"] == "was timeout: E"
+
+
+def test_bench_full_takes_a_calls_results_for_the_next(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "scripts/bench_full.sh"
+    got = tmp_path / "files" / "bench"
+    got.mkdir(parents=True)
+    for name in ("results.json", "report.md", "part1.log"):
+        (got / name).write_text(name)
+    done = subprocess.run(["bash", str(script), "take", str(tmp_path / "files")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    carried = tmp_path / "out/bench-full"
+    assert sorted(p.name for p in carried.iterdir()) == ["part1.log", "report.md", "results.json"]
 
 
 def test_outputs_flattens_nested_results():

@@ -63,12 +63,23 @@ def test_shared_input_is_loaded_by_both_gemms():
 def test_value_with_two_consumers_outside_is_stored_not_dropped():
     def f(x, w):
         z = torch.relu(x @ w)
-        return z.sum(1), z * 3.0  # a column sum (not fusible) reads z from memory: an aux store
+        return torch.cumsum(z, 1), z * 3.0  # cumsum (not fusible) reads z from memory: a store
 
     g = graph_of(f, 2)
     regions = ilp.partition(g)
     assert shape(regions) == [("mm", ("relu", "mul"))]
     assert [n.name for n in regions[0].outputs()] == ["relu", "mul"]
+
+
+def test_row_sum_over_n_joins_the_region_of_its_summand():
+    def f(x, w):
+        z = torch.relu(x @ w)
+        return z.sum(1), z * 3.0  # a sum over N: a column reduction, terminal in the region
+
+    g = graph_of(f, 2)
+    regions = ilp.partition(g)
+    validate(g, regions)
+    assert shape(regions) == [("mm", ("relu", "sum_1", "mul"))]
 
 
 def test_row_sum_joins_the_region_of_its_summand():
@@ -96,7 +107,10 @@ def test_cycle_inducing_fusion_is_refused():
         y = x @ w
         return y - y.sum(1, keepdim=True)  # the row sum needs all of y before the subtraction
 
-    assert ilp.partition(graph_of(f, 2)) == []
+    g = graph_of(f, 2)
+    regions = ilp.partition(g)
+    validate(g, regions)
+    assert shape(regions) == [("mm", ("sum_1",))]  # the sum next to the GEMM, the sub after it
 
 
 def test_capacity_bounds_aux_tensors():

@@ -104,7 +104,8 @@ def test_cycle_inducing_fusion_is_refused():
     regions = partition(g)
     validate(g, regions)
     fwd = [r for r in regions if r.side == "forward"]
-    assert fwd == []  # the only epilogue candidate reads the row sum of the GEMM itself
+    # the row sum joins the GEMM; the sub, which reads it, cannot
+    assert [[n.target for n in r.epilogue] for r in fwd] == [[aten.sum.dim_IntList]]
     sub = next(n for n in g.nodes if n.target == aten.sub.Tensor)
     with pytest.raises(PartitionError, match="cycle"):
         anchor = sub.args[0]

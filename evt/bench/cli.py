@@ -3,6 +3,7 @@
     evt bench --quick                       the quick subset (< 3 min on one H100)
     evt bench                               everything, stage by stage (resumable)
     evt bench --resume --out DIR            continue a run: finished stages are skipped
+    evt bench --part 1 --out DIR            one call's share of the full run (see plan.PARTS)
     evt bench --device cpu --small --baselines eager,evt     a CPU smoke run (tests)
 
 `add_parser(subparsers)` registers the subcommand; `main(args)` runs it; `python -m evt.bench` and
@@ -12,15 +13,19 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 
 import torch
 
-from evt.bench import charts, env, isolate, markdown, plan, runner
+from evt.bench import charts, env, isolate, markdown, plan, provenance, runner
 from evt.bench.baselines import BASELINES, STAGES
 from evt.bench.store import ResumeError, Store
 from evt.bench.workload import DTYPES
+
+REPORT_RESERVE_S = 15.0  # of --time-budget, kept for writing the reports at the end
+MIN_STAGE_S = 10.0  # a stage is not started with less time than this left
 
 
 def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -46,6 +51,27 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=900.0,
         help="seconds a stage's process may run (default 900)",
     )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        help="seconds this whole invocation may take; stages share what is left, in order "
+        f"(default: none; {plan.QUICK_TIME_BUDGET_S:g} with --quick, "
+        f"{plan.PART_TIME_BUDGET_S:g} with --part)",
+    )
+    p.add_argument(
+        "--item-timeout",
+        type=float,
+        help="seconds one measurement (compile, check, timing) may take before it is killed and "
+        f"recorded 'timeout' (child processes only; default none, {plan.PART_ITEM_TIMEOUT_S:g} "
+        "with --part)",
+    )
+    p.add_argument(
+        "--part",
+        choices=sorted(plan.PARTS),
+        help="one device call's share of the full run: "
+        + "; ".join(f"{k}: {v.doc}" for k, v in plan.PARTS.items())
+        + " (implies --resume; see scripts/bench_full.sh)",
+    )
     return p
 
 
@@ -65,24 +91,55 @@ def child_argv(args: argparse.Namespace, out: Path, stage: str) -> list[str]:
     return argv + [opt for opt, on in flags if on]
 
 
-def run_stages(args, the_plan: plan.Plan, store: Store, out: Path) -> None:
-    isolated = args.isolate or ("process" if args.device.startswith("cuda") else "none")
-    inline = bool(args.stage) or isolated == "none"
-    for stage in [args.stage] if args.stage else the_plan.stages():
+def apply_part(args: argparse.Namespace) -> None:
+    """--part and --quick: their baselines and limits, where the options do not say."""
+    if args.part:
+        args.baselines = args.baselines or ",".join(plan.PARTS[args.part].baselines)
+        args.resume = True
+        args.item_timeout = args.item_timeout or plan.PART_ITEM_TIMEOUT_S
+        args.time_budget = args.time_budget or plan.PART_TIME_BUDGET_S
+    if args.quick:
+        args.time_budget = args.time_budget or plan.QUICK_TIME_BUDGET_S
+
+
+def stage_limit(args, start: float) -> float | None:
+    """Seconds the next stage may run: --stage-timeout, within what --time-budget has left."""
+    if args.time_budget is None:
+        return args.stage_timeout
+    left = start + args.time_budget - REPORT_RESERVE_S - time.monotonic()
+    return min(args.stage_timeout, left) if left >= MIN_STAGE_S else None
+
+
+def run_stages(args, the_plan: plan.Plan, store: Store, out: Path, start: float) -> None:
+    dtype = DTYPES[args.dtype]
+    if args.stage:  # a child process: this one stage, watched by its parent
+        beat = functools.partial(isolate.beat, out, args.stage)
+        runner.run_stage(the_plan, args.stage, store, args.device, dtype, print, beat)
+        return
+    inline = (args.isolate or ("process" if args.device.startswith("cuda") else "none")) == "none"
+    for stage in the_plan.stages():
         todo = plan.pending(the_plan, store.results, stage)
         if not todo:
             print(f"[{stage}] nothing left to measure: skipped")
             continue
-        t0 = time.time()
-        store.mark_stage(stage, started=env.now())
+        limit = stage_limit(args, start)
+        if limit is None:
+            why = f"--time-budget {args.time_budget:g} s was spent before stage {stage} started"
+            store.mark(todo, "skipped", why, skip="time")
+            print(f"[{stage}] {len(todo)} not measured (stage time limit): {why}")
+            continue
+        t0 = time.monotonic()
+        store.stage_run(stage, started=env.now(), limit_s=round(limit), item_s=args.item_timeout)
+        print(f"[{stage}] {len(todo)} measurements, {limit:.0f} s at most")
         if inline:
-            print(f"[{stage}] {len(todo)} measurements")
-            runner.run_stage(the_plan, stage, store, args.device, DTYPES[args.dtype])
+            runner.run_stage(the_plan, stage, store, args.device, dtype, deadline=t0 + limit)
         else:
             argv = child_argv(args, out, stage)
-            isolate.run_stage(stage, argv, args.stage_timeout, the_plan, store)
+            isolate.run_stage(stage, argv, limit, args.item_timeout, the_plan, store)
         left = len(plan.pending(the_plan, store.results, stage))
-        store.mark_stage(stage, finished=env.now(), wall_s=round(time.time() - t0, 1), left=left)
+        wall = round(time.monotonic() - t0, 1)
+        store.stage_run(stage, finished=env.now(), wall_s=wall, left=left)
+        write_reports(out, store)  # a call cut off later still brings these back
 
 
 def write_reports(out: Path, store: Store) -> None:
@@ -94,6 +151,8 @@ def write_reports(out: Path, store: Store) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    apply_part(args)
     try:
         the_plan = plan.make_plan(args.quick, args.only, args.baselines, args.device, args.small)
     except ValueError as e:
@@ -118,10 +177,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"evt bench: {e}")
         return 2
     if not args.stage:
-        store.add_session()
+        store.add_session(provenance.session(args))
     if args.retry:
-        print(f"--retry: {store.requeue({i.key for i in the_plan.items})} n/a results queued again")
-    run_stages(args, the_plan, store, out)
+        n = store.requeue({i.key for i in the_plan.items})
+        print(f"--retry: {n} n/a, timeout and fallback results queued again")
+    run_stages(args, the_plan, store, out, start)
     if not args.stage:
         write_reports(out, store)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -18,6 +19,7 @@ SMI_FIELDS = (
     "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit,"
     "persistence_mode"
 )
+SOURCE_SUFFIXES = (".py", ".j2", ".h", ".cu", ".cuh", ".json")
 PROP_FIELDS = (
     "name",
     "major",
@@ -51,15 +53,24 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 
 def git_info() -> dict:
-    """The commit of the evt checkout and whether it had local changes (read-only git calls);
-    `EVT_BENCH_GIT_COMMIT` stands in where the tree is a copy without `.git`."""
+    """The commit of the evt checkout and whether it had local changes (read-only git calls).
+    `EVT_BENCH_GIT_COMMIT`, when set, is the commit recorded: the device machine runs a copy of
+    the tree without `.git`, so the command that starts it names the commit."""
     root = Path(__file__).resolve().parents[2]
-    commit = _run(["git", "rev-parse", "HEAD"], root)
     status = _run(["git", "--no-optional-locks", "status", "--porcelain"], root)
-    return {
-        "commit": commit or os.environ.get("EVT_BENCH_GIT_COMMIT"),
-        "dirty": None if status is None else bool(status),
-    }
+    commit = os.environ.get("EVT_BENCH_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"], root)
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def source_fingerprint() -> str:
+    """A hash of evt's sources (Python, templates, headers): the same for the same code whether
+    or not git is there to say so, and different when local changes differ."""
+    root = Path(evt.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
 
 
 def nvidia_smi() -> dict | None:
@@ -91,6 +102,7 @@ def environment(device: str) -> dict:
         "cutlass": version("nvidia-cutlass"),
         "evt": evt.__version__,
         "git": git_info(),
+        "evt_source": source_fingerprint(),
         "device": device,
         "gpu": gpu_info(device),
     }

@@ -1,67 +1,168 @@
-"""Run one stage in a child process (`python -m evt.bench ... --stage NAME`), under a time limit.
+"""Run one stage in child processes (`python -m evt.bench ... --stage NAME`), under time limits.
 
-A stage in its own process cannot hang the run (it is killed at `--stage-timeout`), cannot poison
-the next stage's CUDA context after a fatal kernel error, and leaves no Inductor configuration
-behind. The child appends its results to the shared results file as it goes; afterwards the
-parent records what cut the stage short: the case that was running is n/a with the reason, and the
-cases never reached are "skipped" (a rerun with --resume retries them).
+A stage in its own process cannot hang the run, cannot poison the next stage's CUDA context after
+a fatal kernel error, and leaves no Inductor configuration behind. The child appends its results
+to the shared results file as it goes and says what it is doing in a heartbeat file
+(`running.json`: phase prebuild, case or item, and since when). The parent watches both limits:
+
+    stage limit   the stage's share of the run: at the limit the child is killed, and what it was
+                  measuring and everything after it is recorded "skipped" (stage time limit);
+                  --resume measures them
+    item limit    --item-timeout: one item (compile, check, timing) running longer is killed and
+                  recorded "timeout"; a fresh child goes on with the next item
+
+A child that crashes costs the item it was measuring (n/a, with its stderr); a fresh child goes on
+with the rest while the stage has time.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from evt.bench.env import now
-from evt.bench.plan import Plan, pending
-from evt.bench.store import Store, new_record
+from evt.bench.plan import Item, Plan, pending
+from evt.bench.store import Store
 
+HEARTBEAT = "running.json"
 STDERR_TAIL = 3000
+POLL_S = 0.5
 
 
-def run_child(argv: list[str], timeout: float | None) -> str | None:
-    """Run `python -m evt.bench *argv`; None when it finished cleanly, else why it did not."""
-    cmd = [sys.executable, "-m", "evt.bench", *argv]
-    root = str(Path(__file__).resolve().parents[2])  # this evt, installed or not
+def beat(out: Path, stage: str, phase: str, case: str | None = None, baseline: str | None = None):
+    """Write the heartbeat (atomically): this process is now in `phase` of `case`/`baseline`."""
+    path = Path(out) / HEARTBEAT
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    info = dict(stage=stage, phase=phase, case=case, baseline=baseline, since=time.time())
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, path)
+
+
+def read_beat(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # done | crash | item-timeout | stage-time
+    why: str
+    beat: dict | None  # the child's last heartbeat
+
+
+def child_command(argv: list[str]) -> tuple[list[str], dict]:
+    """`python -m evt.bench *argv` with this evt first on the path (installed or not)."""
+    root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}
+    return [sys.executable, "-m", "evt.bench", *argv], {**os.environ, "PYTHONPATH": path}
+
+
+def watch(proc: subprocess.Popen, limit_s: float, item_s: float | None, hb: Path) -> str | None:
+    """Wait for the child; kill it (and the compilers it started) at a limit: which one."""
+    end = time.monotonic() + limit_s
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        b = read_beat(hb)
+        over_item = item_s and b and b["phase"] == "item" and time.time() - b["since"] > item_s
+        if over_item or time.monotonic() >= end:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return "item-timeout" if over_item else "stage-time"
+
+
+def run_child(
+    cmd: list[str], env: dict | None, limit_s: float, item_s: float | None, hb: Path
+) -> Outcome:
+    hb.unlink(missing_ok=True)
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stderr=err, env=env, start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout)
-            why = None if code == 0 else f"the stage's process exited with code {code}"
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the child and the compilers it started
-            proc.wait()
-            why = f"the stage ran past --stage-timeout {timeout:g} s and was killed"
+        killed = watch(proc, limit_s, item_s, hb)
         err.seek(0)
         tail = err.read()[-STDERR_TAIL:]
     sys.stderr.write(tail)
-    return None if why is None else why + (f"; its stderr ended with:\n{tail}" if tail else "")
+    last = read_beat(hb)
+    hb.unlink(missing_ok=True)
+    if killed == "item-timeout":
+        why = f"ran past --item-timeout {item_s:g} s (compile, check and timing) and was killed"
+    elif killed:
+        why = f"the stage's time limit ({limit_s:.0f} s left) ran out while this was measured"
+    elif proc.returncode:
+        why = f"the stage's process exited with code {proc.returncode}"
+        why += f"; its stderr ended with:\n{tail}" if tail else ""
+    else:
+        why = "the stage's process finished without measuring this"
+    kind = killed or ("crash" if proc.returncode else "done")
+    return Outcome(kind, why, last)
+
+
+def blamed(outcome: Outcome, left: list[Item]) -> list[Item]:
+    """The items the child was busy with: the heartbeat's item or case (none if it had just
+    finished it), else (building kernels, or not started) all that is left."""
+    b = outcome.beat or {}
+    if b.get("phase") == "item":
+        return [i for i in left if i.key == (b["case"], b["baseline"])]
+    if b.get("phase") == "case":
+        return [i for i in left if i.case.name == b["case"]]
+    return list(left)
+
+
+def settle(outcome: Outcome, left: list[Item], store: Store) -> bool:
+    """Record what the child left unmeasured; True when the stage may go on in a fresh child."""
+    who = blamed(outcome, left)
+    if outcome.kind == "stage-time":
+        rest = [i for i in left if i not in who]
+        store.mark(rest, "skipped", "not reached before the stage's time limit", skip="time")
+        store.mark(who, "skipped", outcome.why, skip="time")
+        return False
+    if outcome.kind == "item-timeout":
+        store.mark(who, "timeout", outcome.why)
+    elif outcome.kind == "crash":  # it costs what it was measuring, or the next item
+        store.mark(who or left[:1], "n/a", outcome.why)
+    else:  # the child stopped early without saying why
+        store.mark(left, "n/a", outcome.why)
+    return True
 
 
 def run_stage(
     stage: str,
     argv: list[str],
-    timeout: float | None,
+    limit_s: float,
+    item_s: float | None,
     plan: Plan,
     store: Store,
     log: Callable[[str], None] = print,
+    command: Callable[[list[str]], tuple[list[str], dict]] = child_command,
 ) -> None:
-    why = run_child(argv, timeout)
-    store.reload()
-    left = pending(plan, store.results, stage)
-    if why is None and not left:
-        return
-    why = why or "the stage's process finished without measuring these cases"
-    for n, item in enumerate(left):
-        status = "n/a" if n == 0 else "skipped"
-        error = why if n == 0 else f"not reached: {why.splitlines()[0]}; rerun with --resume"
-        dtype = store.data["config"]["dtype"]
-        store.add(new_record(item, dtype, status=status, error=error, finished=now()))
-    log(f"[{stage}] cut short ({why.splitlines()[0]}): {left[0].key} n/a, {len(left) - 1} skipped")
+    """Run the stage's pending items in child processes until done or out of time."""
+    end = time.monotonic() + limit_s
+    hb = store.path.parent / HEARTBEAT
+    while left := pending(plan, store.results, stage):
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            store.mark(left, "skipped", f"stage {stage}'s time limit ran out first", skip="time")
+            break
+        outcome = run_child(*command(argv), remaining, item_s, hb)
+        store.reload()
+        left = pending(plan, store.results, stage)
+        if outcome.kind == "done" and not left:
+            break
+        at = "; ".join("/".join(i.key) for i in blamed(outcome, left)[:3]) or "between items"
+        log(f"[{stage}] {outcome.kind} ({outcome.why.splitlines()[0]}) at {at}")
+        if not left or not settle(outcome, left, store):
+            break
+    n = sum(r["status"] == "skipped" for r in store.results if r["stage"] == stage)
+    if n:
+        log(f"[{stage}] {n} not measured (stage time limit): rerun with --resume")

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from evt.bench import coverage, provenance
 from evt.bench import report as R
 
 MIB = 1 / 2**20
+LEGEND = (
+    "Cells: a number; `wrong` (checked, not timed); `n/a` (raised: the text is listed below); "
+    "`timeout` (ran past the per-item limit); `fallback` (evt's regions ran unfused); "
+    "`not measured (stage time limit)` (its stage ran out of time first: `--resume` measures "
+    "it); `not run` (planned, but no session ran that baseline on it); `—` (not planned: does "
+    "not apply, or outside the baseline's subset)."
+)
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -27,12 +35,14 @@ def heading(data: dict) -> str:
         f"evt {env.get('evt')} @ {(git.get('commit') or 'unknown')[:12]}"
         + (" (with local changes)" if git.get("dirty") else ""),
     ]
+    merged = provenance.merged_note(data)
     return (
         f"# evt benchmark: {gpu}, {cfg['dtype']}\n\n{env.get('time')} · "
         + " · ".join(facts)
+        + (f"\n\n{merged}" if merged else "")
         + "\n\nTimes are medians after warm-up (see `benchmarks/README.md`); every result was "
         "checked against a float64 reference before it was timed. Speedup of A over B = "
-        "time(B) / time(A); > 1 means A is faster."
+        "time(B) / time(A); > 1 means A is faster. " + LEGEND
     )
 
 
@@ -65,18 +75,21 @@ def per_case(
     digits: int = 1,
     scale: float = 1.0,
     ratios: bool = False,
+    wanted: frozenset = frozenset(),
 ) -> str:
     cases, names = R.cases_in(results, kind), R.baselines_in(results, kind)
-    if not any(r.get(field) is not None for r in results if r["kind"] == kind):
-        return ""
+    mine = [r for r in results if r["kind"] == kind]
+    if not mine or not (ratios or any(r.get(field) is not None for r in mine)):
+        return ""  # the main tables show every case, measured or not; the others what was
     idx = R.index(results)
+    cell = lambda c, b: R.cell(idx.get((c, b)), field, digits, scale, (c, b) in wanted)  # noqa: E731
     others = [b for b in names if b != "evt"] if ratios and "evt" in names else []
     speed = {b: R.speedup(results, "evt", b, kind) for b in others}
     head = ["case", "size"] + names + [f"evt vs {b}" for b in others]
     rows = []
     for c in cases:
         row = [c["case"], R.dims(c)]
-        row += [R.cell(idx.get((c["case"], b)), field, digits, scale) for b in names]
+        row += [cell(c["case"], b) for b in names]
         row += [
             R.fmt(speed[b].get(c["case"]), 2) + ("×" if c["case"] in speed[b] else "")
             for b in others
@@ -85,18 +98,29 @@ def per_case(
     return f"## {title}\n\n" + table(head, rows)
 
 
-def compile_table(results: list[dict]) -> str:
-    rows = [r for r in results if r.get("compile_cold_s") is not None]
-    if not rows:
+def compile_table(data: dict) -> str:
+    """Cold / warm first-call seconds per case and compiled baseline, and evt's prebuild."""
+    results = [r for r in data["results"] if r.get("compile_cold_s") is not None]
+    if not results:
         return ""
-    body = [
-        [r["case"], r["baseline"], R.fmt(r["compile_cold_s"]), R.fmt(r["compile_warm_s"])]
-        for r in rows
-    ]
+    names = R.baselines_in(results)
+    idx = R.index(results)
+    rows = []
+    for c in R.cases_in(results, "op") + R.cases_in(results, "step"):
+        cells = [idx.get((c["case"], b)) for b in names]
+        rows.append([c["case"]] + [pair(r) for r in cells])
+    head = ["case"] + [f"{b} cold / warm" for b in names]
     return (
-        "## Compile time (s): first call of a fresh compile, with empty (cold) and filled "
-        "(warm) Inductor caches\n\n" + table(["case", "baseline", "cold", "warm"], body)
-    )
+        "## Compile time (s)\n\nThe first call of a fresh compile, with empty (cold) and filled "
+        "(warm) Inductor caches, apart from run time. " + coverage.prebuild_note(data)
+        + "\n\n" + table(head, rows)
+    )  # fmt: skip
+
+
+def pair(r: dict | None) -> str:
+    if r is None or r.get("compile_cold_s") is None:
+        return "—"
+    return f"{R.fmt(r['compile_cold_s'])} / {R.fmt(r['compile_warm_s'])}"
 
 
 def evt_notes(results: list[dict]) -> str:
@@ -124,7 +148,7 @@ def evt_notes(results: list[dict]) -> str:
 
 def problem_list(results: list[dict]) -> str:
     items = [
-        f"- **{r['case']} / {r['baseline']}**: {r['status']}: "
+        f"- **{r['case']} / {r['baseline']}**: {R.not_timed(r)}: "
         f"{' '.join((r.get('error') or '').split())[:400]}"
         for r in R.problems(results)
     ]
@@ -133,19 +157,28 @@ def problem_list(results: list[dict]) -> str:
 
 def render(data: dict) -> str:
     res = data["results"]
+    wanted = frozenset(R.planned(data["config"]))
     parts = [
         heading(data),
         summary_table(res),
+        coverage.coverage_table(res, wanted, table),
         per_case(
-            res, "op", "tflops", "GEMM+epilogue suite: TFLOP/s, and evt's speedup", 1, 1, True
+            res, "op", "tflops", "GEMM+epilogue suite: TFLOP/s, and evt's speedup", 1, 1, True,
+            wanted,
         ),
-        per_case(res, "op", "gbps", "GEMM+epilogue suite: GB/s (inputs + outputs once)", 0),
+        per_case(res, "op", "gbps", "GEMM+epilogue suite: GB/s (inputs + outputs once)", 0,
+                 wanted=wanted),
         per_case(
-            res, "step", "time_ms", "Training steps: ms per step, and evt's speedup", 2, 1, True
+            res, "step", "time_ms", "Training steps: ms per step, and evt's speedup", 2, 1, True,
+            wanted,
         ),
-        per_case(res, "step", "peak_mem_bytes", "Training steps: peak memory (MiB)", 0, MIB),
-        compile_table(res),
+        per_case(res, "step", "peak_mem_bytes", "Training steps: peak memory (MiB)", 0, MIB,
+                 wanted=wanted),
+        compile_table(data),
         evt_notes(res),
+        coverage.baselines_section(res),
+        coverage.stages_table(data, table),
         problem_list(res),
-    ]
+        provenance.sessions_table(data, table),
+    ]  # fmt: skip
     return "\n\n".join(p for p in parts if p) + "\n"

@@ -6,24 +6,52 @@ pre-activation) and GELU's backward in the dgrad GEMM, and the MLP training step
 eager, cuBLAS, cuBLASLt, torch.compile and evt. `--only` keeps the cases whose name,
 pattern/model or shape matches one of its comma-separated globs (`bias_gelu*`, `gpt2`, `step/*`).
 
-Resume: an item is done when the results hold a final record for it (ok, wrong or n/a); a
-"skipped" record (its stage was cut short) is retried; `--retry` turns the plan's n/a records
-back into skipped ones first (after a fix, or with a longer --stage-timeout). A stage with
-nothing left is skipped.
+Slow stages (max-autotune, Inductor's CUTLASS backend) measure breadth first: the first shape
+of every pattern and every training step, then the second shapes, and so on, so a stage cut short
+by its time limit still covers every pattern.
+
+Resume: an item is done when the results hold a final record for it (`store.FINAL`); a "skipped"
+record (not measured yet) is retried; `--retry` turns the plan's n/a, timeout and fallback
+records back into skipped ones first (after a fix, or with a longer limit). A stage with nothing
+left is skipped.
+
+Parts (`--part N`, `scripts/bench_full.sh N`): the full run as calls of the device machine, each
+under `PART_TIME_BUDGET_S` (a call may run 10 minutes), resuming the same results folder.
 """
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from fnmatch import fnmatch
 
 from evt.bench import ops, steps
 from evt.bench.baselines import BASELINES, STAGES
+from evt.bench.store import FINAL
 from evt.bench.workload import Case
 
 QUICK_CASES = ("bias_gelu_tanh/gpt2", "bias_gelu_aux/gpt2", "dgrad_gelu/gpt2", "step/mlp")
 QUICK_BASELINES = ("eager", "mm", "cublaslt", "compile", "evt")
-FINAL = ("ok", "wrong", "n/a")
+QUICK_TIME_BUDGET_S = 170.0
+BREADTH_FIRST = ("max-autotune", "inductor-cutlass")
+
+
+@dataclass(frozen=True)
+class Part:
+    baselines: tuple[str, ...]
+    doc: str
+
+
+PART_TIME_BUDGET_S = 480.0  # of a 600 s call: ~40 s to install wheels, ~15 s to write reports
+PART_ITEM_TIMEOUT_S = 240.0
+PARTS = {
+    "1": Part(
+        ("eager", "mm", "cublaslt", "sdpa", "evt", "compile", "max-autotune"),
+        "eager, cuBLAS, cuBLASLt, SDPA, evt, torch.compile; max-autotune with the time left",
+    ),
+    "2": Part(("inductor-cutlass",), "Inductor's CUTLASS backend on its subset of cases"),
+    "3": Part(("max-autotune",), "the rest of max-autotune (repeat while items are left)"),
+}
 
 
 @dataclass(frozen=True)
@@ -78,11 +106,20 @@ def make_plan(
     items = [
         Item(stage, case, b.name)
         for stage in STAGES
-        for case in cases
+        for case in (breadth_first(cases) if stage in BREADTH_FIRST else cases)
         for b in chosen
         if b.stage == stage and b.applies(case, device)
     ]
     return Plan(tuple(cases), tuple(items))
+
+
+def breadth_first(cases: list[Case]) -> list[Case]:
+    """The first case of every group (pattern or step), then the second of each, and so on."""
+    seen: collections.Counter = collections.Counter()
+    rank = {}
+    for c in cases:
+        rank[c.name], seen[c.group] = seen[c.group], seen[c.group] + 1
+    return sorted(cases, key=lambda c: rank[c.name])
 
 
 def done_keys(results: list[dict]) -> set[tuple[str, str]]:

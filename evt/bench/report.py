@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 
+from evt.bench import plan
 from evt.bench.baselines import BASELINES
 
-NOT_TIMED = {"wrong": "wrong", "n/a": "n/a", "skipped": "skipped"}
+SUITE_ORDER = {c.name: n for n, c in enumerate(plan.all_cases())}
 
 
 def index(results: list[dict]) -> dict[tuple[str, str], dict]:
@@ -41,8 +42,23 @@ def baselines_in(results: list[dict], kind: str | None = None) -> list[str]:
 
 
 def cases_in(results: list[dict], kind: str) -> list[dict]:
-    """One record per case of `kind`, in first-seen order (for the case's name and dims)."""
-    return list({r["case"]: r for r in results if r["kind"] == kind}.values())
+    """One record per case of `kind` (for the case's name and dims), in the suite's order."""
+    first = {r["case"]: r for r in reversed(results) if r["kind"] == kind}
+    return sorted(first.values(), key=lambda r: SUITE_ORDER.get(r["case"], len(SUITE_ORDER)))
+
+
+def planned(config: dict) -> set[tuple[str, str]]:
+    """Every (case, baseline) the full suite measures on this file's device and sizes."""
+    the_plan = plan.make_plan(device=config.get("device", "cuda"), small=config.get("small"))
+    return {i.key for i in the_plan.items}
+
+
+def not_timed(record: dict) -> str:
+    """Why a record has no time, as a table cell says it."""
+    status = record["status"]
+    if status == "skipped":
+        return f"not measured ({record.get('skip_reason') or 'stage cut short'})"
+    return str(status)
 
 
 def fmt(x: float | None, digits: int = 1) -> str:
@@ -51,12 +67,15 @@ def fmt(x: float | None, digits: int = 1) -> str:
     return f"{x:.{digits}f}" if abs(x) >= 10**-digits else f"{x:.2g}"
 
 
-def cell(record: dict | None, field: str, digits: int = 1, scale: float = 1.0) -> str:
-    """A table cell: the field's value when measured, else why not ('—' when not planned)."""
+def cell(
+    record: dict | None, field: str, digits: int = 1, scale: float = 1.0, run: bool = False
+) -> str:
+    """A table cell: the field's value when measured, else why not: '—' when not planned,
+    'not run' when planned (`run`) but no session has tried it."""
     if record is None:
-        return "—"
+        return "not run" if run else "—"
     if record["status"] != "ok":
-        return NOT_TIMED.get(record["status"], str(record["status"]))
+        return not_timed(record)
     value = record.get(field)
     return fmt(value * scale if value is not None else None, digits)
 
@@ -83,3 +102,18 @@ def summary(results: list[dict], target: str = "evt") -> list[tuple[str, dict]]:
 
 def problems(results: list[dict]) -> list[dict]:
     return [r for r in results if r["status"] != "ok"]
+
+
+def coverage(results: list[dict], wanted: set[tuple[str, str]]) -> list[tuple[str, dict]]:
+    """Per baseline: how many items the full suite plans, and what became of them."""
+    idx = index(results)
+    rows = []
+    for b in BASELINES:
+        keys = {k for k in wanted if k[1] == b} | {k for k in idx if k[1] == b}
+        counts = {"planned": len({k for k in keys if k in wanted})}
+        for k in keys:
+            r = idx.get(k)
+            status = "not run" if r is None else not_timed(r) if r["status"] != "ok" else "ok"
+            counts[status] = counts.get(status, 0) + 1
+        rows.append((b, counts))
+    return rows

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -136,14 +137,21 @@ def run_stage(
     device: str,
     dtype: torch.dtype,
     log: Callable[[str], None] = print,
+    beat: Callable[..., None] = lambda *a: None,
+    deadline: float | None = None,
 ) -> None:
+    """Measure the stage's pending items. `beat(phase, case, baseline)` says what is running
+    (the parent process watches it); past `deadline` (time.monotonic()) nothing new starts and
+    the rest is recorded "skipped" (stage time limit)."""
     todo = pending(plan, store.results, stage)
     if stage == "evt" and device.startswith("cuda"):
-        from evt.bench.prebuild import prebuild
-
-        prebuild(dict.fromkeys(i.case for i in todo), dtype, log)
+        beat("prebuild")
+        prebuild_all(todo, store, dtype, log)
     for case in dict.fromkeys(i.case for i in todo):
         items = [i for i in todo if i.case == case]
+        if out_of_time(deadline, pending(plan, store.results, stage), store, log):
+            return
+        beat("case", case.name)
         try:
             state = CaseState.build(case, dtype, device)
         except Exception as e:  # noqa: BLE001 - no workload: every baseline of the case is n/a
@@ -153,9 +161,31 @@ def run_stage(
                 log(summary(store.results[-1]))
             continue
         for item in items:
+            if out_of_time(deadline, pending(plan, store.results, stage), store, log):
+                return
+            beat("item", case.name, item.baseline)
             store.add(run_item(item, state, device, dtype))
+            beat("case", case.name)  # the item's clock stops here
             log(summary(store.results[-1]))
         del state
         gc.collect()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def out_of_time(deadline: float | None, left: list[Item], store: Store, log) -> bool:
+    if deadline is None or time.monotonic() < deadline or not left:
+        return False
+    store.mark(left, "skipped", "not reached before the stage's time limit", skip="time")
+    log(f"[{left[0].stage}] time limit: {len(left)} not measured (stage time limit)")
+    return True
+
+
+def prebuild_all(todo: list[Item], store: Store, dtype: torch.dtype, log) -> None:
+    """evt's kernels for every pending case, built in parallel before anything is timed; the
+    time is the stage's (kept apart from each case's compile time)."""
+    from evt.bench.prebuild import prebuild
+
+    t0 = time.monotonic()
+    n = prebuild(dict.fromkeys(i.case for i in todo), dtype, log)
+    store.stage_run("evt", prebuild_s=round(time.monotonic() - t0, 1), prebuild_kernels=n)

@@ -5,16 +5,20 @@ Schema (`"schema": "evt-bench/1"`):
     config    dtype, device, gpu, small: what every record was measured with (checked on resume)
     env       GPU (name, SMs, L2, clocks, driver via nvidia-smi), torch/CUDA/triton/CUTLASS/evt
               versions, git commit, when the file was created
-    sessions  one entry per invocation: time, argv, git commit
-    stages    per stage: started, finished, wall_s, outcome
-    results   one record per (case, baseline), see `RECORD_FIELDS`
+    sessions  one entry per invocation (`evt.bench.provenance.session`): time, argv, git commit,
+              a fingerprint of evt's sources, host, GPU clocks and driver, time limits
+    stages    per stage: `runs`, one entry per session that ran it (limits, wall time, left)
+    results   one record per (case, baseline), see `RECORD_FIELDS`; each names the session
+              (index into `sessions`) and the git commit it was measured at
+
+Files written before `session`, `commit` and `skip_reason` existed read the same (missing fields
+are None).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from evt.bench import env
@@ -31,7 +35,8 @@ RECORD_FIELDS = (
     "dtype",
     "baseline",
     "stage",
-    "status",  # ok | wrong (checked, not timed) | n/a (raised; see error) | skipped (stage cut short)
+    "status",  # see STATUSES
+    "skip_reason",  # why a skipped record was not measured (SKIP_REASONS)
     "error",
     "rel_err",
     "tolerance",
@@ -47,7 +52,22 @@ RECORD_FIELDS = (
     "peak_mem_bytes",
     "notes",
     "finished",
+    "session",  # index into the file's sessions: who measured it
+    "commit",  # the git commit of evt it was measured at (that session's)
 )
+STATUSES = {
+    "ok": "checked right, then timed",
+    "wrong": "checked, wrong: not timed",
+    "n/a": "raised (the exception's text is in error), or its process crashed",
+    "timeout": "ran past --item-timeout (compile, check and timing of one item): killed",
+    "fallback": "evt regions ran unfused (the reference path): not timed as evt",
+    "skipped": "not measured in any session yet (skip_reason says why); --resume retries it",
+}
+FINAL = ("ok", "wrong", "n/a", "timeout", "fallback")
+SKIP_REASONS = {
+    "time": "stage time limit",  # its stage (or the run's --time-budget) ran out first
+    "retry": "queued by --retry",
+}
 
 
 def new_record(item, dtype: str, **fields) -> dict:
@@ -110,28 +130,54 @@ class Store:
         tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
         os.replace(tmp, self.path)
 
-    def add(self, record: dict) -> None:
-        """Append a record, replacing an earlier one of the same case and baseline."""
+    @property
+    def session(self) -> int | None:
+        """The index of the session now running (the last one), None before any."""
+        sessions = self.data.get("sessions")
+        return len(sessions) - 1 if sessions else None
+
+    def add(self, record: dict, save: bool = True) -> None:
+        """Append a record stamped with this session and its commit, replacing an earlier one
+        of the same case and baseline."""
+        if self.session is not None and record.get("session") is None:
+            git = self.data["sessions"][-1].get("git") or {}
+            record.update(session=self.session, commit=git.get("commit"))
         key = (record["case"], record["baseline"])
         self.data["results"] = [r for r in self.results if (r["case"], r["baseline"]) != key]
         self.results.append(record)
+        if save:
+            self.save()
+
+    def mark(self, items, status: str, error: str, skip: str | None = None) -> None:
+        """Record plan items that were not measured: `status` with the reason in `error`, and
+        for "skipped" the `SKIP_REASONS` key `skip`."""
+        dtype = self.data["config"]["dtype"]
+        reason = SKIP_REASONS[skip] if skip else None
+        for item in items:
+            fields = dict(status=status, error=error, skip_reason=reason, finished=env.now())
+            self.add(new_record(item, dtype, **fields), save=False)
         self.save()
 
     def requeue(self, keys: set[tuple[str, str]]) -> int:
-        """Mark the n/a records among `keys` skipped, so the run measures them again."""
+        """Mark the records among `keys` that failed (n/a, timeout, fallback) skipped, so the
+        run measures them again."""
         n = 0
         for r in self.results:
-            if (r["case"], r["baseline"]) in keys and r["status"] == "n/a":
-                r.update(status="skipped", error=f"queued again by --retry; was: {r['error']}")
+            if (r["case"], r["baseline"]) in keys and r["status"] in ("n/a", "timeout", "fallback"):
+                was = f"{r['status']}: {r.get('error')}"
+                r.update(status="skipped", skip_reason=SKIP_REASONS["retry"], error=f"was {was}")
                 n += 1
         self.save()
         return n
 
-    def add_session(self) -> None:
-        git = env.git_info()
-        self.data["sessions"].append({"time": env.now(), "argv": sys.argv, "git": git})
+    def add_session(self, session: dict) -> None:
+        self.data["sessions"].append(session)
         self.save()
 
-    def mark_stage(self, stage: str, **info) -> None:
-        self.data["stages"].setdefault(stage, {}).update(info)
+    def stage_run(self, stage: str, **info) -> None:
+        """Start (or, called again in the same session, update) this session's run of a stage."""
+        runs = self.data["stages"].setdefault(stage, {}).setdefault("runs", [])
+        if not runs or runs[-1].get("session") != self.session:
+            runs.append({"session": self.session})
+        runs[-1].update(info)
         self.save()

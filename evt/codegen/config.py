@@ -1,4 +1,13 @@
-"""Tile configurations of the SM90 GEMM: CTA tile, cluster, and mainloop/epilogue schedule."""
+"""Tile configurations of the SM90 GEMM: CTA tile, cluster, and mainloop/epilogue schedule, and
+the heuristic that ranks them for a region at a problem shape.
+
+`default_config(spec)` is the shape-blind choice (a kernel built before any shape is known);
+`heuristic(spec, M, N, K, L)` ranks `CANDIDATES` with a small cost model: the persistent grid's
+waves of output tiles (wave quantization), the main loop's efficiency per tile shape, and the
+epilogue's cost (bytes it moves per tile, its special functions), hidden behind the next tile's
+main loop by ping-pong but not by cooperative schedules. `benchmarks/config_sweep.py` is the
+exhaustive sweep it is judged against.
+"""
 
 from __future__ import annotations
 
@@ -58,6 +67,19 @@ PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
 
 FALLBACK_TILES = (TileConfig(128, 128, 64), TileConfig(128, 64, 64))
 
+# What `heuristic` chooses from (and `benchmarks/config_sweep.py` sweeps).
+CANDIDATES = (
+    TileConfig(128, 256, 64),
+    TileConfig(128, 256, 64, cluster_m=2),
+    TileConfig(256, 128, 64),
+    TileConfig(256, 128, 64, cluster_m=2),
+    TileConfig(128, 128, 64),
+    TileConfig(128, 128, 64, cluster_m=2),
+    TileConfig(128, 128, 64, schedule="pingpong"),
+    TileConfig(64, 256, 64, schedule="pingpong"),
+    TileConfig(128, 64, 64),
+)
+
 
 def default_config(spec: KernelSpec) -> TileConfig:
     """128x256x64 cooperative while the epilogue's shared memory leaves it 3 mainloop stages;
@@ -73,6 +95,74 @@ def default_config(spec: KernelSpec) -> TileConfig:
         f"kernel {spec.name}: its epilogue's shared memory leaves no tile 2 mainloop stages; "
         "the region runs unfused"
     )
+
+
+def fits(spec: KernelSpec, cfg: TileConfig) -> bool:
+    """Whether the epilogue's shared memory leaves `cfg` at least 2 mainloop stages."""
+    return mainloop_stages(spec, cfg) >= 2
+
+
+SM_COUNT = 132  # H100 SXM / H200: the persistent grid's width
+# Main-loop throughput per tile shape and schedule, relative to 128x256 cooperative. Fitted on
+# benchmarks/config_sweep.py (H200, bf16): ping-pong's two math warp groups alternate, so its main
+# loop runs ahead of a cooperative one; narrow tiles re-read more operands per FLOP; 2x1
+# clusters never won on these shapes.
+_MAINLOOP = {
+    (128, 256, "cooperative"): 1.0, (256, 128, "cooperative"): 1.0,
+    (128, 128, "cooperative"): 0.9, (128, 128, "pingpong"): 1.08,
+    (64, 256, "pingpong"): 0.85, (128, 64, "cooperative"): 0.75,
+}  # fmt: skip
+_SPECIAL = {"exp", "log", "gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward", "silu",
+            "silu_backward", "sigmoid", "tanh", "rsqrt"}  # fmt: skip
+# Epilogue cost per 128x256 tile, in k-blocks of main loop (cooperative: both warp groups share
+# it; a ping-pong warp group runs its tile's epilogue alone, several times slower, and
+# only partly behind the other warp group's main loop). A grid search over these constants on
+# the H200 sweep (5 patterns x 3-4 shapes x 9 configs) picks configs at 0.996 of the measured
+# best's speed in geomean, 0.95 at worst.
+_COST = {"load": 6.0, "store": 5.0, "special": 1.1, "reduction": 2.0}
+_PINGPONG_EPILOGUE = 6.0
+_OVERLAP_LEFT = 0.7  # the share of the shorter of (main loop, epilogue) ping-pong still pays
+
+
+def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[TileConfig]:
+    """`CANDIDATES` that fit `spec`, best first, for an M x N x K (x L) problem."""
+    fitting = [c for c in CANDIDATES if fits(spec, c)] or [default_config(spec)]
+    return sorted(fitting, key=lambda c: estimate(spec, c, M, N, K, L))
+
+
+def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1) -> float:
+    """A relative time of `spec` under `cfg` (the unit: one 128x256x64 k-block of math)."""
+    tiles = math.ceil(M / cfg.tile_m) * math.ceil(N / cfg.tile_n) * max(L, 1)
+    pingpong = cfg.schedule == "pingpong"
+    slots = SM_COUNT * (2 if pingpong else 1)  # a ping-pong CTA holds a tile per warp group
+    waves = math.ceil(tiles / slots)
+    area = cfg.tile_m * cfg.tile_n / (128 * 256)
+    mainloop = area * math.ceil(K / cfg.tile_k) / _MAINLOOP[(cfg.tile_m, cfg.tile_n, cfg.schedule)]
+    epilogue = area * epilogue_cost(spec)
+    if pingpong:
+        epilogue *= _PINGPONG_EPILOGUE
+        per_tile = max(mainloop, epilogue) + _OVERLAP_LEFT * min(mainloop, epilogue)
+    else:
+        per_tile = mainloop + epilogue
+    cluster = 1.02 if cfg.cluster_m * cfg.cluster_n > 1 else 1.0
+    return waves * per_tile * cluster
+
+
+def epilogue_cost(spec: KernelSpec) -> float:
+    """The epilogue of one 128x256 cooperative tile beyond storing D, in k-blocks of main loop:
+    aux tensors read and written (per 2 bytes an element), special functions (erf, exp, tanh)
+    and reductions. Fitted on `benchmarks/config_sweep.py`."""
+    cost = 0.0
+    for n in spec.nodes:
+        if isinstance(n, AuxLoad):
+            cost += _COST["load"] * _bytes(n.dtype) / 2
+        elif isinstance(n, AuxStore):
+            cost += _COST["store"] * _bytes(n.dtype) / 2
+        elif getattr(n, "op", None) in _SPECIAL:
+            cost += _COST["special"]
+        elif n.kind in ("row_reduction", "col_reduction", "scalar_reduction", "softmax_stats", "welford"):
+            cost += _COST["reduction"]
+    return cost
 
 
 def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:

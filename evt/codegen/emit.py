@@ -20,17 +20,23 @@ from evt.errors import CodegenError
 from evt.ir import (
     COMPUTE_OPS,
     DTYPES,
+    WRITERS,
     AuxLoad,
     AuxStore,
     ColBroadcast,
+    ColReduction,
     Compute,
     KernelSpec,
     Node,
     RowBroadcast,
     RowReduction,
     ScalarBroadcast,
+    ScalarReduction,
+    SoftmaxStats,
+    WelfordStats,
     format_tree,
     node_args,
+    stat_outputs,
 )
 
 __all__ = ["TileConfig", "c_identifier", "default_config", "render", "signature"]
@@ -51,6 +57,13 @@ STRIDE_AUX_EVERY_L = {
 STRIDE_ROW = "cute::Stride<cute::_0, cute::_1, int64_t>"
 STRIDE_COL = "cute::Stride<cute::_1, cute::_0, int64_t>"
 STRIDE_ROW_SUM = "cute::Stride<cute::_0, cute::_1, cute::_0>"  # an N-vector, summed over M and L
+STRIDE_COL_OUT = "cute::Stride<cute::_1, cute::_0, int64_t>"  # an M-vector per batch
+# a reduction's op -> (CUTLASS functor for Sm90Row/ColReduction, its identity)
+REDUCE_FNS = {
+    "sum": ("cutlass::plus", "ElementCompute(0)"),
+    "max": ("cutlass::maximum_with_nan_propagation", "-std::numeric_limits<ElementCompute>::infinity()"),
+}
+STATISTICS = (ScalarReduction, SoftmaxStats, WelfordStats)  # evt's own nodes: evt_statistics.h
 
 
 def c_identifier(name: str) -> str:
@@ -85,6 +98,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         dag=plan.dag,
         num_inputs=spec.num_inputs,
         num_outputs=spec.num_outputs,
+        statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip
 
@@ -111,16 +125,23 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
     }
     if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast)):
         view["input"] = n.input
-    if isinstance(n, (AuxStore, RowReduction)):
+    if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
-    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, AuxStore, RowReduction)):
+    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, *WRITERS)):
         view["element"] = DTYPES[n.dtype][1]
+    if isinstance(n, (RowReduction, ColReduction, ScalarReduction)):
+        view["reduce_fn"], view["identity"] = REDUCE_FNS[n.op]
+        view["max"] = n.op == "max"
+    if isinstance(n, (SoftmaxStats, WelfordStats)):
+        view.update(_statistic(n))
     if isinstance(n, AuxLoad) and n.broadcast_l:
         view["stride"] = STRIDE_AUX_EVERY_L[n.major]
     elif isinstance(n, (AuxLoad, AuxStore)):
         view["stride"] = STRIDE_AUX[n.major]
     elif isinstance(n, RowReduction):
         view["stride"] = STRIDE_ROW_SUM
+    elif isinstance(n, (ColReduction, SoftmaxStats, WelfordStats)):
+        view["stride"] = STRIDE_COL_OUT
     elif isinstance(n, (RowBroadcast, ColBroadcast)):
         view["stride"] = STRIDE_ROW if isinstance(n, RowBroadcast) else STRIDE_COL
     elif isinstance(n, ScalarBroadcast):
@@ -128,6 +149,19 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
     elif isinstance(n, Compute):
         view["functor"] = _functor(n)
     return view
+
+
+def _statistic(n: SoftmaxStats | WelfordStats) -> dict:
+    """The statistic's policy type and its two output pointers (nullptr where not written); the
+    output whose strides the launcher passes (both have the same)."""
+    if isinstance(n, SoftmaxStats):
+        stat = f"evt::SoftmaxStat<{'true' if n.zero_inf_max else 'false'}>"
+    else:
+        stat = f"evt::WelfordStat<{n.correction}>"
+    outs = stat_outputs(n)
+    element = DTYPES[n.dtype][1]
+    pointers = [f"out_ptr<{element}>(outputs, {i})" if i is not None else "nullptr" for i in outs]
+    return {"stat": stat, "pointers": pointers, "output": next(i for i in outs if i is not None)}
 
 
 def _functor(n: Compute) -> str:
@@ -154,8 +188,17 @@ def _comment(n: Node) -> str:
     if isinstance(n, AuxStore):
         return f"{text}({n.arg}) -> output {n.output}, {n.dtype}, {n.major}-major"
     if isinstance(n, RowReduction):
-        return (f"{text}(sum over M of {n.arg}) -> output {n.output}, {n.dtype}; fp32 partials "
-                "per CTA row, summed in a fixed order by the last CTA (deterministic)")  # fmt: skip
+        done = "summed" if n.op == "sum" else "reduced"
+        return (f"{text}({n.op} over M of {n.arg}) -> output {n.output}, {n.dtype}; fp32 partials "
+                f"per CTA row, {done} in a fixed order by the last CTA (deterministic)")  # fmt: skip
+    if isinstance(n, ColReduction):
+        return (f"{text}({n.op} over N of {n.arg}) -> output {n.output}, {n.dtype}; fp32 partials "
+                "per CTA column, reduced in a fixed order by the last CTA (deterministic)")  # fmt: skip
+    if isinstance(n, ScalarReduction):
+        return (f"{text}({n.op} over L, M, N of {n.arg}) -> output {n.output}, {n.dtype}; fp32 "
+                "partials per tile, reduced in a fixed order by the last CTA (deterministic)")  # fmt: skip
+    if isinstance(n, (SoftmaxStats, WelfordStats)):
+        return f"{text} of {n.arg} -> {_stat_text(n)}; fp32 partials per N tile, combined in a fixed order by the last CTA (deterministic)"
     if isinstance(n, ScalarBroadcast):
         return f"{text} {n.value!r}"
     if isinstance(n, AuxLoad):
@@ -164,6 +207,12 @@ def _comment(n: Node) -> str:
     if isinstance(n, (RowBroadcast, ColBroadcast)):
         return f"{text}(input {n.input}, {n.dtype})"
     return text
+
+
+def _stat_text(n: SoftmaxStats | WelfordStats) -> str:
+    names = ("max", "sum exp(x - max)") if isinstance(n, SoftmaxStats) else ("mean", "var")
+    outs = [f"{what}: output {i}" for what, i in zip(names, stat_outputs(n)) if i is not None]
+    return ", ".join(outs) + f", {n.dtype}"
 
 
 def _tree_text(spec: KernelSpec) -> str:

@@ -6,11 +6,15 @@ expression's inner steps `<node>_<i>`, constants `<node>_c<i>`, stores `<node>_s
 reduction the `sum` node itself), so the generated C++ and the `evt dump` tree read like the graph.
 
 Outputs: D is the region's last [M, N] output in graph order (a float one if there is one); every
-other output, in graph order, is an `AuxStore` or, for a `sum` over M, a `RowReduction`.
+other output, in graph order, is an `AuxStore` or a reduction's: a `RowReduction` (over M), a
+`ColReduction` (over N), a `ScalarReduction`, or one of a statistic's two outputs. Statistics of
+one value are merged into one node: softmax's max and sum of exp (`SoftmaxStats`), a mean and a
+var (`WelfordStats`); the other reductions get a node each.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -118,20 +122,20 @@ class _Ref(str):
 def build_region(region: Region, name: str) -> BuiltRegion:
     b = _Builder(region)
     gemm = b.anchor()
-    reductions: dict[Node, str] = {}  # reduction -> the IR value it sums
+    reductions: dict[Node, tuple[Expr, str]] = {}  # reduction -> (its expr, the value it reduces)
     for fx in region.epilogue:
         expr = epilogue_expr(fx)
         assert expr is not None, fx
         if expr.op in REDUCTION_OPS:
             summand = expr.args[0]
             assert isinstance(summand, Node) and summand in b.value, fx  # validated: inside
-            reductions[fx] = b.value[summand]
+            reductions[fx] = (expr, b.value[summand])
         else:
             b.value[fx] = b.expr(expr, fx, [0])
     outputs = region.outputs()
     d = _choose_d(outputs, reductions, b.value)
     rest = [fx for fx in outputs if fx is not d]
-    writers = [_writer(fx, i, b.value, reductions) for i, fx in enumerate(rest, start=1)]
+    writers = _writers(rest, b.value, reductions)
     spec = ir.KernelSpec(
         c_identifier(name), gemm, _insert_writers(b.nodes, writers), b.value[d],
         ir.dtype_name(d.meta["val"].dtype), len(b.inputs),
@@ -139,28 +143,84 @@ def build_region(region: Region, name: str) -> BuiltRegion:
     return BuiltRegion(spec, tuple(b.inputs), (d, *rest))
 
 
-def _choose_d(outputs: list[Node], reductions: dict[Node, str], value: dict[Node, str]) -> Node:
+def _choose_d(outputs: list[Node], reductions: dict, value: dict[Node, str]) -> Node:
     """The output stored as D: the last [M, N] one, a float one if any. A region whose only
     outputs are reductions stores the last reduction's summand as D, which no one reads."""
     full = [fx for fx in outputs if fx not in reductions]
     floats = [fx for fx in full if fx.meta["val"].dtype != torch.bool]
     if floats or full:
         return (floats or full)[-1]
-    summand = reductions[outputs[-1]]
+    summand = reductions[outputs[-1]][1]
     return next(fx for fx, name in value.items() if name == summand)
 
 
-def _writer(fx: Node, output: int, value: dict[Node, str], reductions: dict[Node, str]):
-    val = fx.meta["val"]
-    dtype = ir.dtype_name(val.dtype)
-    if fx in reductions:
-        return ir.RowReduction(c_identifier(fx.name), reductions[fx], output, dtype, val.dim() == 2)
-    return ir.AuxStore(f"{c_identifier(fx.name)}_store", value[fx], output, dtype)
+def _writers(rest: list[Node], value: dict[Node, str], reductions: dict) -> list:
+    """One writer per output (outputs 1, 2, ... in `rest` order), statistics of one value merged:
+    first the statistics (softmax sums, means and vars), then the rest, a max over N joining a
+    softmax statistic of the same value where it can."""
+    index = {fx: i for i, fx in enumerate(rest, start=1)}
+    stats: list = []
+    for fx in rest:
+        if fx in reductions and reductions[fx][0].op in STATISTICS:
+            _join_statistic(stats, fx, index[fx], *reductions[fx])
+    plain = [_writer(fx, index[fx], value, reductions, stats) for fx in rest
+             if fx not in reductions or reductions[fx][0].op not in STATISTICS]  # fmt: skip
+    return stats + [w for w in plain if w is not None]
+
+
+STATISTICS = ("softmax_sum", "col_mean", "col_var")
+_FIELD = {"softmax_sum": "sum_output", "col_mean": "mean_output", "col_var": "var_output"}
+
+
+def _join_statistic(stats: list, fx: Node, output: int, expr: Expr, summand: str) -> None:
+    """Add output `output` of reduction `fx` to the statistic node of `stats` of the same value
+    that still lacks it, or to a new node (in place)."""
+    dtype, keepdim = _vector(fx)
+    field = _FIELD[expr.op]
+    cls: type = ir.SoftmaxStats if expr.op == "softmax_sum" else ir.WelfordStats
+    extra: dict = {}  # a softmax's shift, a var's correction
+    if expr.op == "softmax_sum":
+        extra["zero_inf_max"] = bool(expr.args[1])
+    elif expr.op == "col_var":
+        extra["correction"] = int(expr.args[1])
+    for i, s in enumerate(stats):
+        same = isinstance(s, cls) and (s.arg, s.dtype, s.keepdim) == (summand, dtype, keepdim)
+        if same and all(getattr(s, k) == v for k, v in extra.items() if k != "correction") \
+                and getattr(s, field) is None:  # fmt: skip
+            stats[i] = dataclasses.replace(s, **{field: output}, **extra)
+            return
+    new = cls(c_identifier(fx.name), summand, dtype, keepdim=keepdim, **extra)
+    stats.append(dataclasses.replace(new, **{field: output}))
+
+
+def _vector(fx: Node) -> tuple[str, bool]:
+    """A reduction's output dtype and whether it keeps the reduced dims."""
+    val, summand = fx.meta["val"], epilogue_expr(fx).args[0]  # type: ignore[union-attr]
+    return ir.dtype_name(val.dtype), val.dim() == summand.meta["val"].dim()
+
+
+def _writer(fx: Node, output: int, value: dict[Node, str], reductions: dict, stats: list):
+    if fx not in reductions:
+        dtype = ir.dtype_name(fx.meta["val"].dtype)
+        return ir.AuxStore(f"{c_identifier(fx.name)}_store", value[fx], output, dtype)
+    expr, summand = reductions[fx]
+    (dtype, keepdim), name = _vector(fx), c_identifier(fx.name)
+    where, op = expr.op.split("_")  # row_sum, col_max, scalar_sum, ...
+    if where == "col" and op == "max":
+        for i, s in enumerate(stats):  # softmax's max: the statistic computes it anyway
+            same = isinstance(s, ir.SoftmaxStats) and (s.arg, s.dtype, s.keepdim) == (
+                summand, dtype, keepdim)  # fmt: skip
+            if same and s.max_output is None:
+                stats[i] = dataclasses.replace(s, max_output=output)
+                return None
+    cls = {"row": ir.RowReduction, "col": ir.ColReduction, "scalar": ir.ScalarReduction}[where]
+    return cls(name, summand, output, dtype, keepdim, op)
 
 
 def _insert_writers(nodes: list[ir.Node], writers: list) -> tuple[ir.Node, ...]:
-    """Put each AuxStore and RowReduction right after the value it writes and let later nodes read
-    through it (both pass their value on), so they sit on the path to D wherever they can."""
+    """Put each writer (AuxStore, reduction, statistic) right after the value it writes and let
+    later nodes read through it (they pass their value on), so they sit on the path to D wherever
+    they can."""
     after: dict[str, list] = {}
     for w in writers:
         after.setdefault(w.arg, []).append(w)

@@ -1,8 +1,9 @@
 """Shape a KernelSpec's epilogue DAG into what CUTLASS can visit: an `Sm90EVT` tree or an
 `Sm90TopologicalVisitor` DAG.
 
-- An `AuxStore` (or a `RowReduction`) passes its input through unchanged, so the other readers of
-  a stored value read the store instead: `h = a + b; store(h); gelu(h)` stays a chain, not a DAG.
+- An `AuxStore` (or any other writer: a reduction, a statistic) passes its input through
+  unchanged, so the other readers of a stored value read the store instead: `h = a + b; store(h);
+  gelu(h)` stays a chain, not a DAG.
 - The root (the value stored as D) must be the last op and have no readers, and its fragment must
   be fp32 or D's element type (the collective converts only from those): otherwise an identity
   node `<d>_out` is appended.
@@ -15,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from evt.ir import AuxLoad, AuxStore, Compute, KernelSpec, Node, RowReduction, node_args
+from evt.ir import WRITERS, AuxLoad, Compute, KernelSpec, Node, node_args
 
-PASS_THROUGH = (AuxStore, RowReduction)  # nodes that write an output and return their input
+PASS_THROUGH = WRITERS  # nodes that write outputs and return their input
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,14 @@
 """Which aten ops an epilogue can absorb, and what each one computes, as a rule table.
 
 A rule maps an FX node to an `Expr` over the node's inputs (FX nodes or Python numbers), written
-with the op names of `evt.ir.COMPUTE_OPS` (or `row_sum`, a reduction), or returns None when this particular call cannot be
-fused (e.g. an unsupported keyword). Tables combine with `|`; adding an op is one entry here and one
-row in `COMPUTE_OPS` (+ its functor and its reference).
+with the op names of `evt.ir.COMPUTE_OPS` (or of `REDUCTION_OPS`), or returns None when this
+particular call cannot be fused (e.g. an unsupported keyword). Tables combine with `|`; adding an
+op is one entry here and one row in `COMPUTE_OPS` (+ its functor and its reference).
+
+Reductions of an [M, N] (or batched [L, M, N]) value: `<where>_<op>` with where `row` (over M:
+an N-vector), `col` (over the last dim N: an M-vector per batch) or `scalar` (over every dim), op
+`sum` or `max` (`amax`); and the statistics over N: `col_mean`, `col_var` (arg 1: the
+correction) and `softmax_sum` (`evt::softmax_sum`, args 1: zero_inf_max). The summand is arg 0.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
+from evt.graph.statistics_ops import SOFTMAX_SUM
 from evt.ir import MASK_OPS
 
 aten = torch.ops.aten
@@ -96,13 +102,61 @@ def _where(node: Node) -> Expr | None:
     return Expr("where", (cond, a, b)) if ok and isinstance(cond, Node) else None
 
 
-def _row_sum(node: Node) -> Expr | None:
-    """sum(x, [0]) of an [M, N] value, keepdim or not: a row reduction (a bias gradient)."""
-    x, dims = node.args[0], node.args[1]
+def _reduced(x, dims) -> str | None:
+    """Which modes a reduction of `x` over `dims` removes: "row" (M of an [M, N] value), "col"
+    (its last dim, N), "scalar" (all; also an empty dim list), or None."""
     val = x.meta.get("val") if isinstance(x, Node) else None
-    if val is None or val.dim() != 2 or list(dims or ()) not in ([0], [-2]):
+    if val is None or val.dim() not in (2, 3):
         return None
-    return None if set(node.kwargs) - {"dtype", "keepdim"} else Expr("row_sum", (x,))
+    rank = val.dim()
+    found = sorted({d % rank for d in dims or range(rank)})
+    if found == list(range(rank)):
+        return "scalar"
+    if found == [rank - 1]:
+        return "col"
+    return "row" if rank == 2 and found == [0] else None
+
+
+def _reduction(op: str) -> Rule:
+    """sum/amax(x, dims, keepdim) of an [L,] M, N value: a row, col or scalar reduction."""
+
+    def rule(node: Node) -> Expr | None:
+        x = node.args[0]
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        where = _reduced(x, dims)
+        if where is None or set(node.kwargs) - {"dtype", "keepdim", "dim"}:
+            return None
+        return Expr(f"{where}_{op}", (x,))
+
+    return rule
+
+
+def _mean(node: Node) -> Expr | None:
+    """mean(x, [-1]) (LayerNorm's mean): a Welford statistic over N."""
+    x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
+    if _reduced(x, dims) != "col" or node.kwargs.get("dtype") not in (None, _dtype(node)):
+        return None
+    return Expr("col_mean", (x,))
+
+
+def _var(node: Node) -> Expr | None:
+    """var(x, [-1], correction=c) (LayerNorm's biased var: c = 0): a Welford statistic over N."""
+    x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
+    c = node.kwargs.get("correction")
+    c = 1 if c is None else c
+    if _reduced(x, dims) != "col" or not _number(c) or c < 0 or float(c) != int(c):
+        return None
+    return Expr("col_var", (x, int(c)))
+
+
+def _softmax_sum(node: Node) -> Expr | None:
+    """evt::softmax_sum(x, keepdim, zero_inf_max): sum exp(x - max x) over N, per row."""
+    x = node.args[0]
+    return Expr("softmax_sum", (x, bool(node.args[2]))) if _reduced(x, [-1]) == "col" else None
+
+
+def _dtype(node: Node):
+    return getattr(node.meta.get("val"), "dtype", None)
 
 
 def _number(v) -> bool:
@@ -164,14 +218,25 @@ SELECT: dict = {
     aten.where.ScalarOther: _where,
     aten.where.Scalar: _where,
 }
-REDUCTIONS: dict = {aten.sum.dim_IntList: _row_sum}
+REDUCTIONS: dict = {
+    aten.sum.dim_IntList: _reduction("sum"),
+    aten.sum.default: _reduction("sum"),
+    aten.amax.default: _reduction("max"),
+    aten.mean.dim: _mean,
+    aten.var.correction: _var,
+    SOFTMAX_SUM: _softmax_sum,
+}
 CASTS: dict = {
     prims.convert_element_type.default: _convert,
     aten._to_copy.default: _to_copy,
 }
 
 EPILOGUE_RULES: dict = ARITHMETIC | ACTIVATIONS | MATH | COMPARISONS | SELECT | CASTS | REDUCTIONS
-REDUCTION_OPS = ("row_sum",)  # terminal in a region: a reduced value leaves the kernel
+# terminal in a region: a reduced value exists only after the kernel
+REDUCTION_OPS = (
+    "row_sum", "row_max", "col_sum", "col_max", "scalar_sum", "scalar_max",
+    "col_mean", "col_var", "softmax_sum",
+)  # fmt: skip
 
 
 _memo: dict | None = None  # node -> expr, while a partitioner runs on a graph it does not change

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch._guards import detect_fake_mode
@@ -19,16 +20,24 @@ from evt.errors import EvtError
 from evt.partition.region import Region
 
 FUSED_GEMM = torch.ops.evt.fused_gemm.default
+Keep = Callable[[Region, BuiltRegion], bool]
 
 
-def lower_regions(graph: Graph, regions: list[Region]) -> list[tuple[Region, BuiltRegion]]:
+def lower_regions(
+    graph: Graph, regions: list[Region], keep: Keep | None = None
+) -> list[tuple[Region, BuiltRegion]]:
+    """Replace each region by one `evt::fused_gemm` call. `keep(region, built)` may veto a region
+    (max-autotune leaves regions whose kernel loses to the unfused path in the graph)."""
     plans = []
     for i, region in enumerate(regions):
         name = f"evt_{region.side[0]}{i}_{region.anchor.name}"
         try:
-            plans.append((region, build_region(region, name)))
+            built = build_region(region, name)
         except EvtError as e:
             warnings.warn(f"evt: region {name} stays unfused: {e}", stacklevel=2)
+            continue
+        if keep is None or keep(region, built):
+            plans.append((region, built))
     replaced: dict[Node, Node] = {}  # outputs of regions lowered so far -> their getitem
     for region, b in plans:
         inputs = [replaced.get(n, n) for n in b.inputs]

@@ -5,9 +5,12 @@ g's shape ([M, N], or [L, M, N] for a batched GEMM), and every input it reads is
 (an aux tensor or a row/column vector). Without this pruning the ILP has a variable per
 (GEMM, node) pair and explodes on real graphs.
 
-A reduction (a `sum` over M of an [M, N] candidate) is terminal: its value is complete only after
-the kernel, so the walk does not continue through it, and it is no candidate at all when another
-candidate reads it (the two could never share a kernel; the reader loads the sum instead).
+A reduction or statistic of an [M, N] candidate (`REDUCTION_OPS`: a sum or max over M, N or
+both, softmax's sum of exp, a mean or var over N) is terminal: its value is complete only after
+the kernel, so the walk does not continue through it. A candidate that reads it (loading it as a
+row/column vector) is still a candidate; the two never share a region (the ILP's
+`_reductions_terminal`, the greedy partitioner and the validator each enforce it), so the ILP
+chooses between them: softmax's statistics next to the GEMM, or the ops after them.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
             if u not in seen:
                 seen.add(u)
                 heapq.heappush(heap, (order[u], u))
-    return _drop_read_reductions(c)
+    return c
 
 
 def _eligible(node: Node, anchor: Node, shape: tuple[int, ...]) -> bool:
@@ -86,10 +89,3 @@ def value_shape(node: Node) -> tuple | None:
     x = expr.args[0] if expr is not None and expr.op in REDUCTION_OPS else node
     val = x.meta.get("val") if isinstance(x, Node) else None
     return None if val is None else tuple(val.shape)
-
-
-def _drop_read_reductions(c: Candidates) -> Candidates:
-    inside = set(c.nodes)
-    c.nodes = [n for n in c.nodes if not (is_reduction(n) and any(u in inside for u in n.users))]
-    c.must_join = {n: c.must_join[n] for n in c.nodes}
-    return c

@@ -6,7 +6,8 @@ Variables: x[a,n] node n joins GEMM a's region (only for candidates: reachabilit
 s[a,u,v] both ends of data edge (u,v) in region a; w[u] u's output never reaches global memory;
 l[a,p] region a loads aux tensor p; o[a,u] region a stores u; P[n] ordering potential.
 Constraints: one region per node; a member reads at least one value of its region (downstream of
-the GEMM) and shares the region of every input it cannot load; MTZ-style potentials (equal inside
+the GEMM) and shares the region of every input it cannot load; no reduction shares its region with
+a reader of it (reductions are terminal); MTZ-style potentials (equal inside
 a region, +1 along every edge that crosses regions or leaves the component) keep the graph of
 regions acyclic; aux loads + aux stores <= capacity; optionally, the activation memory fused
 forward values add for the backward <= a budget. Objective: maximize the global-memory bytes
@@ -42,6 +43,7 @@ def build(g: nx.DiGraph, max_aux: int, saved_budget: int | None = None) -> Model
     _co_membership(m, g, anchors, cands, ids)
     _one_region_each(m, g, anchors)
     _downstream_and_must_join(m, g, anchors, cands)
+    _reductions_terminal(m, g, anchors, cands)
     _acyclic(m, g, anchors, cands, ids)
     _capacity(m, g, anchors, cands, ids, max_aux)
     _objective(m, g, ids)
@@ -103,6 +105,18 @@ def _downstream_and_must_join(m, g, anchors, cands) -> None:
                     m.problem += m.x[a, n] <= member(m, a, p)
 
 
+def _reductions_terminal(m, g, anchors, cands) -> None:
+    """A reduction (or statistic) exists only after its kernel: none of its readers shares its
+    region."""
+    for a in anchors:
+        for r in cands[a]:
+            if not g.nodes[r].get("reduction"):
+                continue
+            for v in g.successors(r):
+                if g.edges[r, v].get("fx") and (a, v) in m.x:
+                    m.problem += m.x[a, r] + m.x[a, v] <= 1
+
+
 def _acyclic(m, g, anchors, cands, ids) -> None:
     inner = [n for n, d in g.nodes(data=True) if d["role"] != "ext"]
     big = len(inner) + 1
@@ -131,7 +145,7 @@ def _capacity(m, g, anchors, cands, ids, max_aux: int) -> None:
                 m.problem += var >= m.x[a, n] - (member(m, a, p) if p in inside else 0)
         for u in inside:
             if g.nodes[u].get("reduction"):
-                continue  # a row reduction writes through its own registers, no epilogue smem
+                continue  # reductions and statistics write from registers: no epilogue smem
             var = stores[u] = _var(m, f"o_{ids[a]}_{ids[u]}")
             if g.nodes[u]["escapes"]:
                 m.problem += var >= member(m, a, u)

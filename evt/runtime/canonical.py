@@ -36,14 +36,14 @@ def node_name(node: ir.Node, position: int) -> str:
         return f"c{position}"
     if isinstance(node, ir.Compute):
         return f"{node.op}_{position}"
-    assert isinstance(node, (ir.AuxStore, ir.RowReduction)), node
-    return f"out{node.output}"
+    assert isinstance(node, ir.WRITERS), node
+    return "out" + "_".join(str(o.index) for o in ir.writes(node))
 
 
 def _rename(node: ir.Node, names: dict[str, str]) -> ir.Node:
     node = dataclasses.replace(node, name=names[node.name])
     if isinstance(node, ir.Compute):
         return dataclasses.replace(node, args=tuple(names[a] for a in node.args))
-    if isinstance(node, (ir.AuxStore, ir.RowReduction)):
+    if isinstance(node, ir.WRITERS):
         return dataclasses.replace(node, arg=names[node.arg])
     return node

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 import torch
 
 from evt import debug, ir
+from evt.codegen.config import TileConfig, heuristic
 from evt.errors import CompileError, EvtError, LaunchError
 from evt.runtime import build, guards, launch, reference, verify
 from evt.runtime.canonical import canonical
@@ -38,6 +39,7 @@ FALLBACKS: dict[str, str] = {}  # region name -> why it ran unfused (read by evt
 LAUNCHES: collections.Counter = collections.Counter()  # region name -> successful kernel launches
 
 _kernels: dict[str, launch.Kernel | EvtError] = {}  # canonical signature -> kernel or why not
+_configs: dict[str, TileConfig] = {}  # canonical signature -> the tile config it is built with
 _ready: dict[int, launch.Kernel] = {}  # id(spec) -> its kernel, after one successful launch
 _lock = threading.Lock()
 
@@ -57,12 +59,57 @@ def use_kernels(inputs: Sequence[torch.Tensor]) -> bool:
     return any(t.is_cuda for t in inputs)
 
 
-def prefetch(spec: ir.KernelSpec) -> Future | None:
+def prefetch(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = None) -> Future | None:
     """Start building `spec`'s kernel in the background if this process can run it (an SM90 GPU
-    and no static reason against it); the backend calls this while it lowers regions."""
+    and no static reason against it); the backend calls this while it lowers regions, with the
+    problem shape (M, N, K, L) the graph expects, which picks the tile config."""
     if guards.static_reason(spec) or not sm90_available():
         return None
-    return build.prefetch(spec, compile_fn=COMPILE_FN)
+    return build.prefetch(spec, config_for(spec, problem), compile_fn=COMPILE_FN)
+
+
+def config_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None) -> TileConfig | None:
+    """The tile config of `spec`'s kernel in this process: chosen once per kernel signature, by
+    `evt.codegen.config.heuristic` at the first problem shape seen (later shapes reuse the
+    binary); None (the shape-blind default) while no shape is known."""
+    sig = _identity(spec)
+    with _lock:
+        if sig not in _configs and problem is not None:
+            _configs[sig] = _tuned(spec, problem) or heuristic(spec, *problem)[0]
+            debug.log(1, f"region {spec.name}: tile config {_configs[sig].label} for "
+                         f"(M, N, K, L) = {tuple(problem)}")  # fmt: skip
+        return _configs.get(sig)
+
+
+def _tuned(spec: ir.KernelSpec, problem) -> TileConfig | None:
+    """max-autotune's cached choice for `spec` at `problem`, if a run measured one."""
+    from evt.runtime import autotune
+
+    decision = autotune.load(autotune.decision_key(spec, problem))
+    if decision is None or not decision.fuse or not decision.config:
+        return None
+    try:
+        return autotune.config_of(spec, problem, decision.config)
+    except KeyError:
+        return None
+
+
+def set_config(spec: ir.KernelSpec, config: TileConfig) -> None:
+    """Build `spec`'s kernel with `config` (max-autotune's choice) from now on in this process."""
+    with _lock:
+        _configs[_identity(spec)] = config
+
+
+def problem_hint(spec: ir.KernelSpec, values: Sequence) -> tuple[int, int, int, int] | None:
+    """(M, N, K, L) of `spec` on `values` (fake or real tensors; symbolic sizes by their hints),
+    or None where a size has no hint."""
+    out = []
+    for x in reference.problem_shape(spec, values):
+        x = x.node.hint if isinstance(x, torch.SymInt) else x
+        if x is None:
+            return None
+        out.append(int(x))
+    return tuple(out)  # type: ignore[return-value]
 
 
 def sm90_available() -> bool:
@@ -106,7 +153,9 @@ def _launch(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.T
             raise LaunchError(reason)
     with stage("device"):
         launch.check_device(inputs)
-    kernel = kernel_for(spec)
+    with stage("guard"):
+        problem = guards.check(spec, [guards.TensorInfo.of(t) for t in inputs])
+    kernel = kernel_for(spec, (problem.M, problem.N, problem.K, problem.L))
     with stage("guard"):
         problem = kernel.guard(inputs)
     with stage("launch"):
@@ -116,14 +165,15 @@ def _launch(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.T
     return outputs
 
 
-def kernel_for(spec: ir.KernelSpec) -> launch.Kernel:
-    """The loaded kernel of `spec`'s signature; raises (the remembered) StageFailed otherwise."""
+def kernel_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = None) -> launch.Kernel:
+    """The loaded kernel of `spec`'s signature (its config picked for `problem` if none was yet);
+    raises (the remembered) StageFailed otherwise."""
     sig = _identity(spec)
     with _lock:
         found = _kernels.get(sig)
     if found is None:
         try:
-            found = _acquire(spec)
+            found = _acquire(spec, config_for(spec, problem))
         except StageFailed as e:
             found = e
         with _lock:
@@ -138,9 +188,14 @@ def _identity(spec: ir.KernelSpec) -> str:
     return canonical(spec).signature()
 
 
-def _acquire(spec: ir.KernelSpec) -> launch.Kernel:
+def identity(spec: ir.KernelSpec) -> str:
+    """The canonical signature: regions equal up to names share it (and one binary)."""
+    return _identity(spec)
+
+
+def _acquire(spec: ir.KernelSpec, config: TileConfig | None) -> launch.Kernel:
     with stage("render"):
-        job = build.plan(spec, compile_fn=COMPILE_FN)
+        job = build.plan(spec, config, compile_fn=COMPILE_FN)
     with stage("compile"):
         path = build.submit(job).result()
     with stage("load"):
@@ -186,6 +241,7 @@ def reset() -> None:
     """Forget loaded kernels, failures, warnings and counters (tests)."""
     with _lock:
         _kernels.clear()
+        _configs.clear()
         _ready.clear()
         FALLBACKS.clear()
         LAUNCHES.clear()

@@ -60,13 +60,9 @@ class Problem:
 
 
 def output_strides(spec: ir.KernelSpec, M: int, N: int) -> tuple[int, ...]:
-    """The (M, N, L) strides of each freshly allocated output: [L, M, N] row-major, or an N-vector
-    that a row reduction writes (stride 0 along the reduced M and L)."""
-    full = (N, 1, M * N if spec.gemm.batched else 0)
-    out = list(full)
-    for o in spec.output_nodes():
-        out += (0, 1, 0) if isinstance(o, ir.RowReduction) else full
-    return tuple(out)
+    """The (M, N, L) strides of each freshly allocated output: [L, M, N] row-major, or a vector
+    or scalar a reduction writes (stride 0 along the reduced modes): `KernelSpec.output_strides`."""
+    return spec.output_strides(M, N)
 
 
 def static_reason(spec: ir.KernelSpec) -> str | None:

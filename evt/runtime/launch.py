@@ -114,6 +114,7 @@ class Kernel:
     spec: ir.KernelSpec
     library: Library
     _passed: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _plans: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return self.launch(self.guard(inputs), inputs)
@@ -133,17 +134,17 @@ class Kernel:
 
     def launch(self, p: guards.Problem, inputs: Sequence[torch.Tensor], outputs=None):
         """Enqueue the kernel; `outputs` (contiguous, e.g. NaN-poisoned by a test) or fresh ones."""
-        device, shapes = inputs[0].device, self.output_shapes(p)
-        dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
+        plan = self._plans.get(p) or self._plan(p)
+        device = inputs[0].device
         if outputs is None:
-            outputs = [torch.empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes)]
+            outputs = [torch.empty(s, dtype=d, device=device) for s, d in plan.outputs]
         else:
-            _check_outputs(outputs, shapes, dtypes, device)
-        ws_bytes = self._workspace(p)
-        workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=device) if ws_bytes else None
+            _check_outputs(outputs, *zip(*plan.outputs), device)
+        ws = plan.workspace_bytes
+        workspace = torch.empty(ws, dtype=torch.uint8, device=device) if ws else None
         rc = self.library.run(
-            _pointers(inputs), _int64s(p.input_strides), _pointers(outputs), _int64s(p.output_strides),
-            p.M, p.N, p.K, p.L, None if workspace is None else workspace.data_ptr(), ws_bytes,
+            _pointers(inputs), plan.input_strides, _pointers(outputs), plan.output_strides,
+            p.M, p.N, p.K, p.L, None if workspace is None else workspace.data_ptr(), ws,
             stream_handle(device),
         )  # fmt: skip
         if rc != 0:
@@ -151,15 +152,34 @@ class Kernel:
             raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): {why}")
         return outputs
 
-    def _workspace(self, p: guards.Problem) -> int:
-        key = ("workspace", p.M, p.N, p.K, p.L)
-        if key not in self._passed:
-            self._passed[key] = int(self.library.workspace(p.M, p.N, p.K, p.L))
-        return self._passed[key]
+    def _plan(self, p: guards.Problem) -> LaunchPlan:
+        """What a launch at problem `p` needs besides the tensors, computed once per problem."""
+        dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
+        plan = LaunchPlan(
+            outputs=tuple(zip(self.output_shapes(p), dtypes)),
+            input_strides=_int64s(p.input_strides),
+            output_strides=_int64s(p.output_strides),
+            workspace_bytes=int(self.library.workspace(p.M, p.N, p.K, p.L)),
+        )
+        if len(self._plans) < 1024:
+            self._plans[p] = plan
+        return plan
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    outputs: tuple  # (shape, torch dtype) per output
+    input_strides: ctypes.Array  # the ABI's int64 arrays, built once
+    output_strides: ctypes.Array
+    workspace_bytes: int
 
 
 def stream_handle(device: torch.device) -> int | None:
-    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    """The current stream's cudaStream_t (what Inductor's generated code reads, without building
+    a torch.cuda.Stream object)."""
+    if device.type != "cuda":
+        return None
+    return torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else 0)
 
 
 def _check_outputs(outputs, shapes, dtypes, device) -> None:

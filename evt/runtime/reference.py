@@ -103,8 +103,8 @@ def _load(node: ir.Node, t: torch.Tensor, shape: tuple[int, int, int]) -> torch.
 
 
 def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Execute `spec` on `inputs`; returns [D, outputs 1, 2, ...]: D and aux stores shaped
-    [L, M, N] (batched) or [M, N], row reductions [N] or [1, N]."""
+    """Execute `spec` on `inputs`; returns [D, outputs 1, 2, ...] shaped as
+    `spec.output_shapes` says (D and aux stores [L, M, N] batched or [M, N], ...)."""
     M, N, K, L = problem_shape(spec, inputs)
     g = spec.gemm
     a = _operand(inputs[g.a.input], g.a, g.batched).to(F32)
@@ -112,13 +112,13 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tenso
     values: dict[str, torch.Tensor] = {}
     outputs: dict[int, torch.Tensor] = {}
     for node in spec.nodes:
-        values[node.name] = _visit(node, values, inputs, a, b, (L, M, N), outputs)
+        values[node.name] = _visit(node, values, inputs, a, b, (L, M, N), outputs, g.batched)
     outputs[0] = _store(values[spec.d], spec.d_dtype)
     result = [outputs[i] for i in range(spec.num_outputs)]
     return [o.squeeze(0) if o.dim() == 3 and not g.batched else o for o in result]
 
 
-def _visit(node, values, inputs, a, b, shape, outputs) -> torch.Tensor:
+def _visit(node, values, inputs, a, b, shape, outputs, batched: bool) -> torch.Tensor:
     if isinstance(node, ir.AccFetch):
         return torch.matmul(a, b)
     if isinstance(node, (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)):
@@ -128,13 +128,50 @@ def _visit(node, values, inputs, a, b, shape, outputs) -> torch.Tensor:
     if isinstance(node, ir.Compute):
         out = COMPUTE_REFERENCE[node.op](*(values[x] for x in node.args))
         return out if node.dtype == "f32" else out.to(ir.torch_dtype(node.dtype)).to(F32)
-    if isinstance(node, ir.RowReduction):  # sum over L and M in fp32, rounded once
-        total = values[node.arg].sum(dim=(0, 1))
-        outputs[node.output] = _store(total.unsqueeze(0) if node.keepdim else total, node.dtype)
+    if isinstance(node, ir.REDUCTIONS):  # fp32 over the reduced modes, rounded once
+        for index, value in _reduce(node, values[node.arg], batched):
+            outputs[index] = _store(value, node.dtype)
         return values[node.arg]
     assert isinstance(node, ir.AuxStore), node
     outputs[node.output] = _store(values[node.arg], node.dtype)
     return values[node.arg]
+
+
+REDUCE = {"sum": torch.sum, "max": torch.amax}  # amax propagates NaN
+
+
+def _reduce(node, x: torch.Tensor, batched: bool) -> list[tuple[int, torch.Tensor]]:
+    """(output index, value) of each output of a reduction or statistic of the [L, M, N] `x`."""
+    if isinstance(node, ir.RowReduction):  # over L and M: [N] or [1, N]
+        total = REDUCE[node.op](x, dim=(0, 1))
+        return [(node.output, total.unsqueeze(0) if node.keepdim else total)]
+    if isinstance(node, ir.ScalarReduction):  # over everything: [] or all ones
+        total = REDUCE[node.op](x, dim=(0, 1, 2))
+        return [(node.output, total.reshape((1,) * (3 if batched else 2)) if node.keepdim else total)]
+    if isinstance(node, ir.ColReduction):
+        return [(node.output, _col(REDUCE[node.op](x, dim=2), node.keepdim, batched))]
+    stats = _softmax_stats(x, node) if isinstance(node, ir.SoftmaxStats) else _welford(x, node)
+    return [(i, _col(v, node.keepdim, batched))
+            for i, v in zip(ir.stat_outputs(node), stats) if i is not None]  # fmt: skip
+
+
+def _col(v: torch.Tensor, keepdim: bool, batched: bool) -> torch.Tensor:
+    """An [L, M] per-row value as the output's shape: [L,] M or [L,] M, 1."""
+    v = v.unsqueeze(-1) if keepdim else v
+    return v if batched else v.squeeze(0)
+
+
+def _softmax_stats(x: torch.Tensor, node: ir.SoftmaxStats) -> tuple[torch.Tensor, torch.Tensor]:
+    """m = max x and s = sum exp(x - m) over N, as softmax's (or logsumexp's) decomposition."""
+    m = torch.amax(x, dim=2, keepdim=True)
+    shift = torch.where(m.abs() == math.inf, 0.0, m) if node.zero_inf_max else m
+    return m.squeeze(2), torch.exp(x - shift).sum(dim=2)
+
+
+def _welford(x: torch.Tensor, node: ir.WelfordStats) -> tuple[torch.Tensor, torch.Tensor]:
+    """aten.mean's and aten.var's (the ops a region's statistic replaces): a row with an infinite
+    element has mean +-inf (torch.var_mean would say NaN) and var NaN."""
+    return x.mean(dim=2), x.var(dim=2, correction=node.correction)
 
 
 def _store(value: torch.Tensor, dtype: str) -> torch.Tensor:

@@ -55,11 +55,34 @@ CUTLASS_HOST_DEVICE float gelu_grad(float z) {
 }
 EVT_ELEMENTWISE(GeluBackward, grad * gelu_grad(z), float grad, float z)
 
-// grad * d/dz gelu_tanh(z), the derivative of the tanh-approximated GELU. CUTLASS's dGELU computes
-// exactly this with the same (grad, z) argument order (tanh via fast_tanh, i.e. tanh.approx.f32),
-// and has its own Array specialization.
-template <class T>
-struct GeluTanhBackward : cutlass::epilogue::thread::dGELU<T> {};
+// tanh.approx.f32 (SM75+, max relative error 2^-10.99, below bf16/fp16 rounding), what CUTLASS's
+// fast_tanh computes, but without `asm volatile`: a volatile asm statement may not be moved past
+// any other volatile asm (the epilogue's barriers and TMA instructions), which serializes the
+// epilogue around every tanh.
+CUTLASS_HOST_DEVICE float tanh_approx(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return tanhf(x);
+#endif
+}
+
+// tanh-approximated GELU, torch's gelu(approximate="tanh"): 0.5 z (1 + tanh(k0 (z + k1 z^3))),
+// the same arithmetic as CUTLASS's GELU_taylor<float>.
+EVT_ELEMENTWISE(GeluTanh,
+                0.5f * (z + z * tanh_approx(z * (0.7978845608028654f + 0.0356774081f * z * z))),
+                float z)
+
+// grad * d/dz gelu_tanh(z), the derivative of the tanh-approximated GELU, as CUTLASS's dGELU
+// computes it (same argument order), with tanh_approx.
+CUTLASS_HOST_DEVICE float gelu_tanh_grad(float z) {
+  float const t = tanh_approx(0.7978845608028654f * z * (1.0f + 0.044715f * z * z));
+  return 0.5f * z * ((1.0f - t * t) * (0.7978845608028654f + 0.1070322243f * z * z)) +
+         0.5f * (1.0f + t);
+}
+EVT_ELEMENTWISE(GeluTanhBackward, grad * gelu_tanh_grad(z), float grad, float z)
 
 // SiLU's backward, as torch's silu_backward: grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
 CUTLASS_HOST_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

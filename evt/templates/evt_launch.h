@@ -1,6 +1,8 @@
 // Host-side helpers shared by every generated evt launcher (no libtorch, no host synchronization).
 #pragma once
 
+#include <array>
+
 #include <atomic>
 #include <cstdint>
 
@@ -94,5 +96,65 @@ inline cudaError_t configure_shared_memory_once(int device, int bytes) {
   }
   return err;
 }
+
+// The key of a launch: everything the kernel parameters are built from (device, problem shape,
+// workspace, pointers and strides of NI inputs and NO outputs).
+template <int NI, int NO>
+using LaunchKey = std::array<int64_t, 7 + 4 * (NI + NO)>;
+
+template <int NI, int NO>
+inline LaunchKey<NI, NO> launch_key(void const* const* inputs, int64_t const* input_strides,
+                                    void* const* outputs, int64_t const* output_strides, int M,
+                                    int N, int K, int L, void* workspace, size_t workspace_bytes,
+                                    int device) {
+  LaunchKey<NI, NO> key{};
+  int i = 0;
+  for (int64_t v : {int64_t(device), int64_t(M), int64_t(N), int64_t(K), int64_t(L),
+                    reinterpret_cast<int64_t>(workspace), int64_t(workspace_bytes)}) {
+    key[i++] = v;
+  }
+  for (int t = 0; t < NI; ++t) {
+    key[i++] = reinterpret_cast<int64_t>(inputs[t]);
+  }
+  for (int t = 0; t < 3 * NI; ++t) {
+    key[i++] = input_strides[t];
+  }
+  for (int t = 0; t < NO; ++t) {
+    key[i++] = reinterpret_cast<int64_t>(outputs[t]);
+  }
+  for (int t = 0; t < 3 * NO; ++t) {
+    key[i++] = output_strides[t];
+  }
+  return key;
+}
+
+// The kernel parameters of the last few launches (per host thread). A training step repeats its
+// launches with the same pointers (torch's caching allocator hands the same blocks back), and
+// building the parameters (TMA descriptors, tile scheduler) is most of the launcher's host time.
+template <class Params, class Key, int Ways = 4>
+class ParamsMemo {
+ public:
+  Params* find(Key const& key) {
+    for (int i = 0; i < count_; ++i) {
+      if (keys_[i] == key) {
+        return &params_[i];
+      }
+    }
+    return nullptr;
+  }
+
+  void insert(Key const& key, Params const& params) {
+    keys_[next_] = key;
+    params_[next_] = params;
+    next_ = (next_ + 1) % Ways;
+    count_ = count_ < Ways ? count_ + 1 : Ways;
+  }
+
+ private:
+  std::array<Key, Ways> keys_{};
+  std::array<Params, Ways> params_{};
+  int next_ = 0;
+  int count_ = 0;
+};
 
 }  // namespace evt::launch

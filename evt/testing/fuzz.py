@@ -5,6 +5,8 @@ scalars; computes with every op of `COMPUTE_OPS` (some results cast to bf16/f16)
 (shared subexpressions, so most specs are DAGs); writes several outputs (aux stores, bool mask
 stores of comparisons, row reductions, [N] or [1, N]), some read through by later nodes as
 `evt.codegen.tree` emits them; and stores D as bf16, f32, f16 (f16 GEMMs) or bool (a mask).
+Then, from a stream of their own (so older seeds keep their specs), 0-2 more reductions of any
+kind: row/col/scalar sum or max, softmax statistics, Welford statistics.
 Domain safety and mask stability come from `evt.testing.facts`; `check` verifies a spec.
 """
 
@@ -58,7 +60,7 @@ class _Gen:
 
     def pick(self, want_mask: bool = False) -> str:
         """An existing value (recent ones more often: depth; any: shared subexpressions)."""
-        values = [n.name for n in self.nodes if not isinstance(n, (ir.AuxStore, ir.RowReduction))]
+        values = [n.name for n in self.nodes if not isinstance(n, ir.WRITERS)]
         masks = [v for v in values if self.facts[v].mask]
         if want_mask and masks and self.rng.random() < 0.8:
             return self.rng.choice(masks)
@@ -131,7 +133,34 @@ def _draw(rng: random.Random, max_ops: int, seed: int) -> ir.KernelSpec:
     a_in, b_in = (0, 1) if rng.random() < 0.8 else (1, 0)
     gemm = ir.Gemm(ir.Operand(a_in, rng.random() < 0.5, rng.choice("km")),
                    ir.Operand(b_in, rng.random() < 0.5, rng.choice("kn")), gemm_dtype)  # fmt: skip
+    _add_reductions(g, random.Random(f"{rng.random()}/reductions"), row=d_dtype != "b8")
     return ir.KernelSpec(f"fuzz_{seed}", gemm, tuple(g.nodes), d, d_dtype, g.inputs)
+
+
+def _add_reductions(g: _Gen, r: random.Random, row: bool) -> None:
+    """0-2 reductions or statistics of computed values (`row`: a row reduction may be drawn),
+    each right after its value, numbered after the other outputs."""
+    values = [n.name for n in g.nodes if isinstance(n, (ir.Compute, ir.AccFetch))]
+    out = 1 + sum(len(ir.writes(n)) for n in g.nodes)
+    kinds = ["col", "col", "scalar", "softmax", "welford"] + ["row"] * row
+    for _ in range(r.choice((0, 1, 1, 2))):
+        v, dtype, kind = r.choice(values), r.choice(("f32", "f32", "bf16")), r.choice(kinds)
+        op, keepdim = r.choice(ir.REDUCE_OPS), r.random() < 0.5
+        if kind in ("row", "col", "scalar"):
+            cls = {"row": ir.RowReduction, "col": ir.ColReduction, "scalar": ir.ScalarReduction}[kind]
+            w: ir.Node = cls(f"{kind}_{op}{out}", v, out, dtype, keepdim, op)
+            out += 1
+        else:
+            both = r.random() < 0.6
+            first, second = (out, out + 1) if both else r.choice(((out, None), (None, out)))
+            out += 1 + both
+            if kind == "softmax":
+                w = ir.SoftmaxStats(f"softmax{out}", v, dtype, first, second, keepdim, r.random() < 0.3)
+            else:
+                w = ir.WelfordStats(f"welford{out}", v, dtype, first, second, keepdim, r.choice((0, 1)))
+        at = next(i for i, n in enumerate(g.nodes) if n.name == v) + 1
+        g.nodes.insert(at, w)
+        g.facts[w.name] = g.facts[v]
 
 
 def _add_outputs(g: _Gen) -> None:

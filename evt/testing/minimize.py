@@ -37,12 +37,12 @@ def minimize(spec: ir.KernelSpec, fails: Callable[[ir.KernelSpec], bool],
 
 def candidates_of(spec: ir.KernelSpec) -> Iterator[ir.KernelSpec]:
     for n in spec.nodes:
-        if isinstance(n, (ir.AuxStore, ir.RowReduction)):
+        if isinstance(n, ir.WRITERS):
             yield _replace_uses(spec, n, n.arg, drop=True)
             yield _replace_uses(dataclasses.replace(spec, d=n.arg), n, n.arg, drop=True)
     for n in spec.nodes:
         for a in ir.node_args(n):
-            if not isinstance(n, (ir.AuxStore, ir.RowReduction)):
+            if not isinstance(n, ir.WRITERS):
                 yield _replace_uses(spec, n, a)
         if not isinstance(n, ir.AccFetch):
             yield _replace_uses(spec, n, "acc")
@@ -62,7 +62,7 @@ def _replace_uses(spec: ir.KernelSpec, node: ir.Node, by: str, drop: bool = Fals
 def _map_args(n: ir.Node, f: Callable[[str], str]) -> ir.Node:
     if isinstance(n, ir.Compute):
         return dataclasses.replace(n, args=tuple(f(a) for a in n.args))
-    if isinstance(n, (ir.AuxStore, ir.RowReduction)):
+    if isinstance(n, ir.WRITERS):
         return dataclasses.replace(n, arg=f(n.arg))
     return n
 
@@ -80,10 +80,18 @@ def tidy(spec: ir.KernelSpec) -> ir.KernelSpec:
     for n in nodes:
         if isinstance(n, (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)):
             n = dataclasses.replace(n, input=index[n.input])
-        elif isinstance(n, (ir.AuxStore, ir.RowReduction)):
-            n = dataclasses.replace(n, output=next(out))
+        elif isinstance(n, ir.WRITERS):
+            n = _renumber(n, out)
         renumbered.append(n)
     g = spec.gemm
     gemm = dataclasses.replace(g, a=dataclasses.replace(g.a, input=index[g.a.input]),
                                b=dataclasses.replace(g.b, input=index[g.b.input]))  # fmt: skip
     return dataclasses.replace(spec, gemm=gemm, nodes=tuple(renumbered), num_inputs=len(order))
+
+
+def _renumber(n: ir.Writer, out: Iterator[int]) -> ir.Writer:
+    """`n` writing the next outputs of `out` (a statistic's present outputs in field order)."""
+    if isinstance(n, (ir.SoftmaxStats, ir.WelfordStats)):
+        fields = [f.name for f in dataclasses.fields(n) if f.name.endswith("_output")]
+        return dataclasses.replace(n, **{f: next(out) for f in fields if getattr(n, f) is not None})
+    return dataclasses.replace(n, output=next(out))

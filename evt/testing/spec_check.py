@@ -18,7 +18,7 @@ from evt.testing.facts import ACC, LOAD, Fact, infer
 
 MAX_AUX = 4  # aux loads + stores per kernel: evt.partition.greedy.MAX_AUX_TENSORS
 FLOATS = ("bf16", "f16", "f32")
-WRITERS = (ir.AuxStore, ir.RowReduction)
+WRITERS = ir.WRITERS
 LOADS = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)
 
 
@@ -105,7 +105,7 @@ def _structure(spec: ir.KernelSpec) -> list[str]:
             op = ir.COMPUTE_OPS.get(n.op)
             p += [f"{n.name}: bad op or arity"] * (op is None or op.arity != len(n.args))
             p += [f"{n.name}: compute dtype {n.dtype}"] * (n.dtype not in FLOATS)
-        if isinstance(n, (ir.RowBroadcast, ir.ColBroadcast, ir.RowReduction)):
+        if isinstance(n, (ir.RowBroadcast, ir.ColBroadcast, *ir.REDUCTIONS)):
             p += [f"{n.name}: dtype {n.dtype}"] * (n.dtype not in FLOATS)
         if isinstance(n, ir.AuxStore):
             p += [f"{n.name}: {n.major}-major store"] * (n.major != "n")
@@ -115,7 +115,7 @@ def _structure(spec: ir.KernelSpec) -> list[str]:
     used = sorted([spec.gemm.a.input, spec.gemm.b.input, *loads])
     if used != list(range(spec.num_inputs)):
         p.append(f"inputs {used}, expected 0..{spec.num_inputs - 1} once each")
-    outs = [n.output for n in spec.output_nodes()]
+    outs = [o.index for o in spec.outputs()]
     p += [f"outputs {outs}, expected 1..{len(outs)}"] * (outs != list(range(1, len(outs) + 1)))
     aux = sum(isinstance(n, (ir.AuxLoad, ir.AuxStore)) for n in spec.nodes)
     p += [f"{aux} aux loads + stores, at most {MAX_AUX}"] * (aux > MAX_AUX)

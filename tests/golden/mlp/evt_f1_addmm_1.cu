@@ -10,6 +10,7 @@ kernel evt_f1_addmm_1
   primals_6 = AuxLoad(in4, bf16, n-major)
   mul = Compute(mul; add, primals_6) -> f32
   convert_element_type_6 = Compute(identity; mul) -> f32
+  sum_1 = ScalarReduction(sum over L, M, N; convert_element_type_6) -> out1 (f32)
   D = convert_element_type_6 -> out0 (f32)
 */
 #include <cstddef>
@@ -28,6 +29,7 @@ kernel evt_f1_addmm_1
 
 #include "evt_functors.h"
 #include "evt_launch.h"
+#include "evt_statistics.h"
 
 #define EVT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -101,7 +103,11 @@ using evt_mul = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, 
 using evt_convert_element_type_6 = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>,
     evt_mul>;
 
-using CustomEVT = evt_convert_element_type_6;  // stored as D
+// sum_1: ScalarReduction(sum over L, M, N of convert_element_type_6) -> output 1, f32; fp32 partials per tile, reduced in a fixed order by the last CTA (deterministic)
+using evt_sum_1 = fusion::Sm90EVT<evt::Sm90ScalarStatistic<evt::ReduceStat<false>, TileShape, float>,
+    evt_convert_element_type_6>;
+
+using CustomEVT = evt_sum_1;  // stored as D
 
 // ---------------------------------------------------------------------------------------------
 // Kernel
@@ -160,7 +166,9 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
       evt_add_args, evt_primals_6_args, {}};
   evt_convert_element_type_6::Arguments evt_convert_element_type_6_args{
       evt_mul_args, {}};
-  CustomEVT::Arguments const& evt_args = evt_convert_element_type_6_args;
+  evt_sum_1::Arguments evt_sum_1_args{
+      evt_convert_element_type_6_args, {out_ptr<float>(outputs, 1)}};
+  CustomEVT::Arguments const& evt_args = evt_sum_1_args;
 
   cutlass::KernelHardwareInfo hw_info = hardware_info();
   if (hw_info.sm_count <= 0) {
@@ -178,13 +186,26 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// The ABI: 5 inputs, 1 outputs (D first)
+// The ABI: 5 inputs, 2 outputs (D first)
 // ---------------------------------------------------------------------------------------------
 EVT_EXPORT int evt_evt_f1_addmm_1_run(
     void const* const* inputs, int64_t const* input_strides,
     void* const* outputs, int64_t const* output_strides,
     int M, int N, int K, int L,
     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  using Key = LaunchKey<5, 2>;
+  static thread_local ParamsMemo<typename GemmKernel::Params, Key> memo;
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    return kNoDevice;
+  }
+  Key const key = launch_key<5, 2>(
+      inputs, input_strides, outputs, output_strides, M, N, K, L, workspace, workspace_bytes, device);
+  if (workspace_bytes == 0) {  // a workspace is re-initialized per launch: no shortcut then
+    if (auto* params = memo.find(key)) {
+      return static_cast<int>(Gemm::run(*params, stream));
+    }
+  }
   Gemm::Arguments args;
   if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L, args)) {
     return rc;
@@ -205,6 +226,9 @@ EVT_EXPORT int evt_evt_f1_addmm_1_run(
     return static_cast<int>(cutlass::Status::kErrorInternal);
   }
   typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
+  if (workspace_bytes == 0) {
+    memo.insert(key, params);
+  }
   return static_cast<int>(Gemm::run(params, stream));
 }
 
@@ -217,5 +241,5 @@ EVT_EXPORT size_t evt_evt_f1_addmm_1_workspace(int M, int N, int K, int L) {
 }
 
 EVT_EXPORT char const* evt_evt_f1_addmm_1_signature() {
-  return "evt_f1_addmm_1;128x128x64_c1x1_cooperative;{\"d\":\"convert_element_type_6\",\"d_dtype\":\"f32\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_1_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_5\"},{\"args\":[\"addmm_1_acc\",\"primals_5\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm_1\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":3,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_3\"},{\"args\":[\"addmm_1\",\"primals_3\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"add\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":4,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_6\"},{\"args\":[\"add\",\"primals_6\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"mul\",\"op\":\"mul\"},{\"args\":[\"mul\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_6\",\"op\":\"identity\"}],\"num_inputs\":5}";
+  return "evt_f1_addmm_1;128x128x64_c1x1_cooperative;{\"d\":\"convert_element_type_6\",\"d_dtype\":\"f32\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_1_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_5\"},{\"args\":[\"addmm_1_acc\",\"primals_5\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm_1\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":3,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_3\"},{\"args\":[\"addmm_1\",\"primals_3\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"add\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":4,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_6\"},{\"args\":[\"add\",\"primals_6\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"mul\",\"op\":\"mul\"},{\"args\":[\"mul\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_6\",\"op\":\"identity\"},{\"arg\":\"convert_element_type_6\",\"dtype\":\"f32\",\"keepdim\":false,\"kind\":\"scalar_reduction\",\"name\":\"sum_1\",\"output\":1}],\"num_inputs\":5}";
 }

@@ -1,0 +1,223 @@
+"""max-autotune: choose each region's tile config by timing it, and keep the region fused only
+where its kernel beats the unfused path.
+
+`torch.compile(model, backend="evt", mode="max-autotune")` (or `options={"autotune": True}`) asks
+for it. For every region, on the problem shape the graph carries:
+
+1. the heuristic's top `EVT_AUTOTUNE_TOP` (default 3) configs are built in parallel;
+2. each kernel runs **with its fused epilogue** on random inputs laid out as the graph's (outputs
+   checked against the reference path: a config that computes something else is rejected), and
+   is timed with CUDA events;
+3. the unfused path, the region's own aten nodes run one by one (the cuBLAS GEMM and the ops after
+   it, as eager runs them), is timed on the same shapes;
+4. the region is lowered with the fastest config if that is faster than the unfused path, else it
+   is left in the graph (where Inductor or eager runs it).
+
+Decisions are cached on disk (`<EVT_CACHE_DIR>/autotune/<key>.json`), keyed by the kernel's
+canonical signature, the problem shape, the GPU's name and evt's version, so identical layers and
+later runs reuse them; `EVT_DEBUG=1` prints each decision. Without an SM90 GPU, or where a shape
+is symbolic without a hint, nothing is measured and regions are lowered as in the default mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch.fx import Node
+from torch.utils._python_dispatch import _disable_current_modes
+
+import evt
+from evt import debug, ir
+from evt.codegen.config import TileConfig, heuristic
+from evt.runtime import build, dispatch, guards, launch, reference
+from evt.runtime import cache as kernel_cache
+
+Timer = Callable[[Callable[[], object]], float]
+
+
+@dataclass(frozen=True)
+class Decision:
+    fuse: bool
+    config: str | None  # the chosen TileConfig's label
+    fused_ms: float | None
+    unfused_ms: float | None
+    timings: dict[str, float] = field(default_factory=dict)  # config label -> ms (inf: failed)
+    reason: str = ""
+
+
+def top_k() -> int:
+    return max(1, int(os.environ.get("EVT_AUTOTUNE_TOP", "3")))
+
+
+def decide(region, built) -> bool:
+    """`lower_regions`' `keep` hook: whether to lower `region` (built as `built`); records the
+    chosen config for `evt.runtime.dispatch`."""
+    spec = built.spec
+    if guards.static_reason(spec) or not dispatch.sm90_available():
+        return True
+    problem = dispatch.problem_hint(spec, [n.meta.get("val") for n in built.inputs])
+    if problem is None:
+        return True
+    key = decision_key(spec, problem)
+    decision = load(key)
+    if decision is None:
+        with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
+            decision = measure(region, built, problem)
+        store(key, decision)
+    if decision.fuse and decision.config:
+        dispatch.set_config(spec, config_of(spec, problem, decision.config))
+    debug.log(1, f"autotune {spec.name} {problem}: {describe(decision)}")
+    return decision.fuse
+
+
+def describe(d: Decision) -> str:
+    times = ", ".join(f"{k} {v:.4f} ms" for k, v in d.timings.items())
+    verdict = f"fused with {d.config}" if d.fuse else "left unfused"
+    unfused = f"{d.unfused_ms:.4f} ms" if d.unfused_ms is not None else "n/a"
+    return f"{verdict} ({d.reason}); unfused {unfused}; {times}"
+
+
+def config_of(spec: ir.KernelSpec, problem, label: str) -> TileConfig:
+    for cfg in heuristic(spec, *problem):
+        if cfg.label == label:
+            return cfg
+    raise KeyError(label)
+
+
+def measure(region, built, problem, timer: Timer | None = None) -> Decision:
+    """Time the candidates and the unfused path (see the module docstring)."""
+    timer = timer or cuda_time_ms
+    spec = built.spec
+    candidates = heuristic(spec, *problem)[: top_k()]
+    jobs = {cfg.label: build.prefetch(spec, cfg, compile_fn=dispatch.COMPILE_FN) for cfg in candidates}
+    inputs = [random_like(n.meta["val"]) for n in built.inputs]
+    want = reference.run(spec, inputs)
+    timings: dict[str, float] = {}
+    for label, job in jobs.items():
+        try:
+            kernel = launch.Kernel(spec, launch.load(job.result()))
+            got = kernel(inputs)
+            if not _close(got, want):
+                raise ValueError("its outputs differ from the reference path")
+            timings[label] = timer(lambda kernel=kernel: kernel(inputs))
+        except Exception as e:  # noqa: BLE001 - a failed candidate is just not chosen
+            debug.log(1, f"autotune {spec.name}: config {label} rejected: {e}")
+            timings[label] = math.inf
+    unfused = unfused_runner(region)
+    return choose(timings, timer(unfused) if unfused is not None else None)
+
+
+def choose(timings: dict[str, float], unfused_ms: float | None) -> Decision:
+    """The fastest config, fused only if it beats the unfused path (when that was measured)."""
+    best = min(timings, key=timings.__getitem__) if timings else None
+    if best is None or math.isinf(timings[best]):
+        return Decision(False, None, None, unfused_ms, timings, "no candidate config ran")
+    if unfused_ms is not None and timings[best] >= unfused_ms:
+        return Decision(False, best, timings[best], unfused_ms, timings, "slower than unfused")
+    return Decision(True, best, timings[best], unfused_ms, timings, "faster than unfused")
+
+
+def unfused_runner(region, device: str = "cuda") -> Callable[[], object] | None:
+    """The region's own nodes run one by one on random inputs (None if one cannot be made)."""
+    inside = set(region.nodes)
+    env: dict[Node, object] = {}
+    for node in region.inputs():
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or _symbolic(val):
+            return None
+        env[node] = random_like(val, device)
+
+    def run() -> object:
+        values = dict(env)
+        for node in region.nodes:
+            args, kwargs = torch.fx.map_arg((node.args, node.kwargs), lambda a: values[a])
+            values[node] = node.target(*args, **kwargs)
+        return values
+
+    assert all(a in inside or a in env for n in region.nodes for a in n.all_input_nodes)
+    return run
+
+
+def _hint(x) -> int:
+    return int(x.node.hint) if isinstance(x, torch.SymInt) else int(x)
+
+
+def _symbolic(t: torch.Tensor) -> bool:
+    return any(isinstance(x, torch.SymInt) for x in (*t.shape, *t.stride()))
+
+
+def random_like(fake: torch.Tensor, device: str = "cuda") -> torch.Tensor:
+    """A tensor with `fake`'s sizes, strides and dtype on `device`, filled with random values."""
+    shape, stride = [_hint(x) for x in fake.shape], [_hint(x) for x in fake.stride()]
+    t = torch.empty_strided(shape, stride, dtype=fake.dtype, device=device)
+    if fake.dtype == torch.bool:
+        return t.random_(2)
+    if not fake.dtype.is_floating_point:
+        return t.zero_()
+    return t.normal_()
+
+
+def _close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> bool:
+    for g, w in zip(got, want, strict=True):
+        g, w = g.float(), w.float()
+        ok = torch.isfinite(g) == torch.isfinite(w)
+        err = (g - w).abs().nan_to_num(0.0).max().item()
+        scale = w.abs().nan_to_num(0.0).max().clamp_min(1.0).item()
+        if not bool(ok.all()) or err > 0.05 * scale:
+            return False
+    return True
+
+
+def cuda_time_ms(fn: Callable[[], object], warmup: int = 5, reps: int = 25) -> float:
+    """The median of `reps` CUDA-event timings of `fn` after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+# --- the decision cache -------------------------------------------------------------------------
+
+
+def decision_key(spec: ir.KernelSpec, problem) -> str:
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    parts = (dispatch.identity(spec), repr(tuple(problem)), gpu, evt.__version__)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _path(key: str) -> Path:
+    return kernel_cache.root() / "autotune" / f"{key}.json"
+
+
+def load(key: str) -> Decision | None:
+    try:
+        data = json.loads(_path(key).read_text())
+        data["timings"] = {k: math.inf if v is None else v for k, v in data["timings"].items()}
+        return Decision(**data)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None  # missing or unreadable: measure again
+
+
+def store(key: str, decision: Decision) -> None:
+    path = _path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    data = asdict(decision)
+    data["timings"] = {k: (v if math.isfinite(v) else None) for k, v in data["timings"].items()}
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one

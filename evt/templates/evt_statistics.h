@@ -1,0 +1,588 @@
+// Deterministic statistics for evt's epilogues: SM90 EVT nodes that reduce the visited value per
+// row (over N, into M-vectors) or over the whole problem (into one value), without float atomics.
+//
+// Each CTA reduces its tile into one partial per row (or one per tile), written to a workspace
+// slot of its own; the last CTA to finish a row block (an atomic tile counter, as CUTLASS's
+// Sm90ColReduction<..., FinalReduction=true>) combines the partials of every N tile in a fixed
+// order and writes the outputs. The result is the same on every run, whatever the CTA schedule.
+//
+// A statistic is a small policy: `Partial` (registers and workspace), `identity()`, `push` (one
+// element), `combine` (two partials, left before right), `shuffle_down` and `finish` (the outputs).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
+#include "cutlass/numeric_conversion.h"
+#include "cutlass/workspace.h"
+
+namespace evt {
+
+CUTLASS_DEVICE float max_nan(float a, float b) {  // torch.amax: NaN wins
+  return (a > b || a != a) ? a : b;
+}
+
+CUTLASS_DEVICE bool is_inf(float x) { return fabsf(x) == INFINITY; }
+
+// Online softmax: m = max x and s = sum exp(x - m), over one row. Partials (m_i, s_i) combine as
+// m = max m_i, s = sum s_i * exp(m_i - m). With ZeroInfMax the shift is 0 where m is +-inf
+// (logsumexp's decomposition). Infinite and NaN rows come out as torch computes them.
+template <bool ZeroInfMax>
+struct SoftmaxStat {
+  struct Partial {
+    float m;
+    float s;
+  };
+  static constexpr int kOutputs = 2;  // max, sum
+
+  CUTLASS_DEVICE static Partial identity() { return {-INFINITY, 0.f}; }
+
+  CUTLASS_DEVICE static void push(Partial& p, float x) {
+    if (x == -INFINITY) {
+      return;  // exp(-inf - m) = 0 for every m a row can end with, but -inf itself (see finish)
+    }
+    float m = max_nan(p.m, x);
+    p.s = (p.s == 0.f ? 0.f : p.s * expf(p.m - m)) + expf(x - m);
+    p.m = m;
+  }
+
+  CUTLASS_DEVICE static Partial combine(Partial a, Partial b) {
+    float m = max_nan(a.m, b.m);
+    float sa = a.s == 0.f ? 0.f : a.s * expf(a.m - m);  // an empty partial adds nothing
+    float sb = b.s == 0.f ? 0.f : b.s * expf(b.m - m);
+    return {m, sa + sb};
+  }
+
+  CUTLASS_DEVICE static Partial shuffle_down(Partial p, int delta) {
+    return {__shfl_down_sync(0xFFFFFFFF, p.m, delta), __shfl_down_sync(0xFFFFFFFF, p.s, delta)};
+  }
+
+  CUTLASS_DEVICE static cutlass::Array<float, kOutputs> finish(Partial p) {
+    cutlass::Array<float, kOutputs> out;
+    out[0] = p.m;
+    if (is_inf(p.m)) {  // torch: exp(x - m) has inf - inf = NaN; logsumexp shifts by 0 instead
+      out[1] = ZeroInfMax ? (p.m > 0.f ? INFINITY : 0.f) : NAN;
+    } else {
+      out[1] = p.s;
+    }
+    return out;
+  }
+};
+
+// Welford: count, mean and M2 = sum (x - mean)^2 of the finite elements, partials combined with
+// Chan's formula, plus the plain sum of the others (+-inf, NaN), which then decides: torch's mean
+// is that sum (inf, -inf or NaN) and its var NaN. Outputs mean and M2 / max(count - Correction, 0)
+// (torch.var_mean's var with that correction).
+template <int Correction>
+struct WelfordStat {
+  struct Partial {
+    float n;
+    float mean;
+    float m2;
+    float nonfinite;  // sum of the non-finite elements; 0 while there are none
+  };
+  static constexpr int kOutputs = 2;  // mean, var
+
+  CUTLASS_DEVICE static Partial identity() { return {0.f, 0.f, 0.f, 0.f}; }
+
+  CUTLASS_DEVICE static void push(Partial& p, float x) {
+    if (!(fabsf(x) < INFINITY)) {
+      p.nonfinite += x;
+      return;
+    }
+    p.n += 1.f;
+    float delta = x - p.mean;
+    p.mean += delta / p.n;
+    p.m2 += delta * (x - p.mean);
+  }
+
+  CUTLASS_DEVICE static Partial combine(Partial a, Partial b) {
+    float nonfinite = a.nonfinite + b.nonfinite;
+    if (b.n == 0.f) {
+      return {a.n, a.mean, a.m2, nonfinite};
+    }
+    if (a.n == 0.f) {
+      return {b.n, b.mean, b.m2, nonfinite};
+    }
+    float n = a.n + b.n;
+    float delta = b.mean - a.mean;
+    float wb = b.n / n;
+    return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, nonfinite};
+  }
+
+  CUTLASS_DEVICE static Partial shuffle_down(Partial p, int delta) {
+    return {__shfl_down_sync(0xFFFFFFFF, p.n, delta), __shfl_down_sync(0xFFFFFFFF, p.mean, delta),
+            __shfl_down_sync(0xFFFFFFFF, p.m2, delta),
+            __shfl_down_sync(0xFFFFFFFF, p.nonfinite, delta)};
+  }
+
+  CUTLASS_DEVICE static cutlass::Array<float, kOutputs> finish(Partial p) {
+    cutlass::Array<float, kOutputs> out;
+    if (p.nonfinite != 0.f) {  // inf, -inf or NaN (NaN != 0 too)
+      out[0] = p.nonfinite;
+      out[1] = NAN;
+    } else {
+      out[0] = p.mean;
+      out[1] = p.m2 / fmaxf(p.n - float(Correction), 0.f);
+    }
+    return out;
+  }
+};
+
+// A plain sum or max (NaN-propagating, like torch.amax), as a statistic for ScalarStatistic.
+template <bool Max>
+struct ReduceStat {
+  using Partial = float;
+  static constexpr int kOutputs = 1;
+
+  CUTLASS_DEVICE static Partial identity() { return Max ? -INFINITY : 0.f; }
+  CUTLASS_DEVICE static void push(Partial& p, float x) { p = Max ? max_nan(p, x) : p + x; }
+  CUTLASS_DEVICE static Partial combine(Partial a, Partial b) { return Max ? max_nan(a, b) : a + b; }
+  CUTLASS_DEVICE static Partial shuffle_down(Partial p, int delta) {
+    return __shfl_down_sync(0xFFFFFFFF, p, delta);
+  }
+  CUTLASS_DEVICE static cutlass::Array<float, kOutputs> finish(Partial p) {
+    cutlass::Array<float, kOutputs> out;
+    out[0] = p;
+    return out;
+  }
+};
+
+namespace detail {
+
+template <class T>
+CUTLASS_DEVICE T load_cg(T const* p) {  // another CTA wrote it: read through L2, never L1
+  static_assert(sizeof(T) % sizeof(float) == 0);
+  T out;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < int(sizeof(T) / sizeof(float)); ++i) {
+    reinterpret_cast<float*>(&out)[i] = __ldcg(reinterpret_cast<float const*>(p) + i);
+  }
+  return out;
+}
+
+// The last of `expected` arrivals at `counter` learns it is last (all epilogue threads call this).
+template <class STensor, class SyncFn>
+CUTLASS_DEVICE bool arrive_last(STensor&& smem_buffer, SyncFn const& sync_fn, int* counter,
+                                int expected, int thread_idx) {
+  __threadfence();  // this CTA's partials are visible before the counter moves
+  sync_fn();
+  int* prev = reinterpret_cast<int*>(cute::raw_pointer_cast(smem_buffer.data()));
+  if (thread_idx == 0) {
+    *prev = atomicAdd(counter, 1);
+  }
+  sync_fn();
+  bool last = *prev == expected - 1;
+  sync_fn();  // the buffer is D's next smem stage: done reading before it is written
+  return last;
+}
+
+}  // namespace detail
+
+// Per-row statistic over N: Stat::kOutputs M-vectors ([L, M], M contiguous), any of them may be
+// skipped with a null pointer. Workspace: one Partial per (row, N tile, batch) and one counter per
+// M tile. Every row of an epilogue tile must sit in one warp (true of SM90 wgmma epilogues).
+template <class Stat, class CtaTileShapeMNK, class ElementOutput,
+          class StrideMNL = cute::Stride<cute::_1, cute::_0, int64_t>>
+struct Sm90RowStatistics {
+  using Partial = typename Stat::Partial;
+  static_assert(cute::is_static_v<decltype(cute::take<0, 2>(StrideMNL{}))>);
+  static_assert(cute::take<0, 2>(StrideMNL{}) == cute::Stride<cute::_1, cute::_0>{});
+
+  struct SharedStorage {};
+
+  struct Arguments {
+    ElementOutput* ptr_0 = nullptr;  // output 0 of the statistic (softmax: max; Welford: mean)
+    ElementOutput* ptr_1 = nullptr;  // output 1 (softmax: sum of exp; Welford: var)
+    StrideMNL dOut = {};
+  };
+
+  struct Params {
+    Arguments args;
+    Partial* partials = nullptr;
+    int* counters = nullptr;
+  };
+
+  template <class ProblemShape>
+  static size_t partials_bytes(ProblemShape const& problem_shape) {
+    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
+    auto [tile_M, tile_N, tile_K] = CtaTileShapeMNK{};
+    size_t rows = size_t(cute::ceil_div(M, tile_M)) * tile_M;
+    size_t bytes = rows * size_t(cute::ceil_div(N, tile_N)) * size_t(L) * sizeof(Partial);
+    return cutlass::round_nearest(bytes, cutlass::MinWorkspaceAlignment);
+  }
+
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const& problem_shape, Arguments const&) {
+    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
+    return partials_bytes(problem_shape) +
+           size_t(cute::ceil_div(M, cute::get<0>(CtaTileShapeMNK{}))) * sizeof(int);
+  }
+
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const& problem_shape, Arguments const& args,
+                                              void* workspace, cudaStream_t stream,
+                                              cutlass::CudaHostAdapter* cuda_adapter = nullptr) {
+    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
+    uint8_t* counters = static_cast<uint8_t*>(workspace) + partials_bytes(problem_shape);
+    size_t bytes = size_t(cute::ceil_div(M, cute::get<0>(CtaTileShapeMNK{}))) * sizeof(int);
+    return cutlass::zero_workspace(counters, bytes, stream, cuda_adapter);
+  }
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape,
+                                                  Arguments const& args, void* workspace) {
+    uint8_t* base = static_cast<uint8_t*>(workspace);
+    return {args, reinterpret_cast<Partial*>(base),
+            reinterpret_cast<int*>(base ? base + partials_bytes(problem_shape) : nullptr)};
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  CUTLASS_HOST_DEVICE Sm90RowStatistics() {}
+  CUTLASS_HOST_DEVICE Sm90RowStatistics(Params const& params, SharedStorage const&) : params(params) {}
+
+  Params params;
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
+    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
+  }
+
+  template <class RowTensor, class CoordTensor, class ThrCoordTensor, class Residue,
+            class ThrResidue, class LaneLayout, class TiledCopy>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(Params const& params, RowTensor tCrRow, CoordTensor cD,
+                                          ThrCoordTensor tCcD, Residue residue_cD,
+                                          ThrResidue residue_tCcD, LaneLayout lane_layout_MN,
+                                          bool is_reduced_lane, TiledCopy, int thread_idx,
+                                          int M, int N, int L, int m, int n, int l)
+        : params(params), tCrRow(tCrRow), cD(cD), tCcD(tCcD), residue_cD(residue_cD),
+          residue_tCcD(residue_tCcD), lane_layout_MN(lane_layout_MN),
+          is_reduced_lane(is_reduced_lane), thread_idx(thread_idx),
+          M(M), N(N), L(L), m(m), n(n), l(l) {}
+
+    Params const& params;
+    RowTensor tCrRow;  // (CPY,CPY_M,CPY_N,EPI_M,EPI_N): one Partial per row, stride 0 along N
+    CoordTensor cD;
+    ThrCoordTensor tCcD;
+    Residue residue_cD;
+    ThrResidue residue_tCcD;
+    LaneLayout lane_layout_MN;
+    bool is_reduced_lane;
+    int thread_idx;
+    int M, N, L, m, n, l;
+    bool do_final = false;
+
+    template <typename ElementAccumulator, typename ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v,
+                              int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, FragmentSize> const& frg_input) {
+      using namespace cute;
+      cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> convert;
+      cutlass::Array<float, FragmentSize> x = convert(frg_input);
+      Tensor tCrRow_mn = tCrRow(_, _, _, epi_m, epi_n);
+      Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentSize; ++i) {
+        if (elem_less(tCcD_mn(epi_v * FragmentSize + i), residue_tCcD)) {
+          Stat::push(tCrRow_mn(epi_v * FragmentSize + i), x[i]);
+        }
+      }
+      return frg_input;
+    }
+
+    template <class STensor, class SyncFn, class VTensor>
+    CUTLASS_DEVICE void reduce(STensor&& smem_buffer, SyncFn const& sync_fn, int, int,
+                               bool is_last_iteration, VTensor) {
+      using namespace cute;
+      if (!is_last_iteration || !elem_less(cD(_0{}, _0{}), residue_cD)) {
+        return;  // not done yet, or a CTA of a cluster that is wholly out of bounds
+      }
+      // 1. Combine the lanes that share a row (a fixed butterfly-free tree: deterministic)
+      Tensor tCrRow_flt = filter_zeros(tCrRow);
+      CUTLASS_PRAGMA_UNROLL
+      for (int cols = size<1>(lane_layout_MN) / 2; cols > 0; cols /= 2) {
+        int delta = lane_layout_MN(_0{}, cols);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tCrRow_flt); ++i) {
+          tCrRow_flt(i) = Stat::combine(tCrRow_flt(i), Stat::shuffle_down(tCrRow_flt(i), delta));
+        }
+      }
+      // 2. This tile's partial of each row into its slot: partials[l][n][row]
+      if (is_reduced_lane) {
+        Tensor tCcRow_flt = make_tensor(tCcD.data(), make_layout(tCrRow_flt.shape(), tCcD.stride()));
+        int rows = ceil_div(M, int(size<0>(CtaTileShapeMNK{}))) * int(size<0>(CtaTileShapeMNK{}));
+        Partial* slot = params.partials + (int64_t(l) * ceil_div(N, int(size<1>(CtaTileShapeMNK{}))) + n) * rows +
+                        m * int(size<0>(CtaTileShapeMNK{}));
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tCrRow_flt); ++i) {
+          slot[get<0>(tCcRow_flt(i))] = tCrRow_flt(i);
+        }
+      }
+      // 3. The last CTA of this row block finishes it (in end())
+      int expected = ceil_div(N, int(size<1>(CtaTileShapeMNK{}))) * L;
+      do_final = detail::arrive_last(smem_buffer, sync_fn, params.counters + m, expected, thread_idx);
+    }
+
+    CUTLASS_DEVICE void end() {
+      using namespace cute;
+      if (!do_final) {
+        return;
+      }
+      constexpr int kTileM = size<0>(CtaTileShapeMNK{});
+      int tiles_n = ceil_div(N, int(size<1>(CtaTileShapeMNK{})));
+      int rows = ceil_div(M, kTileM) * kTileM;
+      cutlass::NumericConverter<ElementOutput, float> convert;
+      ElementOutput* out[2] = {params.args.ptr_0, params.args.ptr_1};
+      int64_t stride_l = get<2>(params.args.dOut);
+      for (int row = thread_idx; row < kTileM; row += kNumThreads) {
+        int gm = m * kTileM + row;
+        if (gm >= M) {
+          break;
+        }
+        for (int b = 0; b < L; ++b) {
+          Partial p = Stat::identity();
+          for (int t = 0; t < tiles_n; ++t) {  // a fixed order: the result is deterministic
+            p = Stat::combine(p, detail::load_cg(params.partials + (int64_t(b) * tiles_n + t) * rows + gm));
+          }
+          cutlass::Array<float, Stat::kOutputs> value = Stat::finish(p);
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < Stat::kOutputs && k < 2; ++k) {
+            if (out[k] != nullptr) {
+              out[k][gm + b * stride_l] = convert(value[k]);
+            }
+          }
+        }
+      }
+    }
+
+    static constexpr int kNumThreads = TiledCopy::TiledNumThr::value;
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    using namespace cute;
+    // which lanes and warps of the epilogue's copy share a row (as Sm90ColReduction)
+    Layout ref_layout_MN = [&]() {
+      auto mn_shape = shape(typename decltype(args.tiled_copy)::Tiler_MN{});
+      if constexpr (ReferenceSrc) {
+        return right_inverse(args.tiled_copy.get_layoutS_TV()).with_shape(mn_shape);
+      } else {
+        return right_inverse(args.tiled_copy.get_layoutD_TV()).with_shape(mn_shape);
+      }
+    }();
+    using W = Int<decltype(args.tiled_copy)::TiledNumThr::value / cutlass::NumThreadsPerWarp>;
+    Layout tv2lane = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, W, _1>, Stride<_1, _0, _0>>{};
+    Layout ref2lane = composition(tv2lane, ref_layout_MN);
+    Layout lane_layout_MN = make_layout(filter(get<0>(ref2lane)), filter(get<1>(ref2lane)));
+    Layout inv_lane_layout_MN = right_inverse(lane_layout_MN);
+    auto lane_mn = idx2crd(inv_lane_layout_MN(cutlass::canonical_lane_idx()), shape(lane_layout_MN));
+    Layout tv2warp = Layout<Shape<Int<cutlass::NumThreadsPerWarp>, W, _1>, Stride<_0, _1, _0>>{};
+    Layout ref2warp = composition(tv2warp, ref_layout_MN);
+    Layout warp_layout_MN = make_layout(filter(get<0>(ref2warp)), filter(get<1>(ref2warp)));
+    static_assert(decltype(size<1>(warp_layout_MN))::value == 1,
+                  "evt row statistics: the rows of an epilogue tile must each lie in one warp");
+
+    // one register Partial per row this thread holds: a (CTA_M, CTA_N) layout of stride (1, 0)
+    Tensor gRow = make_tensor(make_gmem_ptr(static_cast<Partial*>(nullptr)),
+                              make_layout(take<0, 2>(args.tile_shape_mnk), Stride<_1, _0>{}));
+    Tensor tCgRow = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
+        gRow, args.epi_tile, args.tiled_copy, args.thread_idx);
+    Tensor tCrRow = make_tensor_like<Partial>(tCgRow);
+    fill(tCrRow, Stat::identity());
+
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    auto [m, n, k, l] = args.tile_coord_mnkl;
+    return ConsumerStoreCallbacks<decltype(tCrRow), decltype(args.cD), decltype(args.tCcD),
+                                  decltype(args.residue_cD), decltype(args.residue_tCcD),
+                                  decltype(lane_layout_MN), decltype(args.tiled_copy)>(
+        params, tCrRow, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD, lane_layout_MN,
+        get<1>(lane_mn) == 0, args.tiled_copy, args.thread_idx, int(M), int(N), int(L), int(m),
+        int(n), int(l));
+  }
+};
+
+// A sum or max over the whole problem (M, N and L) into one value. Each CTA reduces its tile
+// (threads, then a fixed tree over a warp's lanes, then the warps in order) into one workspace
+// slot; the last tile's CTA combines the slots in order with one warp.
+template <class Stat, class CtaTileShapeMNK, class ElementOutput>
+struct Sm90ScalarStatistic {
+  using Partial = typename Stat::Partial;
+  static_assert(Stat::kOutputs == 1);
+
+  struct SharedStorage {};
+
+  struct Arguments {
+    ElementOutput* ptr = nullptr;
+  };
+
+  struct Params {
+    Arguments args;
+    Partial* partials = nullptr;
+    int* counter = nullptr;
+  };
+
+  template <class ProblemShape>
+  static int num_tiles(ProblemShape const& problem_shape) {
+    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
+    auto [tile_M, tile_N, tile_K] = CtaTileShapeMNK{};
+    return int(cute::ceil_div(M, tile_M) * cute::ceil_div(N, tile_N) * L);
+  }
+
+  template <class ProblemShape>
+  static size_t partials_bytes(ProblemShape const& problem_shape) {
+    return cutlass::round_nearest(size_t(num_tiles(problem_shape)) * sizeof(Partial),
+                                  cutlass::MinWorkspaceAlignment);
+  }
+
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const& problem_shape, Arguments const&) {
+    return partials_bytes(problem_shape) + sizeof(int);
+  }
+
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const& problem_shape, Arguments const&,
+                                              void* workspace, cudaStream_t stream,
+                                              cutlass::CudaHostAdapter* cuda_adapter = nullptr) {
+    uint8_t* counter = static_cast<uint8_t*>(workspace) + partials_bytes(problem_shape);
+    return cutlass::zero_workspace(counter, sizeof(int), stream, cuda_adapter);
+  }
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape,
+                                                  Arguments const& args, void* workspace) {
+    uint8_t* base = static_cast<uint8_t*>(workspace);
+    return {args, reinterpret_cast<Partial*>(base),
+            reinterpret_cast<int*>(base ? base + partials_bytes(problem_shape) : nullptr)};
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
+
+  CUTLASS_HOST_DEVICE Sm90ScalarStatistic() {}
+  CUTLASS_HOST_DEVICE Sm90ScalarStatistic(Params const& params, SharedStorage const&) : params(params) {}
+
+  Params params;
+
+  template <class... Args>
+  CUTLASS_DEVICE auto get_producer_load_callbacks(cutlass::epilogue::fusion::ProducerLoadArgs<Args...> const&) {
+    return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
+  }
+
+  template <class CoordTensor, class ThrCoordTensor, class Residue, class ThrResidue, class TiledCopy>
+  struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
+    CUTLASS_DEVICE ConsumerStoreCallbacks(Params const& params, CoordTensor cD, ThrCoordTensor tCcD,
+                                          Residue residue_cD, ThrResidue residue_tCcD, TiledCopy,
+                                          int thread_idx, int tile, int tiles)
+        : params(params), cD(cD), tCcD(tCcD), residue_cD(residue_cD), residue_tCcD(residue_tCcD),
+          thread_idx(thread_idx), tile(tile), tiles(tiles) {}
+
+    Params const& params;
+    CoordTensor cD;
+    ThrCoordTensor tCcD;
+    Residue residue_cD;
+    ThrResidue residue_tCcD;
+    int thread_idx;
+    int tile;   // this tile's slot
+    int tiles;  // slots in all
+    Partial value = Stat::identity();
+    bool do_final = false;
+
+    static constexpr int kNumThreads = TiledCopy::TiledNumThr::value;
+    static constexpr int kWarps = kNumThreads / cutlass::NumThreadsPerWarp;
+
+    template <typename ElementAccumulator, typename ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v,
+                              int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, FragmentSize> const& frg_input) {
+      using namespace cute;
+      cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> convert;
+      cutlass::Array<float, FragmentSize> x = convert(frg_input);
+      Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentSize; ++i) {
+        if (elem_less(tCcD_mn(epi_v * FragmentSize + i), residue_tCcD)) {
+          Stat::push(value, x[i]);
+        }
+      }
+      return frg_input;
+    }
+
+    template <class STensor, class SyncFn, class VTensor>
+    CUTLASS_DEVICE void reduce(STensor&& smem_buffer, SyncFn const& sync_fn, int, int,
+                               bool is_last_iteration, VTensor) {
+      using namespace cute;
+      if (!is_last_iteration || !elem_less(cD(_0{}, _0{}), residue_cD)) {
+        return;
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int delta = cutlass::NumThreadsPerWarp / 2; delta > 0; delta /= 2) {
+        value = Stat::combine(value, Stat::shuffle_down(value, delta));
+      }
+      Partial* warps = reinterpret_cast<Partial*>(raw_pointer_cast(smem_buffer.data()));
+      sync_fn();
+      if (thread_idx % cutlass::NumThreadsPerWarp == 0) {
+        warps[thread_idx / cutlass::NumThreadsPerWarp] = value;
+      }
+      sync_fn();
+      if (thread_idx == 0) {
+        Partial t = warps[0];
+        CUTLASS_PRAGMA_UNROLL
+        for (int w = 1; w < kWarps; ++w) {
+          t = Stat::combine(t, warps[w]);
+        }
+        params.partials[tile] = t;
+      }
+      do_final = detail::arrive_last(smem_buffer, sync_fn, params.counter, tiles, thread_idx);
+    }
+
+    CUTLASS_DEVICE void end() {
+      if (!do_final || thread_idx >= cutlass::NumThreadsPerWarp) {
+        return;
+      }
+      Partial p = Stat::identity();
+      for (int t = thread_idx; t < tiles; t += cutlass::NumThreadsPerWarp) {
+        p = Stat::combine(p, detail::load_cg(params.partials + t));
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int delta = cutlass::NumThreadsPerWarp / 2; delta > 0; delta /= 2) {
+        p = Stat::combine(p, Stat::shuffle_down(p, delta));
+      }
+      if (thread_idx == 0 && params.args.ptr != nullptr) {
+        *params.args.ptr = cutlass::NumericConverter<ElementOutput, float>{}(Stat::finish(p)[0]);
+      }
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    auto [M, N, K, L] = args.problem_shape_mnkl;
+    auto [m, n, k, l] = args.tile_coord_mnkl;
+    int tiles_m = cute::ceil_div(int(M), int(cute::size<0>(CtaTileShapeMNK{})));
+    int tiles_n = cute::ceil_div(int(N), int(cute::size<1>(CtaTileShapeMNK{})));
+    int tile = (int(l) * tiles_n + int(n)) * tiles_m + int(m);
+    return ConsumerStoreCallbacks<decltype(args.cD), decltype(args.tCcD), decltype(args.residue_cD),
+                                  decltype(args.residue_tCcD), decltype(args.tiled_copy)>(
+        params, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD, args.tiled_copy,
+        args.thread_idx, tile, tiles_m * tiles_n * int(L));
+  }
+};
+
+}  // namespace evt

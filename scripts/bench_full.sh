@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The full benchmark on the device machine, as calls of under 10 minutes that continue one results
+# folder (benchmarks/README.md, "The full run on the device machine"; parts: evt.bench.plan.PARTS).
+#
+#   device, call N:  EVT_BENCH_GIT_COMMIT=<sha> bash scripts/bench_full.sh PART
+#                    PART 1 (eager, cuBLAS, cuBLASLt, SDPA, evt, torch.compile, then max-autotune
+#                    with the time left), 2 (Inductor's CUTLASS backend, its subset), 3 (the rest of
+#                    max-autotune; repeat while the report shows it not measured). Carry .whl, and
+#                    out/bench-full from the second call on: the results so far, continued here.
+#                    Results, report, charts and the log come back in $OUT/bench.
+#   here, between calls:  bash scripts/bench_full.sh take FILES_AT
+#                    copies what a call brought back (FILES_AT/bench) into out/bench-full (ignored
+#                    by git: /out/), which the next call carries.
+# EVT_BENCH_CALL_S (default 560): seconds this call may take in all; the benchmark gets what the
+# setup leaves of it, so the call ends well inside the device's 600 s.
+set -uo pipefail
+part=${1:?usage: bench_full.sh 1|2|3 [evt bench options] | take FILES_AT}
+shift
+carried=out/bench-full
+
+if [ "$part" = take ]; then
+  src=${1:?usage: bench_full.sh take FILES_AT}/bench
+  [ -f "$src/results.json" ] || { echo "no $src/results.json: nothing to take"; exit 1; }
+  rm -rf "$carried" && mkdir -p "$carried"
+  cp "$src"/results.json "$src"/report.md "$carried"/
+  cp "$src"/*.png "$src"/*.log "$carried"/ 2>/dev/null
+  chmod -R u+w "$carried"  # what a call brings back is read-only
+  echo "took $(ls "$carried" | tr '\n' ' ')into $carried: carry it in the next call"
+  exit 0
+fi
+
+OUT=${OUT:-/tmp/evt-out}
+res=$OUT/bench
+mkdir -p "$res"
+if [ -f "$carried/results.json" ]; then
+  cp "$carried/results.json" "$res/" && chmod u+w "$res/results.json"
+  echo "continuing $carried/results.json"
+fi
+[ -n "${EVT_BENCH_GIT_COMMIT:-}" ] || git rev-parse HEAD >/dev/null 2>&1 \
+  || echo "warning: no .git and EVT_BENCH_GIT_COMMIT unset: records will name no commit"
+. scripts/device_env.sh
+export PYTHONUNBUFFERED=1
+budget=$(( ${EVT_BENCH_CALL_S:-560} - SECONDS - 15 ))  # 15 s: python and torch start
+echo "part $part: $budget s for the benchmark (setup took $SECONDS s)"
+python3 -m evt.bench --part "$part" --out "$res" --time-budget "$budget" "$@" 2>&1 \
+  | tee "$res/part$part.log"
+rm -f "$res"/*.tmp* "$res"/running.json

@@ -1,0 +1,109 @@
+"""Config heuristic, per-region config choice, and max-autotune's decisions (CPU tier: timings are
+injected, nothing here measures speed)."""
+
+import math
+
+import pytest
+import torch
+
+from evt import ir, pipeline
+from evt.codegen import config as cfgs
+from evt.examples import MLP
+from evt.runtime import autotune, dispatch
+from tests import specs
+from tests.graphs import LinearAct, capture_joint
+
+SHAPES = [(8192, 3072, 768), (8192, 768, 3072), (16384, 4096, 4096), (300, 200, 64), (1, 8, 8)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_heuristic_ranks_fitting_candidates(shape):
+    spec = specs.mlp_fc1_forward()
+    ranked = cfgs.heuristic(spec, *shape)
+    assert ranked and all(cfgs.fits(spec, c) for c in ranked)
+    assert len({c.label for c in ranked}) == len(ranked)
+    est = [cfgs.estimate(spec, c, *shape) for c in ranked]
+    assert est == sorted(est) and all(e > 0 and math.isfinite(e) for e in est)
+
+
+def test_heuristic_follows_the_sweep():
+    """What benchmarks/config_sweep.py measured on an H200: a light epilogue (bias + activation)
+    runs fastest ping-pong (its epilogue hides behind the other warp group's main loop); one that
+    also writes an [M, N] aux tensor runs fastest 128x256 cooperative at small K."""
+    heavy = specs.mlp_fc1_forward()
+    light = ir.KernelSpec("light", heavy.gemm, tuple(
+        n for n in heavy.nodes if not isinstance(n, ir.AuxStore)), "gelu", "bf16", 3)  # fmt: skip
+    assert cfgs.heuristic(light, 8192, 3072, 768)[0].schedule == "pingpong"
+    best = cfgs.heuristic(heavy, 8192, 3072, 768)[0]
+    assert (best.tile_m, best.tile_n, best.schedule) == (128, 256, "cooperative")
+    # both load one [M, N] tensor; GELU's backward adds special functions (erf, exp)
+    assert cfgs.epilogue_cost(specs.mlp_dgrad_gelu()) > cfgs.epilogue_cost(specs.mlp_fc2_residual())
+
+
+def test_config_for_picks_once_per_signature(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    dispatch.reset()
+    spec = specs.mlp_fc1_forward()
+    assert dispatch.config_for(spec, None) is None  # no shape yet: the shape-blind default
+    first = dispatch.config_for(spec, (16384, 4096, 4096, 1))
+    assert first == cfgs.heuristic(spec, 16384, 4096, 4096)[0]
+    assert dispatch.config_for(spec, (64, 64, 64, 1)) == first  # later shapes reuse the binary
+    dispatch.set_config(spec, cfgs.TileConfig(128, 64, 64))
+    assert dispatch.config_for(spec, None) == cfgs.TileConfig(128, 64, 64)
+    dispatch.reset()
+
+
+def test_config_for_reads_autotune_decisions(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    dispatch.reset()
+    spec, problem = specs.mlp_fc1_forward(), (8192, 3072, 768, 1)
+    label = cfgs.heuristic(spec, *problem[:3])[-1].label  # not what the heuristic would pick
+    autotune.store(autotune.decision_key(spec, problem), autotune.Decision(True, label, 1.0, 2.0))
+    assert dispatch.config_for(spec, problem).label == label
+    dispatch.reset()
+
+
+def test_choose_fuses_only_when_faster():
+    assert autotune.choose({"a": 1.0, "b": 0.5}, 0.8) == autotune.Decision(
+        True, "b", 0.5, 0.8, {"a": 1.0, "b": 0.5}, "faster than unfused")
+    slower = autotune.choose({"a": 1.0}, 0.8)
+    assert not slower.fuse and slower.config == "a" and "slower" in slower.reason
+    failed = autotune.choose({"a": math.inf}, 0.8)
+    assert not failed.fuse and failed.reason == "no candidate config ran"
+    assert autotune.choose({"a": 1.0}, None).fuse  # unfused path not measurable: trust the kernel
+
+
+def test_decision_cache_round_trip(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    d = autotune.Decision(False, "x", 2.0, 1.0, {"x": 2.0, "y": math.inf}, "slower than unfused")
+    autotune.store("k", d)
+    back = autotune.load("k")
+    assert back.fuse is False and back.timings["x"] == 2.0 and math.isinf(back.timings["y"])
+    (tmp_path / "autotune" / "bad.json").write_text("{truncated")
+    assert autotune.load("bad") is None  # unreadable: measured again, never trusted
+    assert "left unfused" in autotune.describe(back)
+
+
+def test_veto_leaves_region_in_graph_with_reason():
+    graph = capture_joint(MLP(32, 64), torch.randn(16, 32, requires_grad=True))
+    report = pipeline.fuse(graph, check=True, keep=lambda region, built: region.side == "backward")
+    assert report.regions and all(r.side == "backward" for r in report.regions)
+    whys = [why for _, side, why in report.unfused if side == "forward"]
+    assert any("max-autotune" in w for w in whys), report.unfused
+    assert any(n.target == torch.ops.aten.gelu.default for n in graph.nodes)
+
+
+def test_unfused_runner_runs_the_region_nodes():
+    graph = capture_joint(LinearAct(act="gelu"), torch.randn(16, 32, requires_grad=True))
+    seen = []
+
+    def keep(region, built):
+        run = autotune.unfused_runner(region, device="cpu")
+        values = run()
+        for out in region.outputs():
+            assert values[out].shape == out.meta["val"].shape
+        seen.append(region.anchor.name)
+        return True
+
+    pipeline.fuse(graph, keep=keep)
+    assert seen

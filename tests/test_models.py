@@ -1,0 +1,284 @@
+"""The built-in GPT-2 and BERT models (`evt.examples`), CPU tier: a whole training step (forward,
+cross-entropy, backward) through evt's `rest="eager"` route, every region run by the reference
+interpreter, against eager (loss and every parameter gradient); and what evt fuses in them, so
+coverage cannot shrink silently. `FLOOR` holds today's counts: raise it when fusion improves.
+
+Each model is compiled once per dtype (a module-scoped cache): fp32 for the comparison with eager
+at fp32 tolerance, bf16 for what the GPU tier runs (the regions differ: casts join them), where
+every region's inputs also pass the kernel guards, so the GPU tier cannot fall back on a layout.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import evt
+from evt import ir
+from evt.cli import main
+from evt.examples import (
+    EXAMPLES,
+    GPT2,
+    SMALL,
+    Bert,
+    Example,
+    _bert,
+    _gpt2,
+    bert_inputs,
+    gpt2_inputs,
+)
+from evt.explain import Report
+from evt.report import coverage
+from evt.runtime import guards, reference
+from tests.graphs import rel_err
+
+F32, BF16 = torch.float32, torch.bfloat16
+TOL_F32 = 1e-4  # as the other CPU-tier comparisons with eager
+MODELS = {
+    "gpt2": (lambda: GPT2(SMALL, tied=True), lambda: gpt2_inputs(SMALL, "cpu")),
+    "gpt2-untied": (lambda: GPT2(SMALL, tied=False), lambda: gpt2_inputs(SMALL, "cpu")),
+    "bert": (lambda: Bert(SMALL, "mlm"), lambda: bert_inputs(SMALL, "cpu", "mlm")),
+    "bert-cls": (lambda: Bert(SMALL, "cls"), lambda: bert_inputs(SMALL, "cpu", "cls")),
+}
+# (forward kernels, ops fused into them, backward kernels, ops fused into them) today
+FLOOR = {
+    ("gpt2", F32): (4, 5, 5, 13),
+    ("gpt2", BF16): (5, 11, 5, 9),
+    ("gpt2-untied", F32): (4, 5, 5, 13),
+    ("bert", F32): (5, 5, 6, 15),
+    ("bert", BF16): (6, 12, 6, 10),
+    ("bert-cls", F32): (5, 5, 5, 11),
+}
+GEMMS = {"gpt2": (9, 18), "gpt2-untied": (9, 18), "bert": (8, 16), "bert-cls": (8, 16)}
+
+
+@dataclass
+class Run:
+    report: Report
+    loss: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    guard_failures: dict[str, str]  # region -> why its kernel would refuse these inputs
+    guarded: set[str]  # the regions whose inputs were shown to the guards
+
+
+def train(model: torch.nn.Module, inputs: tuple) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    loss = model(*inputs)
+    loss.backward()
+    return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+@functools.cache
+def run(name: str, dtype: torch.dtype) -> Run:
+    """One evt training step of model `name` (seeded), with what `evt.explain` reports."""
+    build, inputs = MODELS[name]
+    torch.manual_seed(0)
+    model = build().to(dtype)
+    out: list = []
+    failures: dict[str, str] = {}
+    guarded: set[str] = set()
+    original = reference.run
+
+    def checked(spec: ir.KernelSpec, tensors):
+        """The reference path, after asking the kernel guards about the same inputs."""
+        guarded.add(spec.name)
+        try:
+            if reason := guards.static_reason(spec):
+                raise ValueError(reason)
+            guards.check(spec, [guards.TensorInfo.of(t) for t in tensors])
+        except Exception as e:  # noqa: BLE001 - recorded, asserted on by the bf16 test
+            failures[spec.name] = f"{type(e).__name__}: {e}"
+        return original(spec, tensors)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reference, "run", checked)
+        report = evt.explain(lambda *args: out.append(train(model, args)), *inputs())
+    (loss, grads), = out
+    return Run(report, loss, grads, failures, guarded)
+
+
+def eager(name: str, dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    build, inputs = MODELS[name]
+    torch.manual_seed(0)
+    return train(build().to(dtype), inputs())
+
+
+def grad_err(name: str, got: dict, want: dict) -> float:
+    """Max error of gradient `name` relative to its largest element; for GPT-2's key bias, whose
+    gradient is 0 (softmax ignores a per-query constant: only rounding remains), relative to the
+    query bias gradient's largest element instead."""
+    scale = want[name.replace("attn.k.bias", "attn.q.bias")].double().abs().max().clamp_min(1e-12)
+    return ((got[name].double() - want[name].double()).abs().max() / scale).item()
+
+
+def regions(r: Run, side: str, anchor: str, *ops: str) -> list:
+    """The `side` regions anchored on `anchor` (e.g. "bmm") whose fused ops include `ops`."""
+    return [
+        x for x in r.report.regions
+        if x.side == side and x.anchor == f"aten.{anchor}" and all(f"aten.{o}" in x.fused for o in ops)
+    ]  # fmt: skip
+
+
+def computes(region, op: str) -> list[ir.Compute]:
+    return [n for n in region.spec.nodes if isinstance(n, ir.Compute) and n.op == op]
+
+
+def bias_gradients(region) -> list[str]:
+    """What the region's sums over M (bias gradients) sum."""
+    return [n.arg for n in region.spec.nodes if isinstance(n, ir.RowReduction)]
+
+
+# --- the training step against eager -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_training_step_matches_eager_fp32(name):
+    got = run(name, F32)
+    loss, grads = eager(name, F32)
+    assert got.report.fallbacks == {}
+    assert set(got.grads) == set(grads) and all(g is not None for g in got.grads.values())
+    errs = {"loss": rel_err(got.loss, loss)}
+    errs.update({n: grad_err(n, got.grads, grads) for n in grads})
+    assert max(errs.values()) < TOL_F32, errs
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_training_step_in_bf16_is_as_close_to_fp32_as_eager(name):
+    """The GPU tier's criterion, on the reference interpreter (which rounds as the kernels do)."""
+    got, (loss32, grads32) = run(name, BF16), eager(name, F32)
+    loss16, grads16 = eager(name, BF16)
+    want = {"loss": (loss32, loss16), **{n: (g, grads16[n]) for n, g in grads32.items()}}
+    for n, (ref, bf16) in want.items():
+        if n == "loss":
+            err, eager_err = rel_err(got.loss, ref), rel_err(bf16, ref)
+        else:
+            err, eager_err = grad_err(n, got.grads, grads32), grad_err(n, grads16, grads32)
+        assert err < max(2e-2, 2 * eager_err), (n, err, eager_err)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_bf16_regions_pass_the_kernel_guards(name):
+    r = run(name, BF16)
+    assert r.guarded == {x.name for x in r.report.regions}
+    assert r.guard_failures == {}
+
+
+# --- what is fused -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,dtype", list(FLOOR), ids=[f"{n}-{ir.dtype_name(d)}" for n, d in FLOOR])
+def test_fused_region_counts_do_not_shrink(name, dtype):
+    r = run(name, dtype)
+    sides = {c.side: c for c in coverage(r.report.regions, r.report.unfused)}
+    fwd, bwd = sides["forward"], sides["backward"]
+    assert (fwd.gemms, bwd.gemms) == GEMMS[name]  # every GEMM is listed, fused or not
+    got = (len(fwd.fused), fwd.fused_ops, len(bwd.fused), bwd.fused_ops)
+    assert all(g >= f for g, f in zip(got, FLOOR[name, dtype])), (got, str(r.report))
+    assert all(why for _, why in fwd.unfused + bwd.unfused)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_gpt2_scores_fuse_the_scale_and_the_causal_mask(dtype):
+    (scores,) = regions(run("gpt2", dtype), "forward", "bmm", "mul", "where")
+    scale = [n.value for n in scores.spec.nodes if isinstance(n, ir.ScalarBroadcast)]
+    assert (SMALL.dim // SMALL.heads) ** -0.5 in scale
+    (mask,) = [n for n in scores.spec.nodes if isinstance(n, ir.AuxLoad) and n.dtype == "b8"]
+    assert mask.broadcast_l  # one [S, S] bool mask read by every batch
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_gpt2_mlp(dtype):
+    r = run("gpt2", dtype)
+    (fc1,) = regions(r, "forward", "addmm", "gelu")
+    assert computes(fc1, "gelu_tanh")
+    assert len(regions(r, "forward", "addmm", "add")) >= 2  # attention and MLP residuals
+    # GELU's backward in fc1's dgrad GEMM, fc1's bias gradient (a sum over M) with it
+    (dgrad,) = regions(r, "backward", "mm", "gelu_backward", "sum")
+    (gelu_bwd,) = computes(dgrad, "gelu_tanh_backward")
+    assert bias_gradients(dgrad) == [gelu_bwd.name]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_gpt2_attention_backward(dtype):
+    r = run("gpt2", dtype)
+    assert regions(r, "backward", "bmm", "mul")  # softmax's backward: dP * P
+    # the input gradient of ln1 sums the q, k and v dgrads: two GEMM results loaded and added
+    (dx,) = [x for x in regions(r, "backward", "mm", "add") if x.fused.count("aten.add") >= 2]
+    loads = [n.name for n in dx.spec.nodes if isinstance(n, ir.AuxLoad)]
+    assert sum(name.startswith("mm") for name in loads) == 2, ir.format_tree(dx.spec)
+
+
+def test_gpt2_lm_head_fuses_the_fp32_cast_of_the_logits():
+    (head,) = [x for x in run("gpt2", BF16).report.regions if x.side == "forward" and x.anchor == "aten.mm"]
+    assert "prims.convert_element_type" in head.fused
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_bert_layer(dtype):
+    r = run("bert", dtype)
+    (scores,) = regions(r, "forward", "bmm", "div")
+    assert any(n.value == (SMALL.dim // SMALL.heads) ** 0.5 for n in scores.spec.nodes
+               if isinstance(n, ir.ScalarBroadcast))  # fmt: skip
+    gelus = regions(r, "forward", "addmm", "gelu")  # the FFN's fc1 and the MLM head's transform
+    assert len(gelus) == 2 and all(computes(x, "gelu") for x in gelus)  # exact GELU
+    assert len(regions(r, "forward", "addmm", "add")) >= 2  # proj and fc2 with their residuals
+    (dgrad,) = regions(r, "backward", "mm", "gelu_backward", "sum")
+    (gelu_bwd,) = computes(dgrad, "gelu_backward")
+    assert bias_gradients(dgrad) == [gelu_bwd.name]
+    assert regions(r, "backward", "bmm", "mul")
+
+
+def test_bert_classification_head_fuses_the_pooler():
+    r = run("bert-cls", F32)
+    assert regions(r, "forward", "addmm", "tanh")
+    # tanh's backward and the pooler's bias gradient in the classifier's dgrad GEMM
+    (dgrad,) = regions(r, "backward", "mm", "tanh_backward", "sum")
+    (tanh_bwd,) = computes(dgrad, "tanh_backward")
+    assert bias_gradients(dgrad) == [tanh_bwd.name]
+
+
+def test_report_lists_every_gemm_per_side():
+    r = run("gpt2", BF16)
+    text = str(r.report)
+    assert text.startswith("forward: 9 GEMMs, ") and "\nbackward: 18 GEMMs, " in text
+    for x in r.report.regions:
+        assert f"  {x.gemm} " in text and x.name in text
+    for gemm, _, _ in r.report.unfused:
+        assert f"  {gemm} " in text
+    assert "gelu_backward, sum" in text and "unfused: " in text
+    # a GEMM whose result another kernel's epilogue adds says so (the q, k, v dgrads)
+    assert "is an input of evt_" in text
+
+
+def test_dropout_is_optional():
+    torch.manual_seed(0)
+    model = GPT2(SMALL, dropout=0.1)
+    model.train()
+    ids, targets = gpt2_inputs(SMALL, "cpu")
+    report = evt.explain(lambda i, t: model(i, t).backward(), ids, targets)
+    assert report.regions and all(p.grad is not None for p in model.parameters())
+
+
+# --- evt dump ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,dtype", [("gpt2", "bf16"), ("bert", "bf16"), ("gpt2", "f32")])
+def test_evt_dump_example(name, dtype, tmp_path, monkeypatch, capsys):
+    build = {"gpt2": _gpt2, "bert": _bert}[name]
+    small = Example(EXAMPLES[name].description, lambda d, dev: build(d, dev, sizes=SMALL))
+    monkeypatch.setitem(EXAMPLES, name, small)
+    assert main(["dump", "--example", name, "--out", str(tmp_path), "--dtype", dtype]) == 0
+    summary = (tmp_path / "summary.txt").read_text()
+    assert summary == capsys.readouterr().out.split("wrote ")[0]
+    assert "forward: " in summary and "backward: " in summary and "unfused: " in summary
+    regions = sorted(p.name.removesuffix(".tree.txt") for p in tmp_path.glob("*.tree.txt"))
+    assert regions and all(r in summary for r in regions)
+    kernels = sorted(p.stem for p in tmp_path.glob("*.cu"))
+    assert kernels == sorted(p.name.removesuffix(".nvcc.sh") for p in tmp_path.glob("*.nvcc.sh"))
+    # every region has its kernel source, or the summary says why not (fp32: shared memory)
+    missing = set(regions) - set(kernels)
+    assert all(f"no kernel source: kernel {r}:" in summary for r in missing)
+    if dtype == "bf16":
+        assert not missing

@@ -155,48 +155,41 @@ REDUCE_OPS = ("sum", "max")  # max: NaN-propagating, like torch.amax
 
 
 @dataclass(frozen=True)
-class RowReduction:
-    """Reduces its argument (`op`: sum or max) over M (and L) into an N-vector, kernel output
-    `output`: accumulated in fp32, rounded once to `dtype`, shaped [N] or, with `keepdim`, [1, N]
-    (CUTLASS `Sm90RowReduction`, e.g. a Linear's bias gradient). Passes its argument through."""
+class _Reduction:
+    """Reduces its argument (`op`: sum or max) into kernel output `output`, accumulated in fp32
+    and rounded once to `dtype`; passes its argument through. Subclasses say over which modes."""
+
+    name: str
+    arg: str
+    output: int
+    dtype: str
+    keepdim: bool = False
+    op: str = "sum"
+
+
+@dataclass(frozen=True)
+class RowReduction(_Reduction):
+    """Over M (and L) into an N-vector shaped [N] or, with `keepdim`, [1, N] (CUTLASS
+    `Sm90RowReduction`, e.g. a Linear's bias gradient)."""
 
     kind: ClassVar[str] = "row_reduction"
-    name: str
-    arg: str
-    output: int
-    dtype: str
-    keepdim: bool = False
-    op: str = "sum"
 
 
 @dataclass(frozen=True)
-class ColReduction:
-    """Reduces its argument (`op`: sum or max) over N into an M-vector per batch, kernel output
-    `output`: [M] ([L, M] batched), or with `keepdim` [M, 1] ([L, M, 1]); fp32, rounded once
-    (CUTLASS `Sm90ColReduction`, its deterministic final reduction). Passes its argument through."""
+class ColReduction(_Reduction):
+    """Over N into an M-vector per batch: [M] ([L, M] batched), or with `keepdim` [M, 1]
+    ([L, M, 1]) (CUTLASS `Sm90ColReduction`, its deterministic final reduction)."""
 
     kind: ClassVar[str] = "col_reduction"
-    name: str
-    arg: str
-    output: int
-    dtype: str
-    keepdim: bool = False
-    op: str = "sum"
 
 
 @dataclass(frozen=True)
-class ScalarReduction:
-    """Reduces its argument (`op`: sum or max) over L, M and N into one value, kernel output
-    `output`: shape [] or, with `keepdim`, all ones (evt's `Sm90ScalarStatistic`: per-tile
-    partials combined in a fixed order; CUTLASS's Sm90ScalarReduction is atomic only)."""
+class ScalarReduction(_Reduction):
+    """Over L, M and N into one value: shape [] or, with `keepdim`, all ones (evt's
+    `Sm90ScalarStatistic`: per-tile partials combined in a fixed order; CUTLASS's
+    Sm90ScalarReduction is atomic only)."""
 
     kind: ClassVar[str] = "scalar_reduction"
-    name: str
-    arg: str
-    output: int
-    dtype: str
-    keepdim: bool = False
-    op: str = "sum"
 
 
 @dataclass(frozen=True)

@@ -76,12 +76,9 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     gemms = [n for n in graph.nodes if GEMM in n.meta]
     why = {n: _why_unfused(n) for n in gemms}  # before lowering erases the fused ones
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
-    vetoed: set = set()
-
     def keep_region(region, built) -> bool:
         if keep is None or keep(region, built):
             return True
-        vetoed.add(region.anchor)
         why[region.anchor] = "max-autotune: its fused kernel was not faster than the unfused path"
         return False
 
@@ -103,7 +100,6 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
 def _why_unfused(gemm) -> str:
     """The reason a report gives for a GEMM no region anchors."""
     return why_not_anchor(gemm) or "nothing after it that an epilogue can compute"
-
 
 
 def _draw(graph: Graph, regions: list[Region]):

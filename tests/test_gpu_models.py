@@ -21,6 +21,7 @@ import torch
 import evt
 from evt.examples import GPT2, GPU, Bert, bert_inputs, gpt2_inputs
 from evt.runtime import dispatch, reference
+from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_models import grad_err, rel_err, train
 
 pytestmark = pytest.mark.gpu
@@ -67,15 +68,6 @@ def regions(tmp_path_factory) -> dict[str, list[tuple]]:
         assert future is not None  # an SM90 GPU and no static reason against the kernel
         future.result()  # raises the nvcc error of a kernel that fails to build
     return captured
-
-
-@pytest.fixture(autouse=True)
-def fresh_dispatch(monkeypatch):
-    monkeypatch.delenv("EVT_VERIFY", raising=False)
-    monkeypatch.delenv("EVT_INJECT", raising=False)
-    dispatch.reset()
-    yield
-    dispatch.reset()
 
 
 def step(model: torch.nn.Module, fn, inputs: tuple) -> dict[str, torch.Tensor]:

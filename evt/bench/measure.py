@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import torch
 
+from evt.runtime.timing import cuda_time_ms
+
 L2_BYTES_DEFAULT = 50 * 2**20  # H100 / H200
 MAX_INPUT_SETS = 8
 
@@ -49,22 +51,8 @@ def time_ms(fn: Callable[[], object], device: str) -> float:
 
         return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
     if name == "cuda-events":
-        return _cuda_events_ms(fn)
+        return cuda_time_ms(fn, warmup=10, reps=50)
     return _wallclock_ms(fn)
-
-
-def _cuda_events_ms(fn, warmup: int = 10, reps: int = 50) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def _wallclock_ms(fn, reps: int = 3) -> float:

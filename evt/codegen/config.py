@@ -125,8 +125,9 @@ _OVERLAP_LEFT = 0.7  # the share of the shorter of (main loop, epilogue) ping-po
 
 
 def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[TileConfig]:
-    """`CANDIDATES` that fit `spec`, best first, for an M x N x K (x L) problem."""
-    fitting = [c for c in CANDIDATES if fits(spec, c)] or [default_config(spec)]
+    """`CANDIDATES` that fit `spec`, best first, for an M x N x K (x L) problem (none: the
+    epilogue leaves no candidate 2 mainloop stages)."""
+    fitting = [c for c in CANDIDATES if fits(spec, c)]
     return sorted(fitting, key=lambda c: estimate(spec, c, M, N, K, L))
 
 

@@ -25,7 +25,6 @@ import hashlib
 import json
 import math
 import os
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from evt import debug, ir
 from evt.codegen.config import TileConfig, heuristic
 from evt.runtime import build, dispatch, guards, launch, reference
 from evt.runtime import cache as kernel_cache
+from evt.runtime.timing import cuda_time_ms
 
 Timer = Callable[[Callable[[], object]], float]
 
@@ -174,21 +174,6 @@ def _close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> bool:
         if not bool(ok.all()) or err > 0.05 * scale:
             return False
     return True
-
-
-def cuda_time_ms(fn: Callable[[], object], warmup: int = 5, reps: int = 25) -> float:
-    """The median of `reps` CUDA-event timings of `fn` after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 # --- the decision cache -------------------------------------------------------------------------

@@ -75,9 +75,11 @@ def config_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None) -
     sig = _identity(spec)
     with _lock:
         if sig not in _configs and problem is not None:
-            _configs[sig] = _tuned(spec, problem) or heuristic(spec, *problem)[0]
-            debug.log(1, f"region {spec.name}: tile config {_configs[sig].label} for "
-                         f"(M, N, K, L) = {tuple(problem)}")  # fmt: skip
+            chosen = _tuned(spec, problem) or next(iter(heuristic(spec, *problem)), None)
+            if chosen is not None:  # none fits: the default config's CodegenError says why
+                _configs[sig] = chosen
+                debug.log(1, f"region {spec.name}: tile config {chosen.label} for "
+                             f"(M, N, K, L) = {tuple(problem)}")  # fmt: skip
         return _configs.get(sig)
 
 
@@ -153,9 +155,11 @@ def _launch(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.T
             raise LaunchError(reason)
     with stage("device"):
         launch.check_device(inputs)
-    with stage("guard"):
-        problem = guards.check(spec, [guards.TensorInfo.of(t) for t in inputs])
-    kernel = kernel_for(spec, (problem.M, problem.N, problem.K, problem.L))
+    try:  # the shape that picks the tile config; malformed inputs fail the guard stage below
+        hint = problem_hint(spec, inputs)
+    except Exception:  # noqa: BLE001
+        hint = None
+    kernel = kernel_for(spec, hint)
     with stage("guard"):
         problem = kernel.guard(inputs)
     with stage("launch"):

@@ -33,6 +33,7 @@ from torch.fx import Graph
 import evt
 from evt import debug, pipeline
 from evt.graph import lower_regions
+from evt.graph.decompose_kept_ops import KEPT, decompose_kept_ops
 from evt.report import GraphReport
 from evt.runtime import dispatch
 
@@ -43,17 +44,11 @@ DRAW = False  # set by `evt.explain(..., draw=True)`: reports carry a picture of
 
 @functools.cache
 def decompositions() -> dict:
-    """Inductor's decomposition table, keeping the ops evt maps to single CUTLASS functors."""
+    """Inductor's decomposition table, keeping the ops evt maps to single CUTLASS functors
+    (`evt.graph.decompose_kept_ops.KEPT`: decomposed after the pipeline where no region took them)."""
     from torch._inductor.decomposition import select_decomp_table
 
-    aten = torch.ops.aten
-    keep = {
-        aten.gelu.default, aten.gelu_backward.default,
-        aten.silu.default, aten.silu_backward.default,
-        aten.sigmoid_backward.default, aten.tanh_backward.default,
-        aten.threshold_backward.default,  # ReLU's backward
-    }  # fmt: skip
-    return {op: fn for op, fn in select_decomp_table().items() if op not in keep}
+    return {op: fn for op, fn in select_decomp_table().items() if op not in KEPT}
 
 
 @functools.cache
@@ -109,6 +104,8 @@ class JointPass(CustomGraphPass):
 
     def __call__(self, graph: Graph) -> None:
         fuse_graph(graph, self.autotune)
+        # Inductor cannot lower the ops evt kept whole (fused or not, the pipeline may have failed)
+        decompose_kept_ops(graph)
 
     def uuid(self) -> str:
         return f"evt-{source_hash()}{'-autotune' if self.autotune else ''}"

@@ -15,15 +15,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _statistics_on_cpu(request, monkeypatch):
-    """The CPU and nvcc tiers cover the statistics reductions (EVT_STATISTICS=1, off by default
-    because their kernels failed the GPU tier); GPU tests see the default unless they ask."""
-    if "gpu" not in request.node.keywords and "EVT_STATISTICS" not in __import__("os").environ:
-        monkeypatch.setenv("EVT_STATISTICS", "1")
-    yield
-
-
-@pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
     yield

@@ -335,6 +335,23 @@ def test_ratios_geomean_and_markdown():
     assert "**C / evt**: wrong: output 0: relative error 9" in md
 
 
+def test_cuda_graph_times_have_their_own_ratios():
+    """`graph_ms` (calls replayed from CUDA graphs) gets its own geomeans and table; a record
+    without one (capture failed, or a CPU run) counts in neither."""
+    results = [_rec("A", "eager", ms=2.0), _rec("A", "mm", ms=1.0), _rec("A", "evt", ms=4.0),
+               _rec("B", "eager", ms=2.0), _rec("B", "evt", ms=2.0)]  # fmt: skip
+    for r, g in zip(results, (1.5, 0.8, 1.0, None, 1.0)):
+        r.update(graph_ms=g, graph_tflops=1.0 / g if g else None)
+    assert report.speedup(results, "evt", "eager", field="graph_ms") == {"A": 1.5}
+    rows = dict(report.summary(results))
+    assert rows["eager"]["op"] == (pytest.approx(math.sqrt(0.5 * 1.0)), 2)
+    assert rows["eager"]["op_graph"] == (pytest.approx(1.5), 1)
+    assert rows["evt"]["vs_mm_graph"] == (pytest.approx(0.8), 1)
+    md = markdown.render({"config": {"dtype": "bf16", "device": "cpu"}, "env": {}, "results": results})
+    assert "## GEMM+epilogue suite under CUDA graphs" in md
+    assert "| eager | 0.71 (2) | — (0) | 0.50 (1) | 1.50 (1) | 0.53 (1) |" in md
+
+
 def _session(commit, source="s1"):
     return {"time": "T", "argv": ["evt", "bench"], "git": {"commit": commit}, "evt_source": source}
 

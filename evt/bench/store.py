@@ -46,6 +46,9 @@ RECORD_FIELDS = (
     "flops",
     "bytes",
     "input_sets",
+    "graph_ms",  # GEMM cases on CUDA: the same calls replayed from CUDA graphs
+    "graph_tflops",
+    "graph_error",  # why the capture failed (the time_ms still stands)
     "timer",
     "compile_cold_s",
     "compile_warm_s",

@@ -264,20 +264,17 @@ def epilogue_expr(node: Node) -> Expr | None:
     return _memo[node]
 
 
-# Reductions whose kernels passed the GPU tier; the others (statistics over N, max, scalar
-# reductions: evt_statistics.h) gave wrong results on an H200 and are off unless EVT_STATISTICS=1.
-VERIFIED_REDUCTIONS = ("row_sum",)
-
-
 def statistics_enabled() -> bool:
-    return os.environ.get("EVT_STATISTICS", "0") not in ("", "0")
+    """Reductions other than the bias gradient's sum over M (statistics over N, max, scalar
+    reductions, softmax and Welford statistics): on unless EVT_STATISTICS=0."""
+    return os.environ.get("EVT_STATISTICS", "1") != "0"
 
 
 def _epilogue_expr(node: Node) -> Expr | None:
     if node.op != "call_function" or node.target not in EPILOGUE_RULES:
         return None
     expr = EPILOGUE_RULES[node.target](node)
-    if expr is not None and expr.op in REDUCTION_OPS and expr.op not in VERIFIED_REDUCTIONS:
+    if expr is not None and expr.op in REDUCTION_OPS and expr.op != "row_sum":
         if not statistics_enabled():
             return None
     dtype = getattr(node.meta.get("val"), "dtype", None)

@@ -74,21 +74,7 @@ def static_reason(spec: ir.KernelSpec) -> str | None:
     for n in spec.nodes:
         if isinstance(n, ir.AuxStore) and n.major != "n":
             return f"aux store {n.name} is {n.major}-major; outputs are allocated N-major"
-        unverified = n.kind in UNVERIFIED_KINDS or (
-            n.kind == "row_reduction" and getattr(n, "op", "sum") != "sum")
-        if unverified and not _unverified_allowed():
-            return (f"{n.kind} {n.name}: its kernel failed the GPU tier (issue 6); "
-                    "EVT_STATISTICS=gpu runs it anyway")  # fmt: skip
     return None
-
-
-UNVERIFIED_KINDS = ("col_reduction", "scalar_reduction", "softmax_stats", "welford")
-
-
-def _unverified_allowed() -> bool:
-    import os
-
-    return os.environ.get("EVT_STATISTICS") == "gpu"
 
 
 def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> Problem:

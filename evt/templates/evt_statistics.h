@@ -258,21 +258,22 @@ struct Sm90RowStatistics {
     return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
   }
 
-  template <class RowTensor, class CoordTensor, class ThrCoordTensor, class Residue,
-            class ThrResidue, class LaneLayout, class TiledCopy>
+  template <class RowTensor, class SlotTensor, class CoordTensor, class ThrCoordTensor,
+            class Residue, class ThrResidue, class LaneLayout, class TiledCopy>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(Params const& params, RowTensor tCrRow, CoordTensor cD,
-                                          ThrCoordTensor tCcD, Residue residue_cD,
+    CUTLASS_DEVICE ConsumerStoreCallbacks(Params const& params, RowTensor tCrRow, SlotTensor tCgSlot,
+                                          CoordTensor cD, ThrCoordTensor tCcD, Residue residue_cD,
                                           ThrResidue residue_tCcD, LaneLayout lane_layout_MN,
                                           bool is_reduced_lane, TiledCopy, int thread_idx,
                                           int M, int N, int L, int m, int n, int l)
-        : params(params), tCrRow(tCrRow), cD(cD), tCcD(tCcD), residue_cD(residue_cD),
-          residue_tCcD(residue_tCcD), lane_layout_MN(lane_layout_MN),
+        : params(params), tCrRow(tCrRow), tCgSlot(tCgSlot), cD(cD), tCcD(tCcD),
+          residue_cD(residue_cD), residue_tCcD(residue_tCcD), lane_layout_MN(lane_layout_MN),
           is_reduced_lane(is_reduced_lane), thread_idx(thread_idx),
           M(M), N(N), L(L), m(m), n(n), l(l) {}
 
     Params const& params;
-    RowTensor tCrRow;  // (CPY,CPY_M,CPY_N,EPI_M,EPI_N): one Partial per row, stride 0 along N
+    RowTensor tCrRow;    // (CPY,CPY_M,CPY_N,EPI_M,EPI_N): one Partial per row, stride 0 along N
+    SlotTensor tCgSlot;  // the same partition of this tile's workspace slot (gmem, stride 0 along N)
     CoordTensor cD;
     ThrCoordTensor tCcD;
     Residue residue_cD;
@@ -318,15 +319,14 @@ struct Sm90RowStatistics {
           tCrRow_flt(i) = Stat::combine(tCrRow_flt(i), Stat::shuffle_down(tCrRow_flt(i), delta));
         }
       }
-      // 2. This tile's partial of each row into its slot: partials[l][n][row]
+      // 2. This tile's partial of each row into its slot: partials[l][n][row]. The slot is
+      // partitioned like the registers (tCcD's coordinates are relative to this thread's first
+      // element, so they cannot address rows of the tile).
       if (is_reduced_lane) {
-        Tensor tCcRow_flt = make_tensor(tCcD.data(), make_layout(tCrRow_flt.shape(), tCcD.stride()));
-        int rows = ceil_div(M, int(size<0>(CtaTileShapeMNK{}))) * int(size<0>(CtaTileShapeMNK{}));
-        Partial* slot = params.partials + (int64_t(l) * ceil_div(N, int(size<1>(CtaTileShapeMNK{}))) + n) * rows +
-                        m * int(size<0>(CtaTileShapeMNK{}));
+        Tensor tCgSlot_flt = filter_zeros(tCgSlot);
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(tCrRow_flt); ++i) {
-          slot[get<0>(tCcRow_flt(i))] = tCrRow_flt(i);
+          tCgSlot_flt(i) = tCrRow_flt(i);
         }
       }
       // 3. The last CTA of this row block finishes it (in end())
@@ -404,10 +404,21 @@ struct Sm90RowStatistics {
 
     auto [M, N, K, L] = args.problem_shape_mnkl;
     auto [m, n, k, l] = args.tile_coord_mnkl;
-    return ConsumerStoreCallbacks<decltype(tCrRow), decltype(args.cD), decltype(args.tCcD),
-                                  decltype(args.residue_cD), decltype(args.residue_tCcD),
-                                  decltype(lane_layout_MN), decltype(args.tiled_copy)>(
-        params, tCrRow, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD, lane_layout_MN,
+    // this tile's workspace slot: partials[l][n][m * CTA_M + row], rows padded to whole M tiles
+    constexpr int kTileM = size<0>(CtaTileShapeMNK{});
+    constexpr int kTileN = size<1>(CtaTileShapeMNK{});
+    int64_t rows = int64_t(ceil_div(int(M), kTileM)) * kTileM;
+    Partial* slot = params.partials + (int64_t(l) * ceil_div(int(N), kTileN) + int(n)) * rows +
+                    int64_t(m) * kTileM;
+    Tensor gSlot = make_tensor(make_gmem_ptr(slot),
+                               make_layout(take<0, 2>(args.tile_shape_mnk), Stride<_1, _0>{}));
+    Tensor tCgSlot = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
+        gSlot, args.epi_tile, args.tiled_copy, args.thread_idx);
+    return ConsumerStoreCallbacks<decltype(tCrRow), decltype(tCgSlot), decltype(args.cD),
+                                  decltype(args.tCcD), decltype(args.residue_cD),
+                                  decltype(args.residue_tCcD), decltype(lane_layout_MN),
+                                  decltype(args.tiled_copy)>(
+        params, tCrRow, tCgSlot, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD, lane_layout_MN,
         get<1>(lane_mn) == 0, args.tiled_copy, args.thread_idx, int(M), int(N), int(L), int(m),
         int(n), int(l));
   }

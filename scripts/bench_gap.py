@@ -1,0 +1,108 @@
+"""Why a bench evt row is slower than its kernel alone: for a few suite cases, per baseline,
+the bench's own timing (`evt.bench.measure.time_ms`), the host's time per call (calls enqueued
+back to back, no sync in between), the time under a CUDA graph (host cost removed), and the CUDA
+kernels one call launches with their device times (torch.profiler).
+
+    python scripts/bench_gap.py [--cases bias_relu/gpt2,dgrad_bias_grad/bert] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import torch
+
+from evt.bench import baselines, measure, ops
+from evt.bench.plan import all_cases
+
+DEFAULT = "bias_relu/gpt2,bias_relu/bert-down,bias_gelu_aux/gpt2,dgrad_bias_grad/bert,residual_scale_cast/bert"
+
+
+def host_us_per_call(call, n: int = 200) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    host = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def graph_ms(call) -> float | str:
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            call()
+        return measure.time_ms(g.replay, "cuda")
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        return f"n/a: {type(e).__name__}: {str(e)[:120]}"
+
+
+def kernels(call, n: int = 10) -> list[tuple[str, float, float]]:
+    """(kernel name, calls per step, device us per call) for every CUDA kernel one call runs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            call()
+        torch.cuda.synchronize()
+    total: dict[str, list[float]] = defaultdict(list)
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            total[e.name[:90]].append(e.device_time)
+    return sorted(((k, len(v) / n, sum(v) / n) for k, v in total.items()), key=lambda r: -r[2])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default=DEFAULT)
+    ap.add_argument("--baselines", default="mm,eager,evt,compile")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    by_name = {c.name: c for c in all_cases()}
+    report = []
+    for name in args.cases.split(","):
+        case = by_name[name]
+        w = ops.build(case, torch.bfloat16, "cuda")
+        inputs = w.make_inputs(0)
+        M, N, K = case.dims[:3]
+        flop = 2 * M * N * K
+        print(f"\n== {name} {case.dims}")
+        for b in args.baselines.split(","):
+            base = baselines.BASELINES[b]
+            fn = base.build(w, "cuda")
+            call = lambda fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
+            for _ in range(3):
+                call()
+            row = {
+                "case": name,
+                "baseline": b,
+                "bench_ms": measure.time_ms(call, "cuda"),
+                "host_us": host_us_per_call(call),
+                "graph_ms": graph_ms(call),
+                "kernels": kernels(call),
+            }
+            report.append(row)
+            g = row["graph_ms"]
+            gtxt = f"{g * 1e3:7.1f} us ({flop / g / 1e9:5.0f} TF/s)" if isinstance(g, float) else g
+            print(f"  {b:8s} bench {row['bench_ms'] * 1e3:7.1f} us ({flop / row['bench_ms'] / 1e9:5.0f}"
+                  f" TF/s)  host {row['host_us']:6.1f} us/call  graph {gtxt}")
+            for k, per, us in row["kernels"]:
+                print(f"      {us:7.1f} us  x{per:.1f}  {k}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -77,15 +78,17 @@ def fuse_graph(graph: Graph, autotune: bool = False) -> GraphReport | None:
     except Exception as e:  # noqa: BLE001 - training must not crash because of evt
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
         return None
-    prefetch_kernels(graph)
+    problems = prefetch_kernels(graph)
+    report.regions = [replace(r, problem=problems.get(r.spec.name)) for r in report.regions]
     for listener in _listeners:
         listener(report)
     return report
 
 
-def prefetch_kernels(graph: Graph) -> None:
+def prefetch_kernels(graph: Graph) -> dict[str, tuple[int, int, int, int] | None]:
     """Start building every region's kernel (in parallel, while Inductor works on the rest), its
-    tile config chosen for the shapes the graph carries."""
+    tile config chosen for the shapes the graph carries; returns each region's problem shape."""
+    problems = {}
     for node in graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM):
         spec = node.meta["evt_spec"]
         values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in node.args[1]]
@@ -93,7 +96,9 @@ def prefetch_kernels(graph: Graph) -> None:
             problem = dispatch.problem_hint(spec, values)
         except Exception:  # noqa: BLE001 - no hint: the kernel gets the shape-blind default
             problem = None
+        problems[spec.name] = problem
         dispatch.prefetch(spec, problem)
+    return problems
 
 
 class JointPass(CustomGraphPass):

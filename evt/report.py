@@ -19,6 +19,7 @@ class RegionReport:
     bytes_saved: int  # global-memory bytes the fusion avoids (estimate from shapes)
     spec: ir.KernelSpec
     saved_for_backward: int = 0  # bytes of this forward kernel's outputs that the backward reads
+    problem: tuple[int, int, int, int] | None = None  # (M, N, K, L) the graph's shapes give, if known
 
     @property
     def gemm(self) -> str:

@@ -509,3 +509,30 @@ def test_bench_full_takes_a_calls_results_for_the_next(tmp_path):
 def test_outputs_flattens_nested_results():
     t = torch.ones(1)
     assert outputs((t, (t, [t]))) == (t, t, t)
+
+
+def test_prebuild_picks_each_cases_tile_config_at_its_real_shape(monkeypatch):
+    """The prebuild captures on "meta" at the real sizes, so a kernel is built with the config
+    the heuristic picks for the shape the case runs (not the tiny CPU size, not another case's)."""
+    from evt.bench import prebuild
+    from evt.codegen.config import heuristic
+    from evt.runtime import build
+
+    jobs = []
+
+    def record(job):
+        jobs.append(job)
+        done = build.Future()
+        done.set_result(None)
+        return done
+
+    monkeypatch.setattr(build, "submit", record)
+    cases = {c.name: c for c in plan.all_cases()}
+    names = ["bias_relu/gpt2", "bias_relu/bert-down", "step/mlp"]
+    n = prebuild.prebuild([cases[x] for x in names], torch.bfloat16, lambda line: None)
+    assert n == len({j.key for j in jobs}) and len(jobs) == 1 + 1 + 4
+    shapes = [(8192, 3072, 768, 1), (8192, 1024, 4096, 1)]
+    for job, shape in zip(jobs, shapes):
+        assert job.config == heuristic(job.spec, *shape)[0], (job.config, shape)
+    tiny = plan.all_cases(small=True)[[c.name for c in plan.all_cases()].index("bias_relu/gpt2")]
+    assert jobs[0].config != heuristic(jobs[0].spec, *tiny.dims, 1)[0]  # what the old capture chose

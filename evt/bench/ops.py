@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evt.bench import patterns as P
-from evt.bench.workload import Case, Workload, randn, tiny, to_reference
+from evt.bench.workload import Case, Workload, generator, randn, tiny, to_reference
 
 FFN_UP = {"bert": (8192, 4096, 1024), "gpt2": (8192, 3072, 768), "vit": (12608, 3072, 768)}
 FFN_DOWN = {"bert": (8192, 1024, 4096), "gpt2": (8192, 768, 3072), "vit": (12608, 768, 3072)}
@@ -107,7 +107,7 @@ def build(case: Case, dtype: torch.dtype, device: str) -> Workload:
     p = PATTERNS[case.group]
 
     def make_inputs(seed: int) -> tuple:
-        gen = torch.Generator(device).manual_seed(seed)
+        gen = generator(device, seed)
         return p.inputs(case.dims, dtype, device, gen)
 
     return Workload(

@@ -1,9 +1,11 @@
 """Build every evt kernel a stage will need, in parallel, before anything is timed.
 
-Kernels are keyed on dtypes, layouts and the epilogue tree, never on shapes, so each case is
-captured at its tiny CPU size (`evt.explain`, the reference path runs it) and the regions it
-reports are handed to the build pool at once. Without this, each case's first call would wait
-for its own nvcc, one after another, and a stage of 20 kernels would spend 15 minutes compiling.
+Each case is captured at its real sizes on the "meta" device (shapes only: `evt.explain` runs the
+reference path on meta tensors in well under a second), so each region's tile config is chosen
+for the shapes the case will run, exactly as in the case's own run: the dispatch state is reset
+before each capture here and before each evt measurement (`runner.run_item`), so every case
+picks its configs as a fresh process would. The kernels are handed to the build pool at once;
+without this each case's first call would wait for its own nvcc, one after another.
 """
 
 from __future__ import annotations
@@ -20,16 +22,13 @@ from evt.bench.workload import Case
 def prebuild(cases: Iterable[Case], dtype: torch.dtype, log: Callable[[str], None]) -> int:
     """Start (and wait for) every kernel build; returns how many distinct kernels were asked."""
     import evt
-    from evt.runtime import build
+    from evt.runtime import build, dispatch
 
-    small = {c.name: c for c in ops.cases(small=True) + steps.cases(small=True)}
     futures = {}
     for case in cases:
-        tiny = small.get(case.name)
-        if tiny is None:
-            continue
         try:
-            w = (ops if tiny.kind == "op" else steps).build(tiny, dtype, "cpu")
+            w = (ops if case.kind == "op" else steps).build(case, dtype, "meta")
+            dispatch.reset()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 report = evt.explain(w.target, *w.make_inputs(0))
@@ -37,8 +36,9 @@ def prebuild(cases: Iterable[Case], dtype: torch.dtype, log: Callable[[str], Non
             log(f"[evt] prebuild: could not capture {case.name}: {type(e).__name__}: {e}")
             continue
         for r in report.regions:
-            job = build.plan(r.spec)
+            job = build.plan(r.spec, dispatch.config_for(r.spec, r.problem))
             futures.setdefault(job.key, build.submit(job))
+    dispatch.reset()
     log(f"[evt] prebuilding {len(futures)} kernels in parallel")
     for f in futures.values():
         try:

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from evt.bench.models import LMHead, MLPBlock, PostLNLayer, PreLNBlock, WithLoss
-from evt.bench.workload import Case, Workload, randn, to_reference
+from evt.bench.workload import Case, Workload, generator, randn, to_reference
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def build(case: Case, dtype: torch.dtype, device: str) -> Workload:
     made: list[torch.Tensor] = []  # every input made, so `release` can drop their gradients
 
     def make_inputs(seed: int) -> tuple:
-        gen = torch.Generator(device).manual_seed(seed)
+        gen = generator(device, seed)
         x = randn((*shape, sizes["dim"]), dtype, device, gen).requires_grad_()
         made.append(x)
         if s.loss == "ce":

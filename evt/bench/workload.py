@@ -61,7 +61,14 @@ def to_reference(inputs: tuple) -> tuple:
     return tuple(convert(t) for t in inputs)
 
 
-def randn(shape, dtype, device, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+def generator(device: str, seed: int) -> torch.Generator | None:
+    """A seeded generator on `device`; None on "meta" (shapes only: the prebuild's capture)."""
+    if torch.device(device).type == "meta":
+        return None
+    return torch.Generator(device).manual_seed(seed)
+
+
+def randn(shape, dtype, device, gen: torch.Generator | None, scale: float = 1.0) -> torch.Tensor:
     """Normal random values (drawn in fp32, then cast): never zeros, never a constant."""
     t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
     return t.mul_(scale).to(dtype)

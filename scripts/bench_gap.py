@@ -70,6 +70,10 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     by_name = {c.name: c for c in all_cases()}
+    if "evt" in args.baselines.split(","):  # all evt kernels at once, configs for the real shapes
+        from evt.bench.prebuild import prebuild
+
+        prebuild([by_name[n] for n in args.cases.split(",")], torch.bfloat16, print)
     report = []
     for name in args.cases.split(","):
         case = by_name[name]
@@ -80,6 +84,10 @@ def main() -> None:
         print(f"\n== {name} {case.dims}")
         for b in args.baselines.split(","):
             base = baselines.BASELINES[b]
+            if b == "evt":
+                from evt.runtime import dispatch
+
+                dispatch.reset()  # configs for this case's shapes (as the bench does)
             fn = base.build(w, "cuda")
             call = lambda fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
             for _ in range(3):

@@ -33,6 +33,7 @@ from evt.report import (
     op_name,
     saved_for_backward,
 )
+from evt.runtime import guards
 
 Pass = Callable[[Graph], Graph]
 
@@ -77,6 +78,10 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     why = {n: _why_unfused(n) for n in gemms}  # before lowering erases the fused ones
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     def keep_region(region, built) -> bool:
+        vals = [n.meta.get("val") for n in built.inputs]
+        if reason := guards.shape_reason(built.spec, vals):
+            why[region.anchor] = f"its kernel cannot take these shapes: {reason}"
+            return False
         if keep is None or keep(region, built):
             return True
         why[region.anchor] = "max-autotune: its fused kernel was not faster than the unfused path"

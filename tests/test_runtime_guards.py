@@ -123,3 +123,41 @@ def test_static_reasons(monkeypatch):
     store = dataclasses.replace(spec.nodes[3], major="m")
     m_store = dataclasses.replace(spec, nodes=(*spec.nodes[:3], store, *spec.nodes[4:]))
     assert "m-major" in guards.static_reason(m_store)
+
+
+def test_shape_reason_decides_at_compile_time_for_cuda_shapes_only():
+    """A region whose kernel could never take its static shapes is not formed (see
+    test_a_region_that_cannot_take_its_shapes_is_not_formed); CPU values run the reference path
+    by design, so they never veto; "meta" stands for CUDA (the bench's capture)."""
+    spec = fc1_spec()
+    cpu = fc1_inputs(M, K, N)
+    meta = [t.to("meta") for t in cpu]
+    assert guards.shape_reason(spec, cpu) is None
+    assert guards.shape_reason(spec, meta) is None
+    odd = [t.to("meta") for t in fc1_inputs(M, K + 4, N)]  # K = 36 bf16: 72 bytes per row
+    assert "not a multiple of 16 bytes" in guards.shape_reason(spec, odd)
+    assert guards.shape_reason(spec, odd[:1] + [None] + odd[2:]) is None  # not a tensor: unknown
+
+
+def test_a_region_that_cannot_take_its_shapes_is_not_formed():
+    """ViT's 197-token attention mask: a bool [S, S] row is 197 bytes, which TMA cannot stride;
+    on CUDA (here "meta") the region stays unfused with that reason instead of falling back at
+    every launch. GPT-2's 1024-token mask is fine."""
+    import warnings
+
+    import evt
+    from evt.bench import ops, plan
+
+    cases = {c.name: c for c in plan.all_cases()}
+
+    def capture(name):
+        w = ops.build(cases[name], torch.bfloat16, "meta")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return evt.explain(w.target, *w.make_inputs(0))
+
+    assert len(capture("attention_scores/gpt2").regions) == 1
+    vit = capture("attention_scores/vit")
+    assert vit.regions == []
+    ((_, side, why),) = vit.unfused
+    assert side == "forward" and "cannot take these shapes" in why and "197 bytes" in why, why

@@ -77,6 +77,27 @@ def static_reason(spec: ir.KernelSpec) -> str | None:
     return None
 
 
+def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
+    """Why the kernel could never run on tensors of these (fake) values' shapes, strides and
+    dtypes, else None: the launch guards on aligned data pointers. None too where a size or
+    stride is symbolic (a dynamic shape decides at launch) or the values are not CUDA tensors
+    (the CPU runs the reference path by design; "meta" stands for CUDA: the bench's capture)."""
+    infos = []
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            return None
+        if v.device.type not in ("cuda", "meta"):
+            return None
+        if any(isinstance(x, torch.SymInt) for x in (*v.shape, *v.stride())):
+            return None
+        infos.append(TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda"))
+    try:
+        check(spec, infos)
+    except LaunchError as e:
+        return str(e)
+    return None
+
+
 def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> Problem:
     if len(infos) != spec.num_inputs:
         raise LaunchError(f"{len(infos)} inputs, the kernel takes {spec.num_inputs}")

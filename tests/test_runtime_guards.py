@@ -140,9 +140,9 @@ def test_shape_reason_decides_at_compile_time_for_cuda_shapes_only():
 
 
 def test_a_region_that_cannot_take_its_shapes_is_not_formed():
-    """ViT's 197-token attention mask: a bool [S, S] row is 197 bytes, which TMA cannot stride;
-    on CUDA (here "meta") the region stays unfused with that reason instead of falling back at
-    every launch. GPT-2's 1024-token mask is fine."""
+    """ViT's 197-token attention scores: rows of 197 bf16 (and a 197-byte bool mask), which TMA
+    cannot take; on CUDA (here "meta") the region stays unfused with that reason instead of
+    falling back at every launch. GPT-2's 1024-token scores are fine."""
     import warnings
 
     import evt
@@ -160,4 +160,20 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed():
     vit = capture("attention_scores/vit")
     assert vit.regions == []
     ((_, side, why),) = vit.unfused
-    assert side == "forward" and "cannot take these shapes" in why and "197 bytes" in why, why
+    assert side == "forward" and "cannot take these shapes" in why and "N = 197" in why, why
+
+
+def test_an_aux_tensor_tma_cannot_read_is_not_loadable():
+    """On CUDA ("meta"), an [M, N] input whose rows or strides are not whole 16-byte vectors is
+    not an aux load (the op reading it stays out of the epilogue); on the CPU it is."""
+    from evt.graph.layouts import load_kind
+
+    def val(rows, cols, dtype, device="meta", row_stride=None):
+        t = torch.empty(rows, row_stride or cols, dtype=dtype, device=device)
+        return t[:, :cols]
+
+    assert load_kind(val(64, 64, torch.bool), 64, 64) == "aux_load"
+    assert load_kind(val(64, 60, torch.bool), 64, 60) is None  # 60-byte rows
+    assert load_kind(val(64, 60, torch.bool, "cpu"), 64, 60) == "aux_load"
+    assert load_kind(val(64, 64, torch.bfloat16, row_stride=68), 64, 64) is None  # 136-byte stride
+    assert load_kind(val(64, 64, torch.bfloat16, row_stride=72), 64, 64) == "aux_load"

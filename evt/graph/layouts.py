@@ -46,7 +46,7 @@ def load_kind(val: torch.Tensor, *dims: int) -> str | None:
     m, n = dims[-2:]
     shape, stride = tuple(val.shape), val.stride()
     if shape == tuple(dims) or (len(dims) == 3 and shape == (m, n)):
-        return "aux_load" if 1 in (stride[-1], stride[-2]) else None
+        return "aux_load" if 1 in (stride[-1], stride[-2]) and tma_aligned(val) else None
     if val.dtype == torch.bool:
         return None
     if shape in ((n,), (1, n)) and (n == 1 or stride[-1] == 1):
@@ -54,6 +54,23 @@ def load_kind(val: torch.Tensor, *dims: int) -> str | None:
     if shape == (m, 1) and (m == 1 or stride[0] == 1):
         return "col_broadcast"
     return None
+
+
+def tma_aligned(val: torch.Tensor) -> bool:
+    """Whether TMA can read this aux tensor: its rows (the unit-stride extent) and its other
+    strides whole 16-byte multiples. Decided only for CUDA values with static sizes ("meta"
+    stands for CUDA); elsewhere the reference path runs, or the launch guard decides."""
+    if val.device.type not in ("cuda", "meta"):
+        return True
+    sizes, strides = tuple(val.shape), tuple(val.stride())
+    if not all(isinstance(x, int) for x in (*sizes, *strides)):
+        return True
+    unit = val.dim() - 1 if strides[-1] == 1 else val.dim() - 2
+    item = val.element_size()
+    if (sizes[unit] * item) % 16:
+        return False
+    return all((st * item) % 16 == 0 for i, (sz, st) in enumerate(zip(sizes, strides))
+               if i != unit and sz > 1)  # fmt: skip
 
 
 def aux_major(val: torch.Tensor) -> str:

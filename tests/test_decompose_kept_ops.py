@@ -60,3 +60,15 @@ def test_a_leftover_gelu_backward_compiles_on_the_default_route():
     x2 = x.detach().clone().requires_grad_()
     F.gelu(x2).square().sum().backward()
     torch.testing.assert_close(x.grad, x2.grad)
+
+
+def test_a_failing_decomposition_warns_and_training_goes_on(monkeypatch):
+    import evt.backend
+
+    def broken(graph):
+        raise RuntimeError("no decomposition today")
+
+    monkeypatch.setattr(evt.backend, "decompose_kept_ops", broken)
+    gm = make_fx(activations, decompositions(), tracing_mode="fake")(*inputs())
+    with pytest.warns(UserWarning, match="kept activations left whole.*no decomposition today"):
+        JointPass()(gm.graph)

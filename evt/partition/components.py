@@ -56,8 +56,9 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
         for n in c.nodes:
             _add_inputs(g, n, c.shape, inside)
     last = max(order[n] for n in inside)
-    for n in inside:
-        for v in _reentries(n, inside, order, last):
+    by_order = order.__getitem__  # sets of nodes iterate in id order: sort, so that the model
+    for n in sorted(inside, key=by_order):  # (and the solver's tie-breaks) never vary by run
+        for v in sorted(_reentries(n, inside, order, last), key=by_order):
             _flag(g, n, v, path=True)
     for n, data in g.nodes(data=True):
         data["pos"] = order[n]  # graph order: lets the cache try the obvious mapping first

@@ -143,7 +143,7 @@ def _capacity(m, g, anchors, cands, ids, max_aux: int) -> None:
                     loads[p] = _var(m, f"l_{ids[a]}_{ids[p]}")
                 var = loads[p]
                 m.problem += var >= m.x[a, n] - (member(m, a, p) if p in inside else 0)
-        for u in inside:
+        for u in (a, *cands[a]):  # a list, not the set: constraint order never varies by run
             if g.nodes[u].get("reduction"):
                 continue  # reductions and statistics write from registers: no epilogue smem
             var = stores[u] = _var(m, f"o_{ids[a]}_{ids[u]}")

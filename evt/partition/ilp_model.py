@@ -156,8 +156,10 @@ def _capacity(m, g, anchors, cands, ids, max_aux: int) -> None:
 
 
 def _is_aux(g: nx.DiGraph, p) -> bool:
+    """Whether reading `p` costs an aux load (epilogue shared memory): an [M, N] tensor does; a
+    row/column vector, e.g. a reduction's result, is a broadcast (as greedy.py counts it)."""
     d = g.nodes[p]
-    return d["aux"] if d["role"] == "ext" else True  # inside nodes are [M, N] tensors
+    return d["aux"] if d["role"] == "ext" else not d.get("reduction")
 
 
 def _objective(m, g, ids) -> None:

@@ -87,6 +87,23 @@ def test_logsumexp_shifts_infinite_maxima_by_zero():
     assert amax.op == "max" and amax.keepdim
 
 
+def test_a_hand_written_softmax_max_unsqueezed_back_is_recognized():
+    """`m = x.amax(1); exp(x - m[:, None]).sum(1)` (no keepdim, then unsqueeze): the sum of exp
+    joins the GEMM's region next to the max (it stayed a separate reduction over the logits)."""
+    from evt.bench.patterns import softmax_stats
+
+    x, w = torch.randn(16, 32, dtype=torch.bfloat16), torch.randn(48, 32, dtype=torch.bfloat16)
+    report = evt.explain(softmax_stats, x, w)
+    ((region),) = report.regions
+    assert region.fused == ["prims.convert_element_type", "aten.amax", "evt.softmax_sum"]
+    (stats,) = [n for n in region.spec.nodes if isinstance(n, ir.SoftmaxStats)]
+    assert stats.sum_output is not None and not stats.keepdim and not stats.zero_inf_max
+    got = torch.compile(softmax_stats, backend="evt", options={"rest": "eager"})(x, w)
+    want = softmax_stats(x.double(), w.double())
+    for g, r in zip(got, want, strict=True):
+        torch.testing.assert_close(g.double(), r.double(), rtol=2e-2, atol=2e-2)
+
+
 def test_layer_norm_mean_and_var_are_one_welford_node():
     (stats,) = _nodes("layer_norm", ir.WelfordStats)
     assert stats.mean_output is not None and stats.var_output is not None

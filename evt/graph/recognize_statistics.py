@@ -1,7 +1,8 @@
 """Rewrite the row statistics of a GEMM's output into ops an epilogue can compute (over N).
 
     sum(exp(x - amax(x, [-1], True)), [-1], k)  ->  evt::softmax_sum(x, k, False)
-        (softmax, log_softmax, cross-entropy; `amax` stays: a max over N of its own)
+        (softmax, log_softmax, cross-entropy; `amax` stays: a max over N of its own; also
+        `amax(x, [-1]).unsqueeze(-1)`, the `x - m[:, None]` of hand-written code)
     sum(exp(x - where(|m| == inf, 0, m)), [-1], k), m = amax(x, [-1], True)
                                                 ->  evt::softmax_sum(x, k, True)   (logsumexp)
     var_mean(x, [-1], correction=c, keepdim=k)  ->  var(x, ...), mean(x, ...)   (LayerNorm)
@@ -74,10 +75,24 @@ def _shift(sub: Node) -> tuple[Node, Node, bool] | None:
         if zero != 0 or abs_ is None or eq.args[1] != math.inf or abs_.args[0] is not shift:
             return None
     amax = _call(shift, aten.amax.default)
+    keepdim = amax is not None and len(amax.args) > 2 and bool(amax.args[2])
+    if amax is None:  # amax(x, [-1]) without keepdim, then unsqueezed back: m[:, None]
+        amax = _unsqueezed_amax(shift)
+        keepdim = amax is not None
     dims = amax.args[1] if amax is not None and len(amax.args) > 1 else None
     if amax is None or amax.args[0] is not x or not _last_dim(x, dims):
         return None
-    return (x, amax, masked is not None) if len(amax.args) > 2 and amax.args[2] else None
+    return (x, amax, masked is not None) if keepdim else None
+
+
+def _unsqueezed_amax(node) -> Node | None:
+    """`amax(x, [-1])` (no keepdim) if `node` is it unsqueezed at the last dim, else None."""
+    unsqueeze = _call(node, aten.unsqueeze.default)
+    amax = _call(unsqueeze.args[0], aten.amax.default) if unsqueeze is not None else None
+    if amax is None or (len(amax.args) > 2 and amax.args[2]):
+        return None
+    rank = unsqueeze.meta["val"].dim()
+    return amax if unsqueeze.args[1] % rank == rank - 1 else None
 
 
 def _softmax_sum(graph: Graph, node: Node, near: dict[Node, bool]) -> None:

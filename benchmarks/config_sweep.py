@@ -8,11 +8,13 @@ The output ranks the configs per (pattern, shape) and says where `evt.codegen.co
 put the measured winner.
 
     python benchmarks/config_sweep.py [--patterns bias_relu,dgrad_gelu] [--json out.json]
+        [--configs LABELS] [--epilogue-tiles 64,128]   (epilogue subtile N: not yet a candidate)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -57,9 +59,15 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--patterns", default=",".join(PATTERNS))
     p.add_argument("--configs", help="comma-separated labels (default: every candidate)")
+    p.add_argument("--epilogue-tiles", default="",
+                   help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
+                        "every chosen config (0 or empty: CUTLASS's automatic tile only)")
     p.add_argument("--json")
     a = p.parse_args()
-    configs = [c for c in cfgs.CANDIDATES if not a.configs or c.label in a.configs.split(",")]
+    base = [c for c in cfgs.CANDIDATES if not a.configs or c.label in a.configs.split(",")]
+    configs = list(base)
+    for n in (int(x) for x in a.epilogue_tiles.split(",") if x.strip() and int(x)):
+        configs += [dataclasses.replace(c, epi_n=n) for c in base if c.tile_n % n == 0]
     specs = {name: capture(name) for name in a.patterns.split(",")}
     t0 = time.time()
     jobs = {}

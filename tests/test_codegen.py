@@ -85,6 +85,25 @@ def test_tile_config_validation():
     assert TileConfig(128, 128, 64, schedule="pingpong").label == "128x128x64_c1x1_pingpong"
 
 
+def test_an_explicit_epilogue_tile():
+    """`epi_n` (swept by benchmarks/config_sweep.py --epilogue-tiles, not yet a candidate): the
+    epilogue subtile's M is the schedule's, its N the config's; 0 keeps CUTLASS's choice."""
+    auto = render(specs.mlp_fc1_forward(), TileConfig(128, 128, 64, schedule="pingpong"))
+    assert "using EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto;" in auto
+    cfg = TileConfig(128, 128, 64, schedule="pingpong", epi_n=64)
+    text = render(specs.mlp_fc1_forward(), cfg)
+    assert "using EpilogueTile = cute::Shape<cute::Int<64>, cute::Int<64>>;" in text
+    assert cfg.label == "128x128x64_c1x1_pingpong_e64" and cfg.label in text
+    assert TileConfig(128, 256, 64, epi_n=128).epilogue_tile == (128, 128)
+    assert TileConfig().epilogue_tile == (128, 32)  # CUTLASS's automatic choice
+    for bad in (dict(epi_n=24), dict(tile_n=128, epi_n=256)):
+        with pytest.raises(CodegenError):
+            TileConfig(**bad)
+    # a wider epilogue tile takes more shared memory from the mainloop's stages
+    spec = specs.mlp_fc1_forward()
+    assert mainloop_stages(spec, TileConfig(epi_n=128)) < mainloop_stages(spec, TileConfig())
+
+
 def test_default_config_shrinks_for_heavy_epilogues():
     assert default_config(specs.mlp_fc1_forward()) == TileConfig()
     fc2 = specs.mlp_fc2_residual()

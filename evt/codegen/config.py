@@ -41,6 +41,7 @@ class TileConfig:
     cluster_m: int = 1
     cluster_n: int = 1
     schedule: str = "cooperative"
+    epi_n: int = 0  # the epilogue subtile's N (its M is the schedule's: 128 / 64); 0: CUTLASS's (32)
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -53,12 +54,29 @@ class TileConfig:
                 f"unsupported {self}: tile M must be a multiple of {granule} for {self.schedule}, "
                 "tile N and K multiples of 16, tiles at most 256, cluster of 1, 2 or 4 CTAs"
             )
+        if self.epi_n and (self.epi_n % 16 or self.tile_n % self.epi_n or self.tile_m < self.epi_m):
+            raise CodegenError(f"unsupported {self}: the epilogue tile's N must be a multiple of "
+                               "16 dividing tile N, and tile M at least the schedule's "
+                               f"epilogue M ({self.epi_m})")  # fmt: skip
+
+    @property
+    def epi_m(self) -> int:
+        """The epilogue subtile's M: CUTLASS fixes it per schedule."""
+        return 128 if self.schedule == "cooperative" else 64
+
+    @property
+    def epilogue_tile(self) -> tuple[int, int]:
+        """(M, N) of the epilogue subtile the kernel iterates over (CUTLASS's choice when
+        `epi_n` is 0)."""
+        n = self.epi_n or math.gcd(32, self.tile_n)
+        return min(self.epi_m, self.tile_m), n
 
     @property
     def label(self) -> str:
         return (
             f"{self.tile_m}x{self.tile_n}x{self.tile_k}"
             f"_c{self.cluster_m}x{self.cluster_n}_{self.schedule}"
+            + (f"_e{self.epi_n}" if self.epi_n else "")
         )
 
 
@@ -168,8 +186,7 @@ def epilogue_cost(spec: KernelSpec) -> float:
 
 def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     """An estimate of what StageCountAutoCarveout leaves for the mainloop."""
-    coop = cfg.schedule == "cooperative"
-    epi_m, epi_n = min(128 if coop else 64, cfg.tile_m), math.gcd(32, cfg.tile_n)
+    epi_m, epi_n = cfg.epilogue_tile
     epi_tiles = (cfg.tile_m // epi_m) * (cfg.tile_n // epi_n)
     stages_c, stages_d = min(epi_tiles, 4), min(epi_tiles, 2)
     epi_bytes = epi_m * epi_n * stages_d * _bytes(spec.d_dtype)

@@ -90,6 +90,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         config=config,
         kernel_schedule=kernel_schedule,
         epilogue_schedule=epilogue_schedule,
+        epilogue_tile=_epilogue_tile(config),
         element_ab=DTYPES[g.dtype][1],
         element_d=DTYPES[spec.d_dtype][1],
         a=g.a, b=g.b, layout_a=LAYOUT_A[g.a.major], layout_b=LAYOUT_B[g.b.major],
@@ -101,6 +102,14 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip
+
+
+def _epilogue_tile(config: TileConfig) -> str:
+    """CUTLASS's automatic epilogue subtile, or the config's explicit one."""
+    if not config.epi_n:
+        return "cutlass::epilogue::collective::EpilogueTileAuto"
+    m, n = config.epilogue_tile
+    return f"cute::Shape<cute::Int<{m}>, cute::Int<{n}>>"
 
 
 def _type_names(nodes: tuple[Node, ...]) -> dict[str, str]:

@@ -51,9 +51,9 @@ using TileShape = cute::Shape<cute::Int<128>, cute::Int<256>, cute::Int<64>>;
 using ClusterShape = cute::Shape<cute::Int<1>, cute::Int<1>, cute::_1>;
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto;
 using EpilogueDescriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
-    TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementC, ElementD,
-    EpilogueSchedule>;
+    TileShape, EpilogueTile, ElementC, ElementD, EpilogueSchedule>;
 
 // ---------------------------------------------------------------------------------------------
 // Epilogue visitor: one type per IR node
@@ -80,7 +80,7 @@ using CustomEVT = evt_add_1;  // stored as D
 // ---------------------------------------------------------------------------------------------
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
+    EpilogueTile, ElementAccumulator, ElementCompute,
     ElementC, LayoutD, kAlignD,  // C is void: its layout and alignment are placeholders
     ElementD, LayoutD, kAlignD, EpilogueSchedule, CustomEVT>::CollectiveOp;
 

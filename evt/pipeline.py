@@ -1,6 +1,7 @@
 """The pipeline: the one place that lists evt's passes, in order.
 
-    graph passes -> partition -> validate -> lower regions -> cleanup passes -> verify
+    graph passes -> partition -> narrow outputs -> validate -> lower regions -> cleanup passes
+    -> verify
 
 Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
 """
@@ -25,6 +26,7 @@ from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
+from evt.partition.narrow_outputs import narrow_outputs
 from evt.report import (
     GraphReport,
     RegionReport,
@@ -72,10 +74,15 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     picture of the partition). `keep(region, built)` may veto regions (max-autotune)."""
     run_passes(graph, GRAPH_PASSES, check)
     regions = partition(graph)
+    narrowed = narrow_outputs(graph, regions)
+    casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
+    regions = narrowed
     validate(graph, regions)
     drawing = _draw(graph, regions) if draw else None
     gemms = [n for n in graph.nodes if GEMM in n.meta]
     why = {n: _why_unfused(n) for n in gemms}  # before lowering erases the fused ones
+    for n in casts_only:
+        why[n] = "only widening casts after it: cheaper outside (Inductor folds them into readers)"
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     def keep_region(region, built) -> bool:
         vals = [n.meta.get("val") for n in built.inputs]

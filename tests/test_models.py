@@ -45,12 +45,15 @@ MODELS = {
     "bert-cls": (lambda: Bert(SMALL, "cls"), lambda: bert_inputs(SMALL, "cpu", "cls")),
 }
 # (forward kernels, ops fused into them, backward kernels, ops fused into them) today
+# bf16: widening casts read only outside a region are not fused (evt/partition/narrow_outputs.py:
+# Inductor folds them into their readers for free; fused, they doubled the bytes stored), so the
+# bf16 floors count fewer ops and backward regions than the casts once made
 FLOOR = {
     ("gpt2", F32): (4, 5, 5, 13),
-    ("gpt2", BF16): (5, 11, 5, 9),
+    ("gpt2", BF16): (5, 8, 3, 6),
     ("gpt2-untied", F32): (4, 5, 5, 13),
     ("bert", F32): (5, 5, 6, 15),
-    ("bert", BF16): (6, 12, 6, 10),
+    ("bert", BF16): (6, 8, 4, 6),
     ("bert-cls", F32): (5, 5, 5, 11),
 }
 GEMMS = {"gpt2": (9, 18), "gpt2-untied": (9, 18), "bert": (8, 16), "bert-cls": (8, 16)}

@@ -1,0 +1,36 @@
+"""Widening casts read only outside a region leave it (`evt.partition.narrow_outputs`): the
+region stores the narrow value and Inductor folds the cast into its readers."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import evt
+from evt.bench import ops, plan, steps
+
+
+def capture(name: str):
+    case = {c.name: c for c in plan.all_cases(small=True)}[name]
+    w = (steps if case.kind == "step" else ops).build(case, torch.bfloat16, "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return evt.explain(w.target, *w.make_inputs(0))
+
+
+def test_a_cast_only_region_is_dropped_and_a_residual_is_stored_narrow():
+    lm_head = capture("step/lm_head")
+    assert [r.side for r in lm_head.regions] == ["forward"]  # the backward's cast-only region
+    assert [why for _, side, why in lm_head.unfused if why.startswith("only widening casts")]
+    gpt2 = capture("step/gpt2")
+    (residual,) = [r for r in gpt2.regions if r.name.startswith("evt_f0")]
+    assert residual.fused == ["aten.add"] and residual.spec.output_dtypes() == ["bf16"]
+
+
+def test_a_cast_read_inside_or_by_the_output_stays():
+    ce = capture("ce_forward/gpt2")  # the statistics read the fp32 logits inside the region
+    assert "prims.convert_element_type" in ce.regions[0].fused
+    cast = capture("residual_scale_cast/gpt2")  # the fp32 result is the graph's output
+    assert "prims.convert_element_type" in cast.regions[0].fused
+    assert cast.regions[0].spec.output_dtypes() == ["f32"]

@@ -11,6 +11,8 @@ the node's fake values, so Inductor fuses it like any other pointwise op.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.fx import Graph, Node
 from torch.utils import _pytree as pytree
@@ -28,15 +30,16 @@ def decompose_kept_ops(graph: Graph) -> Graph:
     from torch._inductor.decomposition import select_decomp_table
 
     table = select_decomp_table()
-    for op in KEPT:
+    for op in KEPT & table.keys():
         for node in list(graph.find_nodes(op="call_function", target=op)):
-            if op in table:
-                _inline(graph, node, table)
+            inline(graph, node, table[op], table)
     return graph
 
 
-def _inline(graph: Graph, node: Node, table: dict) -> None:
-    """Replace `node` by the graph its decomposition traces to (on the node's fake values)."""
+def inline(graph: Graph, node: Node, decomposition: Callable, table: dict | None = None) -> None:
+    """Replace `node` by the aten graph `decomposition` (a function of the node's arguments)
+    traces to on the node's fake values (`table` decomposes further); the new nodes carry the
+    node's other metadata (its side, stack trace)."""
     from torch._guards import detect_fake_mode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -49,11 +52,12 @@ def _inline(graph: Graph, node: Node, table: dict) -> None:
         for i, t in zip(tensor_at, tensors):
             flat[i] = t
         a, kw = pytree.tree_unflatten(flat, spec)
-        return table[node.target](*a, **kw)
+        return decomposition(*a, **kw)
 
     fake_mode = detect_fake_mode([vals[i] for i in tensor_at])
     with fake_mode or torch._subclasses.FakeTensorMode():
-        traced = make_fx(fn, table, tracing_mode="real")(*[vals[i] for i in tensor_at])
+        traced = make_fx(fn, table or {}, tracing_mode="real")(*[vals[i] for i in tensor_at])
+    inherited = {k: v for k, v in node.meta.items() if k != "val"}
     env: dict[Node, Node] = {}
     placeholders = iter(args[i] for i in tensor_at)
     with graph.inserting_before(node):
@@ -65,4 +69,5 @@ def _inline(graph: Graph, node: Node, table: dict) -> None:
                 node.replace_all_uses_with(env[result])
             else:
                 env[sub] = graph.node_copy(sub, lambda n: env[n])
+                env[sub].meta.update(inherited)  # its fake value stays the traced one
     graph.erase_node(node)

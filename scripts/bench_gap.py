@@ -31,18 +31,9 @@ def host_us_per_call(call, n: int = 200) -> float:
     return host
 
 
-def graph_ms(call) -> float | str:
+def graph_ms(fn, inputs: tuple) -> float | str:
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                call()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            call()
-        return measure.time_ms(g.replay, "cuda")
+        return measure.graph_time_ms(fn, [inputs], "cuda")
     except Exception as e:  # noqa: BLE001 - reported, not fatal
         return f"n/a: {type(e).__name__}: {str(e)[:120]}"
 
@@ -97,7 +88,7 @@ def main() -> None:
                 "baseline": b,
                 "bench_ms": measure.time_ms(call, "cuda"),
                 "host_us": host_us_per_call(call),
-                "graph_ms": graph_ms(call),
+                "graph_ms": graph_ms(fn, inputs),
                 "kernels": kernels(call),
             }
             report.append(row)

@@ -61,8 +61,9 @@ class TileConfig:
 
     @property
     def epi_m(self) -> int:
-        """The epilogue subtile's M: CUTLASS fixes it per schedule."""
-        return 128 if self.schedule == "cooperative" else 64
+        """The epilogue subtile's M: CUTLASS fixes it per schedule (its tile M granule: the rows
+        its math warp groups cover together)."""
+        return SCHEDULES[self.schedule][2]
 
     @property
     def epilogue_tile(self) -> tuple[int, int]:

@@ -60,16 +60,16 @@ def tma_aligned(val: torch.Tensor) -> bool:
     """Whether TMA can read this aux tensor: its rows (the unit-stride extent) and its other
     strides whole 16-byte multiples. Decided only for CUDA values with static sizes ("meta"
     stands for CUDA); elsewhere the reference path runs, or the launch guard decides."""
-    if val.device.type not in ("cuda", "meta"):
+    from evt.runtime.guards import ALIGN, static_cuda
+
+    if not static_cuda(val):
         return True
     sizes, strides = tuple(val.shape), tuple(val.stride())
-    if not all(isinstance(x, int) for x in (*sizes, *strides)):
-        return True
     unit = val.dim() - 1 if strides[-1] == 1 else val.dim() - 2
     item = val.element_size()
-    if (sizes[unit] * item) % 16:
+    if (sizes[unit] * item) % ALIGN:
         return False
-    return all((st * item) % 16 == 0 for i, (sz, st) in enumerate(zip(sizes, strides))
+    return all((st * item) % ALIGN == 0 for i, (sz, st) in enumerate(zip(sizes, strides))
                if i != unit and sz > 1)  # fmt: skip
 
 

@@ -14,15 +14,16 @@ A region left with its GEMM alone is dropped (cuBLAS runs the GEMM).
 from __future__ import annotations
 
 import torch
-from torch.fx import Graph, Node
+from torch.fx import Node
 
 from evt.partition.region import Region
+from evt.partition.validate import GEMM_TARGETS
 
 WIDEN = torch.ops.prims.convert_element_type.default
 NARROW = (torch.bfloat16, torch.float16)
 
 
-def narrow_outputs(graph: Graph, regions: list[Region]) -> list[Region]:
+def narrow_outputs(regions: list[Region]) -> list[Region]:
     out = []
     for r in regions:
         r = _trim(r)
@@ -32,19 +33,11 @@ def narrow_outputs(graph: Graph, regions: list[Region]) -> list[Region]:
 
 
 def _trim(region: Region) -> Region:
-    """Drop widening casts read only outside (a cast whose readers are themselves dropped
-    casts can go too: repeat until nothing changes)."""
-    nodes = list(region.nodes)
-    changed = True
-    while changed:
-        changed = False
-        inside = set(nodes)
-        for c in nodes[1:]:
-            if _widens(c, inside) and _only_outside(c, inside):
-                nodes.remove(c)
-                changed = True
-                break
-    return Region(region.anchor, tuple(nodes), region.side)
+    """Drop the widening casts read only outside. One pass: a dropped cast has no reader inside,
+    so dropping it changes no other node's readers."""
+    inside = set(region.nodes)
+    keep = [n for n in region.epilogue if not (_widens(n, inside) and _only_outside(n, inside))]
+    return Region(region.anchor, (region.anchor, *keep), region.side)
 
 
 aten = torch.ops.aten
@@ -54,8 +47,6 @@ VIEWS = {
     aten.squeeze.dim, aten.squeeze.default, aten.alias.default, aten.slice.Tensor,
     aten.select.int,
 }  # fmt: skip
-# readers Inductor cannot fold a cast into: it would materialize the fp32 copy for them
-EXTERN = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default}
 
 
 def _only_outside(c: Node, inside: set[Node]) -> bool:
@@ -69,7 +60,7 @@ def _only_outside(c: Node, inside: set[Node]) -> bool:
         if u in seen:
             continue
         seen.add(u)
-        if u.op == "output" or u.target in EXTERN:
+        if u.op == "output" or u.target in GEMM_TARGETS:  # cuBLAS reads a materialized fp32 copy
             return False
         if u.target in VIEWS:
             todo += list(u.users)

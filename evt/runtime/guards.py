@@ -77,20 +77,24 @@ def static_reason(spec: ir.KernelSpec) -> str | None:
     return None
 
 
+def static_cuda(v) -> bool:
+    """Whether a (fake) value decides the guards at compile time: a CUDA tensor ("meta" stands
+    for CUDA) whose sizes and strides are all static."""
+    return (
+        isinstance(v, torch.Tensor)
+        and v.device.type in ("cuda", "meta")
+        and not any(isinstance(x, torch.SymInt) for x in (*v.shape, *v.stride()))
+    )
+
+
 def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     """Why the kernel could never run on tensors of these (fake) values' shapes, strides and
     dtypes, else None: the launch guards on aligned data pointers. None too where a size or
     stride is symbolic (a dynamic shape decides at launch) or the values are not CUDA tensors
     (the CPU runs the reference path by design; "meta" stands for CUDA: the bench's capture)."""
-    infos = []
-    for v in values:
-        if not isinstance(v, torch.Tensor):
-            return None
-        if v.device.type not in ("cuda", "meta"):
-            return None
-        if any(isinstance(x, torch.SymInt) for x in (*v.shape, *v.stride())):
-            return None
-        infos.append(TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda"))
+    if not all(static_cuda(v) for v in values):
+        return None
+    infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
     try:
         check(spec, infos)
     except LaunchError as e:

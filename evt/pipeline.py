@@ -74,7 +74,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     picture of the partition). `keep(region, built)` may veto regions (max-autotune)."""
     run_passes(graph, GRAPH_PASSES, check)
     regions = partition(graph)
-    narrowed = narrow_outputs(regions)
+    narrowed = narrow_outputs(graph, regions)
     casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
     regions = narrowed
     validate(graph, regions)

@@ -89,7 +89,7 @@ def check_against_reference(spec: ir.KernelSpec, inputs, outs) -> None:
         if finite.any():
             assert torch.equal(got.float()[ok & ~finite], want.float()[ok & ~finite]), (i, "inf sign")
             err = verify.relative_error(got[finite], want[finite])
-            assert err <= verify.TOLERANCE[dtype], (i, dtype, err)
+            assert err <= verify.tolerance(spec, i), (i, dtype, err)
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))

@@ -11,6 +11,7 @@ every region's inputs also pass the kernel guards, so the GPU tier cannot fall b
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -151,18 +152,44 @@ def test_training_step_matches_eager_fp32(name):
     assert max(errs.values()) < TOL_F32, errs
 
 
+def norm_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.double(), want.double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
+
+
 @pytest.mark.parametrize("name", ["gpt2", "bert"])
 def test_training_step_in_bf16_is_as_close_to_fp32_as_eager(name):
-    """The GPU tier's criterion, on the reference interpreter (which rounds as the kernels do)."""
-    got, (loss32, grads32) = run(name, BF16), eager(name, F32)
-    loss16, grads16 = eager(name, BF16)
-    want = {"loss": (loss32, loss16), **{n: (g, grads16[n]) for n, g in grads32.items()}}
-    for n, (ref, bf16) in want.items():
-        if n == "loss":
-            err, eager_err = rel_err(got.loss, ref), rel_err(bf16, ref)
-        else:
-            err, eager_err = grad_err(n, got.grads, grads32), grad_err(n, grads16, grads32)
-        assert err < max(2e-2, 2 * eager_err), (n, err, eager_err)
+    """The GPU tier's criterion, on the reference interpreter (which rounds as the kernels do):
+    per gradient (and the loss), evt's bf16 error against fp32 over eager's bf16 error, geomean
+    over 3 seeds (weights and inputs), below 2. At this size one seed's error is rounding noise
+    (either side is 3x the other on some seed and parameter), so one seed cannot tell a bias."""
+    build, inputs = MODELS[name]
+    logs: dict[str, list[float]] = {}
+    for seed in range(3):
+        torch.manual_seed(seed)
+        state = build().state_dict()
+        torch.manual_seed(100 + seed)
+        x = inputs()
+
+        def fresh(dtype, state=state):
+            m = build()
+            m.load_state_dict(state)
+            return m.to(dtype)
+
+        loss32, grads32 = train(fresh(F32), x)
+        loss16, grads16 = train(fresh(BF16), x)
+        out: list = []
+        solve_cache.clear()
+        model = fresh(BF16)
+        evt.explain(lambda *args, out=out, model=model: out.append(train(model, args)), *x)
+        ((loss, grads),) = out
+        pairs = {"loss": (loss, loss16, loss32)}
+        pairs.update({n: (grads[n], grads16[n], g) for n, g in grads32.items() if g.norm() > 0})
+        for n, (got, eager16, ref) in pairs.items():
+            ratio = norm_err(got, ref) / max(norm_err(eager16, ref), 1e-3)
+            logs.setdefault(n, []).append(math.log(ratio))
+    geomean = {n: math.exp(sum(v) / len(v)) for n, v in logs.items()}
+    assert max(geomean.values()) < 2.0, sorted(geomean.items(), key=lambda kv: -kv[1])[:5]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert"])

@@ -34,3 +34,14 @@ def test_a_cast_read_inside_or_by_the_output_stays():
     cast = capture("residual_scale_cast/gpt2")  # the fp32 result is the graph's output
     assert "prims.convert_element_type" in cast.regions[0].fused
     assert cast.regions[0].spec.output_dtypes() == ["f32"]
+
+
+def test_a_cast_also_read_inside_is_stored_narrow_and_rounded_first():
+    """The LM head: the statistics read the fp32 logits inside, the loss outside. The region
+    stores the bf16 logits; inside, the value is rounded to bf16 before widening (as eager)."""
+    from evt import ir
+
+    (head,) = capture("ce_forward/gpt2").regions
+    assert head.spec.output_dtypes()[0] == "bf16"  # D: the logits, narrow
+    casts = [n for n in head.spec.nodes if isinstance(n, ir.Compute) and n.op == "identity"]
+    assert [n.dtype for n in casts] == ["bf16", "f32"]  # round, then widen

@@ -25,10 +25,11 @@ pytestmark = [
 # the MLP's forward (bias, GELU, a saved pre-activation), its dgrad with GELU' and fc1's bias
 # gradient (a row reduction), one kernel with every newer functor and bool mask loads/stores, and
 # a batched GEMM (attention's scores) with an aux load every batch reads (static L stride 0), and
-# every reduction and statistic (Sm90ColReduction, the online-softmax and Welford visitors of
-# evt_statistics.h, a max over M, a deterministic sum over everything)
+# every reduction and statistic (the online-softmax, Welford and plain per-row visitors of
+# evt_statistics.h with their finishing kernels, a max over M, a deterministic sum over
+# everything), in a tree and (batched) in a DAG visitor
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
-           "row_statistics")  # fmt: skip
+           "row_statistics", "batched_row_statistics")  # fmt: skip
 PARALLEL = 2  # a CUTLASS kernel takes ~3.5 GB to compile
 
 

@@ -269,15 +269,25 @@ def test_generated_cpp_uses_stock_and_evt_nodes():
     assert '#include "evt_statistics.h"' in src
     assert "evt::Sm90RowStatistics<evt::SoftmaxStat<false>, TileShape, float," in src
     assert "evt::Sm90RowStatistics<evt::WelfordStat<0>, TileShape, float," in src
-    assert "fusion::Sm90ColReduction<\n    cutlass::plus, cutlass::plus, cutlass::plus, 0" in src
-    assert "fusion::Sm90ColReduction<\n    cutlass::maximum_with_nan_propagation" in src
+    # column reductions (over N) also go through evt's visitor: its final combine batches loads
+    assert "evt::Sm90RowStatistics<evt::ReduceStat<false>, TileShape, float," in src
+    assert "evt::Sm90RowStatistics<evt::ReduceStat<true>, TileShape, cutlass::bfloat16_t," in src
+    assert "fusion::Sm90ColReduction" not in src
     assert "fusion::Sm90RowReduction<\n    cutlass::maximum_with_nan_propagation" in src
     assert "evt::Sm90ScalarStatistic<evt::ReduceStat<false>, TileShape, float>" in src
-    assert "{out_ptr<float>(outputs, 1), out_ptr<float>(outputs, 2), evt_softmax_stride}" in src
-    assert "-std::numeric_limits<ElementCompute>::infinity(), evt_row_max_stride}" in src
+    assert ("{out_ptr<float>(outputs, 1), out_ptr<float>(outputs, 2), evt_softmax_stride, "
+            "evt_softmax_partials}") in src  # fmt: skip
+    assert ("{out_ptr<cutlass::bfloat16_t>(outputs, 6), nullptr, evt_row_max_stride, "
+            "evt_row_max_partials}") in src  # fmt: skip
+    # per-row statistics finish after the GEMM, each from its slice of the workspace
+    for name in ("softmax", "norm", "row_sum", "row_max"):
+        assert f"evt_{name}_op::finish(finishers.evt_{name}, M, N, L, stream)" in src
+        assert f"stats_bytes += evt_{name}_op::partials_bytes(M, N, L);" in src
+    assert "evt_total_op" not in src  # the scalar statistic finishes in its last CTA
     lse = render(specs.batched_row_statistics())
     assert "evt::SoftmaxStat<true>" in lse and "{nullptr, out_ptr<float>(outputs, 1)," in lse
     assert "evt::WelfordStat<1>" in lse
+    assert "Sm90TopologicalVisitor" in lse and "evt_lse::Arguments evt_lse_args{evt_lse_op_args};" in lse
     assert "evt_statistics.h" not in render(specs.mlp_dgrad_gelu_bias())
 
 

@@ -63,7 +63,7 @@ REDUCE_FNS = {
     "sum": ("cutlass::plus", "ElementCompute(0)"),
     "max": ("cutlass::maximum_with_nan_propagation", "-std::numeric_limits<ElementCompute>::infinity()"),
 }
-STATISTICS = (ScalarReduction, SoftmaxStats, WelfordStats)  # evt's own nodes: evt_statistics.h
+STATISTICS = (ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)  # evt_statistics.h
 
 
 def c_identifier(name: str) -> str:
@@ -100,6 +100,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         num_inputs=spec.num_inputs,
         num_outputs=spec.num_outputs,
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
+        row_stats=any(isinstance(n, (ColReduction, SoftmaxStats, WelfordStats)) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip
 
@@ -143,6 +144,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
         view["max"] = n.op == "max"
     if isinstance(n, (SoftmaxStats, WelfordStats)):
         view.update(_statistic(n))
+    view["row_stats"] = isinstance(n, (ColReduction, SoftmaxStats, WelfordStats))
     if isinstance(n, AuxLoad) and n.broadcast_l:
         view["stride"] = STRIDE_AUX_EVERY_L[n.major]
     elif isinstance(n, (AuxLoad, AuxStore)):
@@ -202,12 +204,13 @@ def _comment(n: Node) -> str:
                 f"per CTA row, {done} in a fixed order by the last CTA (deterministic)")  # fmt: skip
     if isinstance(n, ColReduction):
         return (f"{text}({n.op} over N of {n.arg}) -> output {n.output}, {n.dtype}; fp32 partials "
-                "per CTA column, reduced in a fixed order by the last CTA (deterministic)")  # fmt: skip
+                "per N tile, reduced in a fixed order after the GEMM (deterministic)")  # fmt: skip
     if isinstance(n, ScalarReduction):
         return (f"{text}({n.op} over L, M, N of {n.arg}) -> output {n.output}, {n.dtype}; fp32 "
                 "partials per tile, reduced in a fixed order by the last CTA (deterministic)")  # fmt: skip
     if isinstance(n, (SoftmaxStats, WelfordStats)):
-        return f"{text} of {n.arg} -> {_stat_text(n)}; fp32 partials per N tile, combined in a fixed order by the last CTA (deterministic)"
+        return (f"{text} of {n.arg} -> {_stat_text(n)}; fp32 partials per N tile, combined in a "
+                "fixed order after the GEMM (deterministic)")  # fmt: skip
     if isinstance(n, ScalarBroadcast):
         return f"{text} {n.value!r}"
     if isinstance(n, AuxLoad):

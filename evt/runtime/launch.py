@@ -34,6 +34,7 @@ RETURN_CODES = {
     -2: "a stride contradicts the kernel's static (unit or zero) strides",
     -3: "the workspace is too small",
     -4: "no current CUDA device",
+    -5: "a statistic's finishing kernel failed to launch",
 }
 _I, _P = ctypes.c_int, ctypes.c_void_p
 RUN_ARGTYPES = [_P, _P, _P, _P, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]

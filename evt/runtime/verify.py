@@ -24,11 +24,28 @@ def check(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], outputs: list[tor
     for i, (got, ref, dtype) in enumerate(
         zip(outputs, expected, spec.output_dtypes(), strict=True)
     ):
-        err = relative_error(got, ref)
-        if not err <= TOLERANCE[dtype]:
+        err, tol = relative_error(got, ref), tolerance(spec, i)
+        if not err <= tol:
             raise LaunchError(f"EVT_VERIFY: region {spec.name} output {i} ({dtype}) differs from "
                               f"the reference path: max error {err:.3g} relative to max |ref| "
-                              f"(tolerance {TOLERANCE[dtype]:g})")  # fmt: skip
+                              f"(tolerance {tol:g})")  # fmt: skip
+
+
+def tolerance(spec: ir.KernelSpec, i: int) -> float:
+    """Output `i`'s tolerance: its dtype's, but for a max of narrower values that of the values
+    (a max picks one element: a bf16 value the accumulation order rounds the other way shows
+    at full size in an fp32 max, where a sum averages such flips out)."""
+    own = spec.output_dtypes()[i]
+    if i == 0:
+        return TOLERANCE[own]
+    out = spec.outputs()[i - 1]
+    n = out.node
+    is_max = getattr(n, "op", None) == "max" or (
+        isinstance(n, ir.SoftmaxStats) and out.index == n.max_output
+    )
+    dtypes = {c.name: c.dtype for c in spec.nodes if isinstance(c, ir.Compute)}
+    value = dtypes.get(n.arg, own) if is_max else own
+    return max(TOLERANCE[own], TOLERANCE[value])
 
 
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:

@@ -21,6 +21,7 @@ enum ReturnCode : int {
   kStrideMismatch = -2,     // a stride contradicts a static (unit or zero) stride of the kernel
   kWorkspaceTooSmall = -3,  // workspace_bytes < evt_<name>_workspace(M, N, K, L)
   kNoDevice = -4,           // the current device or its SM count could not be queried
+  kFinishFailed = -5,       // a statistic's finishing kernel failed to launch
 };
 
 template <class T>

@@ -2,12 +2,16 @@
 // row (over N, into M-vectors) or over the whole problem (into one value), without float atomics.
 //
 // Each CTA reduces its tile into one partial per row (or one per tile), written to a workspace
-// slot of its own; the last CTA to finish a row block (an atomic tile counter, as CUTLASS's
-// Sm90ColReduction<..., FinalReduction=true>) combines the partials of every N tile in a fixed
-// order and writes the outputs. The result is the same on every run, whatever the CTA schedule.
+// slot of its own. Per-row statistics are finished by a small kernel after the GEMM; the scalar
+// one by the last CTA (an atomic tile counter, as CUTLASS's Sm90ColReduction<...,
+// FinalReduction=true>). Either combines the partials in a fixed order and writes the outputs:
+// the result is the same on every run, whatever the CTA schedule.
 //
-// A statistic is a small policy: `Partial` (registers and workspace), `identity()`, `push` (one
-// element), `combine` (two partials, left before right), `shuffle_down` and `finish` (the outputs).
+// A statistic is a small policy: `Partial` (registers and workspace), `identity()`,
+// `push_subtile` (the elements a thread holds of one epilogue subtile into its row partials),
+// `combine` (two partials, left before right), `shuffle_down` and `finish` (the outputs). Pushing
+// a whole subtile at once keeps the per-element work free of branches and of serial dependencies
+// (an online softmax element by element waits on a branch and an exp per element).
 #pragma once
 
 #include <cmath>
@@ -32,7 +36,7 @@ CUTLASS_DEVICE bool is_inf(float x) { return fabsf(x) == INFINITY; }
 // (logsumexp's decomposition). Infinite and NaN rows come out as torch computes them.
 template <bool ZeroInfMax>
 struct SoftmaxStat {
-  struct Partial {
+  struct alignas(8) Partial {
     float m;
     float s;
   };
@@ -40,13 +44,38 @@ struct SoftmaxStat {
 
   CUTLASS_DEVICE static Partial identity() { return {-INFINITY, 0.f}; }
 
-  CUTLASS_DEVICE static void push(Partial& p, float x) {
-    if (x == -INFINITY) {
-      return;  // exp(-inf - m) = 0 for every m a row can end with, but -inf itself (see finish)
+  // rows(i): the partial of element i's row (aliased: stride 0 along N); xs(i) its value; valid(i)
+  // whether it lies inside the problem. Three passes: the rows' new maxima (branch-free), each
+  // row's sum rescaled to its new maximum once, then one exp per element (independent of each
+  // other). -inf elements add nothing (a row of only -inf keeps sum 0); NaN wins the max.
+  template <class Rows, class Xs, class Valid>
+  CUTLASS_DEVICE static void push_subtile(Rows&& rows, Xs const& xs, Valid const& valid) {
+    using namespace cute;
+    Tensor mx = make_tensor_like<float>(rows);
+    Tensor rows_flt = filter_zeros(rows);
+    Tensor mx_flt = filter_zeros(mx);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(rows_flt); ++j) {
+      mx_flt(j) = rows_flt(j).m;
     }
-    float m = max_nan(p.m, x);
-    p.s = (p.s == 0.f ? 0.f : p.s * expf(p.m - m)) + expf(x - m);
-    p.m = m;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(xs); ++i) {
+      mx(i) = max_nan(mx(i), valid(i) ? xs(i) : -INFINITY);
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(rows_flt); ++j) {
+      Partial& p = rows_flt(j);
+      if (mx_flt(j) != p.m) {  // a new maximum (or NaN): the sum so far, rescaled to it
+        p.s = p.s == 0.f ? 0.f : p.s * expf(p.m - mx_flt(j));
+        p.m = mx_flt(j);
+      }
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(xs); ++i) {
+      Partial& p = rows(i);
+      float e = expf(xs(i) - p.m);
+      p.s += (valid(i) && xs(i) != -INFINITY) ? e : 0.f;
+    }
   }
 
   CUTLASS_DEVICE static Partial combine(Partial a, Partial b) {
@@ -78,7 +107,7 @@ struct SoftmaxStat {
 // (torch.var_mean's var with that correction).
 template <int Correction>
 struct WelfordStat {
-  struct Partial {
+  struct alignas(16) Partial {
     float n;
     float mean;
     float m2;
@@ -88,15 +117,39 @@ struct WelfordStat {
 
   CUTLASS_DEVICE static Partial identity() { return {0.f, 0.f, 0.f, 0.f}; }
 
-  CUTLASS_DEVICE static void push(Partial& p, float x) {
-    if (!(fabsf(x) < INFINITY)) {
-      p.nonfinite += x;
-      return;
+  // The subtile's elements of each row as one partial (count and sum, the mean, then M2 about it:
+  // one division per row, not per element), combined into the row's running partial.
+  template <class Rows, class Xs, class Valid>
+  CUTLASS_DEVICE static void push_subtile(Rows&& rows, Xs const& xs, Valid const& valid) {
+    using namespace cute;
+    Tensor part = make_tensor_like<Partial>(rows);
+    Tensor part_flt = filter_zeros(part);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(part_flt); ++j) {
+      part_flt(j) = identity();  // mean holds the sum until it is divided
     }
-    p.n += 1.f;
-    float delta = x - p.mean;
-    p.mean += delta / p.n;
-    p.m2 += delta * (x - p.mean);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(xs); ++i) {
+      float x = xs(i);
+      bool finite = fabsf(x) < INFINITY;  // false for NaN too
+      part(i).n += (valid(i) && finite) ? 1.f : 0.f;
+      part(i).mean += (valid(i) && finite) ? x : 0.f;
+      part(i).nonfinite += (valid(i) && !finite) ? x : 0.f;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(part_flt); ++j) {
+      part_flt(j).mean = part_flt(j).n > 0.f ? part_flt(j).mean / part_flt(j).n : 0.f;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(xs); ++i) {
+      float d = xs(i) - part(i).mean;
+      part(i).m2 += (valid(i) && fabsf(xs(i)) < INFINITY) ? d * d : 0.f;
+    }
+    Tensor rows_flt = filter_zeros(rows);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(rows_flt); ++j) {
+      rows_flt(j) = combine(rows_flt(j), part_flt(j));
+    }
   }
 
   CUTLASS_DEVICE static Partial combine(Partial a, Partial b) {
@@ -132,7 +185,8 @@ struct WelfordStat {
   }
 };
 
-// A plain sum or max (NaN-propagating, like torch.amax), as a statistic for ScalarStatistic.
+// A plain sum or max (NaN-propagating, like torch.amax): the statistic of column reductions
+// (Sm90RowStatistics, one output) and of Sm90ScalarStatistic.
 template <bool Max>
 struct ReduceStat {
   using Partial = float;
@@ -140,6 +194,15 @@ struct ReduceStat {
 
   CUTLASS_DEVICE static Partial identity() { return Max ? -INFINITY : 0.f; }
   CUTLASS_DEVICE static void push(Partial& p, float x) { p = Max ? max_nan(p, x) : p + x; }
+  template <class Rows, class Xs, class Valid>
+  CUTLASS_DEVICE static void push_subtile(Rows&& rows, Xs const& xs, Valid const& valid) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < cute::size(xs); ++i) {
+      if (valid(i)) {
+        push(rows(i), xs(i));
+      }
+    }
+  }
   CUTLASS_DEVICE static Partial combine(Partial a, Partial b) { return Max ? max_nan(a, b) : a + b; }
   CUTLASS_DEVICE static Partial shuffle_down(Partial p, int delta) {
     return __shfl_down_sync(0xFFFFFFFF, p, delta);
@@ -154,14 +217,46 @@ struct ReduceStat {
 namespace detail {
 
 template <class T>
-CUTLASS_DEVICE T load_cg(T const* p) {  // another CTA wrote it: read through L2, never L1
+CUTLASS_DEVICE T load_cg(T const* p) {  // another kernel wrote it: read through L2
   static_assert(sizeof(T) % sizeof(float) == 0);
   T out;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < int(sizeof(T) / sizeof(float)); ++i) {
-    reinterpret_cast<float*>(&out)[i] = __ldcg(reinterpret_cast<float const*>(p) + i);
+  if constexpr (sizeof(T) == sizeof(float4)) {
+    *reinterpret_cast<float4*>(&out) = __ldcg(reinterpret_cast<float4 const*>(p));
+  } else if constexpr (sizeof(T) == sizeof(float2)) {
+    *reinterpret_cast<float2*>(&out) = __ldcg(reinterpret_cast<float2 const*>(p));
+  } else {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < int(sizeof(T) / sizeof(float)); ++i) {
+      reinterpret_cast<float*>(&out)[i] = __ldcg(reinterpret_cast<float const*>(p) + i);
+    }
   }
   return out;
+}
+
+// identity, then combine(x[0]), ..., combine(x[count - 1]) of x[t] = column[t * stride]: always in
+// this order (deterministic), with the loads issued kBatch at a time (a long row of N tiles is
+// otherwise one L2 round trip per tile, serially: ~0.3 ms for 400 tiles).
+template <class Stat>
+CUTLASS_DEVICE typename Stat::Partial combine_in_order(typename Stat::Partial const* column,
+                                                      int64_t stride, int count) {
+  constexpr int kBatch = 8;
+  typename Stat::Partial p = Stat::identity();
+  int t = 0;
+  for (; t + kBatch <= count; t += kBatch) {
+    typename Stat::Partial batch[kBatch];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      batch[j] = load_cg(column + (t + j) * stride);
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      p = Stat::combine(p, batch[j]);
+    }
+  }
+  for (; t < count; ++t) {
+    p = Stat::combine(p, load_cg(column + t * stride));
+  }
+  return p;
 }
 
 // The last of `expected` arrivals at `counter` learns it is last (all epilogue threads call this).
@@ -183,14 +278,20 @@ CUTLASS_DEVICE bool arrive_last(STensor&& smem_buffer, SyncFn const& sync_fn, in
 }  // namespace detail
 
 // Per-row statistic over N: Stat::kOutputs M-vectors ([L, M], M contiguous), any of them may be
-// skipped with a null pointer. Workspace: one Partial per (row, N tile, batch) and one counter per
-// M tile. Every row of an epilogue tile must sit in one warp (true of SM90 wgmma epilogues).
+// skipped with a null pointer. Each CTA writes one Partial per row of its tile into
+// `partials[l][n][row]` (a buffer of `partials_bytes` the launcher carves from its workspace);
+// `finish`, launched after the GEMM on the same stream, combines each row's partials in a fixed
+// order and writes the outputs. (Finishing inside the GEMM took a fence and an atomic round trip
+// on every tile's critical path: 10-40% of an LM head's time.) Every row of an epilogue tile must
+// sit in one warp (true of SM90 wgmma epilogues).
 template <class Stat, class CtaTileShapeMNK, class ElementOutput,
           class StrideMNL = cute::Stride<cute::_1, cute::_0, int64_t>>
 struct Sm90RowStatistics {
   using Partial = typename Stat::Partial;
   static_assert(cute::is_static_v<decltype(cute::take<0, 2>(StrideMNL{}))>);
   static_assert(cute::take<0, 2>(StrideMNL{}) == cute::Stride<cute::_1, cute::_0>{});
+  static constexpr int kTileM = decltype(cute::size<0>(CtaTileShapeMNK{}))::value;
+  static constexpr int kTileN = decltype(cute::size<1>(CtaTileShapeMNK{}))::value;
 
   struct SharedStorage {};
 
@@ -198,52 +299,45 @@ struct Sm90RowStatistics {
     ElementOutput* ptr_0 = nullptr;  // output 0 of the statistic (softmax: max; Welford: mean)
     ElementOutput* ptr_1 = nullptr;  // output 1 (softmax: sum of exp; Welford: var)
     StrideMNL dOut = {};
+    void* partials = nullptr;  // partials_bytes(M, N, L) of the launcher's workspace
   };
 
-  struct Params {
-    Arguments args;
-    Partial* partials = nullptr;
-    int* counters = nullptr;
-  };
+  using Params = Arguments;
 
-  template <class ProblemShape>
-  static size_t partials_bytes(ProblemShape const& problem_shape) {
-    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
-    auto [tile_M, tile_N, tile_K] = CtaTileShapeMNK{};
-    size_t rows = size_t(cute::ceil_div(M, tile_M)) * tile_M;
-    size_t bytes = rows * size_t(cute::ceil_div(N, tile_N)) * size_t(L) * sizeof(Partial);
-    return cutlass::round_nearest(bytes, cutlass::MinWorkspaceAlignment);
+  // rows padded to whole M tiles: partials[l][n][row]
+  CUTLASS_HOST_DEVICE static int64_t padded_rows(int M) {
+    return int64_t(cute::ceil_div(M, int(kTileM))) * kTileM;
+  }
+
+  static size_t partials_bytes(int M, int N, int L) {
+    size_t bytes = size_t(padded_rows(M)) * size_t(cute::ceil_div(N, int(kTileN))) * size_t(L) *
+                   sizeof(Partial);
+    return cutlass::round_nearest(bytes, size_t(256));
   }
 
   template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const& problem_shape, Arguments const&) {
-    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
-    return partials_bytes(problem_shape) +
-           size_t(cute::ceil_div(M, cute::get<0>(CtaTileShapeMNK{}))) * sizeof(int);
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
   }
 
   template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const& problem_shape, Arguments const& args,
-                                              void* workspace, cudaStream_t stream,
-                                              cutlass::CudaHostAdapter* cuda_adapter = nullptr) {
-    auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
-    uint8_t* counters = static_cast<uint8_t*>(workspace) + partials_bytes(problem_shape);
-    size_t bytes = size_t(cute::ceil_div(M, cute::get<0>(CtaTileShapeMNK{}))) * sizeof(int);
-    return cutlass::zero_workspace(counters, bytes, stream, cuda_adapter);
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*,
+                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
   }
 
   template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& problem_shape,
-                                                  Arguments const& args, void* workspace) {
-    uint8_t* base = static_cast<uint8_t*>(workspace);
-    return {args, reinterpret_cast<Partial*>(base),
-            reinterpret_cast<int*>(base ? base + partials_bytes(problem_shape) : nullptr)};
+  static Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
   }
 
   template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const&) {
-    return true;
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.partials != nullptr;
   }
+
+  // The finishing step (host): combine the partials the GEMM wrote, on `stream`.
+  static cudaError_t finish(Arguments const& args, int M, int N, int L, cudaStream_t stream);
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
   CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
@@ -258,21 +352,19 @@ struct Sm90RowStatistics {
     return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
   }
 
-  template <class RowTensor, class SlotTensor, class CoordTensor, class ThrCoordTensor,
-            class Residue, class ThrResidue, class LaneLayout, class TiledCopy>
+  template <class RowTensor, class BufTensor, class SlotTensor, class CoordTensor,
+            class ThrCoordTensor, class Residue, class ThrResidue, class LaneLayout, class TiledCopy>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
-    CUTLASS_DEVICE ConsumerStoreCallbacks(Params const& params, RowTensor tCrRow, SlotTensor tCgSlot,
+    CUTLASS_DEVICE ConsumerStoreCallbacks(RowTensor tCrRow, BufTensor tCrBuf, SlotTensor tCgSlot,
                                           CoordTensor cD, ThrCoordTensor tCcD, Residue residue_cD,
                                           ThrResidue residue_tCcD, LaneLayout lane_layout_MN,
-                                          bool is_reduced_lane, TiledCopy, int thread_idx,
-                                          int M, int N, int L, int m, int n, int l)
-        : params(params), tCrRow(tCrRow), tCgSlot(tCgSlot), cD(cD), tCcD(tCcD),
+                                          bool is_reduced_lane)
+        : tCrRow(tCrRow), tCrBuf(tCrBuf), tCgSlot(tCgSlot), cD(cD), tCcD(tCcD),
           residue_cD(residue_cD), residue_tCcD(residue_tCcD), lane_layout_MN(lane_layout_MN),
-          is_reduced_lane(is_reduced_lane), thread_idx(thread_idx),
-          M(M), N(N), L(L), m(m), n(n), l(l) {}
+          is_reduced_lane(is_reduced_lane) {}
 
-    Params const& params;
     RowTensor tCrRow;    // (CPY,CPY_M,CPY_N,EPI_M,EPI_N): one Partial per row, stride 0 along N
+    BufTensor tCrBuf;    // (CPY,CPY_M,CPY_N): the visited values of the current subtile
     SlotTensor tCgSlot;  // the same partition of this tile's workspace slot (gmem, stride 0 along N)
     CoordTensor cD;
     ThrCoordTensor tCcD;
@@ -280,32 +372,26 @@ struct Sm90RowStatistics {
     ThrResidue residue_tCcD;
     LaneLayout lane_layout_MN;
     bool is_reduced_lane;
-    int thread_idx;
-    int M, N, L, m, n, l;
-    bool do_final = false;
 
     template <typename ElementAccumulator, typename ElementInput, int FragmentSize>
     CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const&, int epi_v,
-                              int epi_m, int epi_n,
-                              cutlass::Array<ElementInput, FragmentSize> const& frg_input) {
-      using namespace cute;
+                              int, int, cutlass::Array<ElementInput, FragmentSize> const& frg_input) {
       cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> convert;
       cutlass::Array<float, FragmentSize> x = convert(frg_input);
-      Tensor tCrRow_mn = tCrRow(_, _, _, epi_m, epi_n);
-      Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < FragmentSize; ++i) {
-        if (elem_less(tCcD_mn(epi_v * FragmentSize + i), residue_tCcD)) {
-          Stat::push(tCrRow_mn(epi_v * FragmentSize + i), x[i]);
-        }
+        tCrBuf(epi_v * FragmentSize + i) = x[i];  // pushed in reduce(), once the subtile is whole
       }
       return frg_input;
     }
 
     template <class STensor, class SyncFn, class VTensor>
-    CUTLASS_DEVICE void reduce(STensor&& smem_buffer, SyncFn const& sync_fn, int, int,
+    CUTLASS_DEVICE void reduce(STensor&&, SyncFn const&, int epi_m, int epi_n,
                                bool is_last_iteration, VTensor) {
       using namespace cute;
+      Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
+      Stat::push_subtile(tCrRow(_, _, _, epi_m, epi_n), tCrBuf,
+                         [&](int i) { return elem_less(tCcD_mn(i), residue_tCcD); });
       if (!is_last_iteration || !elem_less(cD(_0{}, _0{}), residue_cD)) {
         return;  // not done yet, or a CTA of a cluster that is wholly out of bounds
       }
@@ -329,44 +415,7 @@ struct Sm90RowStatistics {
           tCgSlot_flt(i) = tCrRow_flt(i);
         }
       }
-      // 3. The last CTA of this row block finishes it (in end())
-      int expected = ceil_div(N, int(size<1>(CtaTileShapeMNK{}))) * L;
-      do_final = detail::arrive_last(smem_buffer, sync_fn, params.counters + m, expected, thread_idx);
     }
-
-    CUTLASS_DEVICE void end() {
-      using namespace cute;
-      if (!do_final) {
-        return;
-      }
-      constexpr int kTileM = size<0>(CtaTileShapeMNK{});
-      int tiles_n = ceil_div(N, int(size<1>(CtaTileShapeMNK{})));
-      int rows = ceil_div(M, kTileM) * kTileM;
-      cutlass::NumericConverter<ElementOutput, float> convert;
-      ElementOutput* out[2] = {params.args.ptr_0, params.args.ptr_1};
-      int64_t stride_l = get<2>(params.args.dOut);
-      for (int row = thread_idx; row < kTileM; row += kNumThreads) {
-        int gm = m * kTileM + row;
-        if (gm >= M) {
-          break;
-        }
-        for (int b = 0; b < L; ++b) {
-          Partial p = Stat::identity();
-          for (int t = 0; t < tiles_n; ++t) {  // a fixed order: the result is deterministic
-            p = Stat::combine(p, detail::load_cg(params.partials + (int64_t(b) * tiles_n + t) * rows + gm));
-          }
-          cutlass::Array<float, Stat::kOutputs> value = Stat::finish(p);
-          CUTLASS_PRAGMA_UNROLL
-          for (int k = 0; k < Stat::kOutputs && k < 2; ++k) {
-            if (out[k] != nullptr) {
-              out[k][gm + b * stride_l] = convert(value[k]);
-            }
-          }
-        }
-      }
-    }
-
-    static constexpr int kNumThreads = TiledCopy::TiledNumThr::value;
   };
 
   template <bool ReferenceSrc, class... Args>
@@ -401,28 +450,86 @@ struct Sm90RowStatistics {
         gRow, args.epi_tile, args.tiled_copy, args.thread_idx);
     Tensor tCrRow = make_tensor_like<Partial>(tCgRow);
     fill(tCrRow, Stat::identity());
+    Tensor tCrBuf = make_tensor<float>(shape(tCgRow(_, _, _, _0{}, _0{})));
 
     auto [M, N, K, L] = args.problem_shape_mnkl;
     auto [m, n, k, l] = args.tile_coord_mnkl;
-    // this tile's workspace slot: partials[l][n][m * CTA_M + row], rows padded to whole M tiles
-    constexpr int kTileM = size<0>(CtaTileShapeMNK{});
-    constexpr int kTileN = size<1>(CtaTileShapeMNK{});
-    int64_t rows = int64_t(ceil_div(int(M), kTileM)) * kTileM;
-    Partial* slot = params.partials + (int64_t(l) * ceil_div(int(N), kTileN) + int(n)) * rows +
+    // this tile's slot: partials[l][n][m * CTA_M + row]
+    Partial* slot = static_cast<Partial*>(params.partials) +
+                    (int64_t(l) * ceil_div(int(N), int(kTileN)) + int(n)) * padded_rows(int(M)) +
                     int64_t(m) * kTileM;
     Tensor gSlot = make_tensor(make_gmem_ptr(slot),
                                make_layout(take<0, 2>(args.tile_shape_mnk), Stride<_1, _0>{}));
     Tensor tCgSlot = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(
         gSlot, args.epi_tile, args.tiled_copy, args.thread_idx);
-    return ConsumerStoreCallbacks<decltype(tCrRow), decltype(tCgSlot), decltype(args.cD),
-                                  decltype(args.tCcD), decltype(args.residue_cD),
-                                  decltype(args.residue_tCcD), decltype(lane_layout_MN),
-                                  decltype(args.tiled_copy)>(
-        params, tCrRow, tCgSlot, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD, lane_layout_MN,
-        get<1>(lane_mn) == 0, args.tiled_copy, args.thread_idx, int(M), int(N), int(L), int(m),
-        int(n), int(l));
+    return ConsumerStoreCallbacks<decltype(tCrRow), decltype(tCrBuf), decltype(tCgSlot),
+                                  decltype(args.cD), decltype(args.tCcD),
+                                  decltype(args.residue_cD), decltype(args.residue_tCcD),
+                                  decltype(lane_layout_MN), decltype(args.tiled_copy)>(
+        tCrRow, tCrBuf, tCgSlot, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD,
+        lane_layout_MN, get<1>(lane_mn) == 0);
   }
 };
+
+namespace detail {
+
+// The finishing step of Sm90RowStatistics: a block of kRows x kSplits threads takes kRows rows of
+// one batch; thread (r, c) combines N tiles [c * chunk, (c + 1) * chunk) of row r in order (a
+// warp reads 32 consecutive rows of one tile: coalesced), then thread (r, 0) combines the kSplits
+// chunks in order and writes the outputs. Fixed order throughout: the same bits on every run.
+constexpr int kFinishRows = 32;
+constexpr int kFinishSplits = 8;
+
+template <class Stat, class ElementOutput>
+__global__ void __launch_bounds__(kFinishRows * kFinishSplits)
+finish_row_statistics(typename Stat::Partial const* partials, int64_t rows, int tiles_n, int M,
+                      ElementOutput* out_0, ElementOutput* out_1, int64_t stride_l) {
+  using Partial = typename Stat::Partial;
+  __shared__ Partial chunk_partials[kFinishSplits][kFinishRows];
+  int r = threadIdx.x % kFinishRows;
+  int c = threadIdx.x / kFinishRows;
+  int row = blockIdx.x * kFinishRows + r;
+  int l = blockIdx.y;
+  int chunk = (tiles_n + kFinishSplits - 1) / kFinishSplits;
+  int first = c * chunk;
+  int count = max(0, min(tiles_n - first, chunk));
+  Partial p = Stat::identity();
+  if (row < M) {
+    p = combine_in_order<Stat>(partials + (int64_t(l) * tiles_n + first) * rows + row, rows, count);
+  }
+  chunk_partials[c][r] = p;
+  __syncthreads();
+  if (c != 0 || row >= M) {
+    return;
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 1; k < kFinishSplits; ++k) {
+    p = Stat::combine(p, chunk_partials[k][r]);
+  }
+  cutlass::Array<float, Stat::kOutputs> value = Stat::finish(p);
+  cutlass::NumericConverter<ElementOutput, float> convert;
+  if (out_0 != nullptr) {
+    out_0[row + l * stride_l] = convert(value[0]);
+  }
+  if constexpr (Stat::kOutputs > 1) {
+    if (out_1 != nullptr) {
+      out_1[row + l * stride_l] = convert(value[1]);
+    }
+  }
+}
+
+}  // namespace detail
+
+template <class Stat, class CtaTileShapeMNK, class ElementOutput, class StrideMNL>
+cudaError_t Sm90RowStatistics<Stat, CtaTileShapeMNK, ElementOutput, StrideMNL>::finish(
+    Arguments const& args, int M, int N, int L, cudaStream_t stream) {
+  dim3 grid(cute::ceil_div(M, detail::kFinishRows), L);
+  detail::finish_row_statistics<Stat, ElementOutput>
+      <<<grid, detail::kFinishRows * detail::kFinishSplits, 0, stream>>>(
+          static_cast<Partial const*>(args.partials), padded_rows(M), cute::ceil_div(N, int(kTileN)), M,
+          args.ptr_0, args.ptr_1, cute::get<2>(args.dOut));
+  return cudaGetLastError();
+}
 
 // A sum or max over the whole problem (M, N and L) into one value. Each CTA reduces its tile
 // (threads, then a fixed tree over a warp's lanes, then the warps in order) into one workspace
@@ -567,10 +674,9 @@ struct Sm90ScalarStatistic {
       if (!do_final || thread_idx >= cutlass::NumThreadsPerWarp) {
         return;
       }
-      Partial p = Stat::identity();
-      for (int t = thread_idx; t < tiles; t += cutlass::NumThreadsPerWarp) {
-        p = Stat::combine(p, detail::load_cg(params.partials + t));
-      }
+      int mine = (tiles - thread_idx + cutlass::NumThreadsPerWarp - 1) / cutlass::NumThreadsPerWarp;
+      Partial p = detail::combine_in_order<Stat>(params.partials + thread_idx,
+                                                 cutlass::NumThreadsPerWarp, mine);
       CUTLASS_PRAGMA_UNROLL
       for (int delta = cutlass::NumThreadsPerWarp / 2; delta > 0; delta /= 2) {
         p = Stat::combine(p, Stat::shuffle_down(p, delta));

@@ -173,10 +173,14 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------------
+struct Finishers {};  // no statistics over N to finish after the GEMM
+
 // Fill the kernel arguments from the ABI's pointers and strides: 0 or a negative return code.
+// `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).
 int make_arguments(void const* const* inputs, int64_t const* input_strides,
                    void* const* outputs, int64_t const* output_strides,
-                   int M, int N, int K, int L, Gemm::Arguments& args) {
+                   int M, int N, int K, int L, void* workspace, size_t& stats_bytes,
+                   Finishers& finishers, Gemm::Arguments& args) {
   GemmKernel::StrideA stride_a{};
   GemmKernel::StrideB stride_b{};
   GemmKernel::StrideD stride_d{};
@@ -190,6 +194,7 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   if (!ok) {
     return kStrideMismatch;
   }
+  stats_bytes = 0;
 
   // Visitor arguments, children before parents
   evt_mm_acc::Arguments evt_mm_acc_args{};
@@ -257,17 +262,21 @@ EVT_EXPORT int evt_evt_f0_mm_run(
     }
   }
   Gemm::Arguments args;
-  if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L, args)) {
+  Finishers finishers;
+  size_t stats_bytes = 0;
+  if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L,
+                              workspace, stats_bytes, finishers, args)) {
     return rc;
+  }
+  if (Gemm::get_workspace_size(args) + stats_bytes > workspace_bytes) {
+    return kWorkspaceTooSmall;
   }
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) {
     return kCannotImplement;
   }
-  if (Gemm::get_workspace_size(args) > workspace_bytes) {
-    return kWorkspaceTooSmall;
-  }
+  void* gemm_workspace = stats_bytes ? static_cast<uint8_t*>(workspace) + stats_bytes : workspace;
   // What Gemm::initialize + Gemm::run do, with the shared-memory attribute set once per device.
-  cutlass::Status status = GemmKernel::initialize_workspace(args, workspace, stream);
+  cutlass::Status status = GemmKernel::initialize_workspace(args, gemm_workspace, stream);
   if (status != cutlass::Status::kSuccess) {
     return static_cast<int>(status);
   }
@@ -275,8 +284,8 @@ EVT_EXPORT int evt_evt_f0_mm_run(
                                                GemmKernel::SharedStorageSize) != cudaSuccess) {
     return static_cast<int>(cutlass::Status::kErrorInternal);
   }
-  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
-  if (workspace_bytes == 0) {
+  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, gemm_workspace);
+  if (workspace_bytes == 0) {  // (statistics always take a workspace: none to finish here)
     memo.insert(key, params);
   }
   return static_cast<int>(Gemm::run(params, stream));
@@ -284,10 +293,13 @@ EVT_EXPORT int evt_evt_f0_mm_run(
 
 EVT_EXPORT size_t evt_evt_f0_mm_workspace(int M, int N, int K, int L) {
   Gemm::Arguments args;
-  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, args) != 0) {
+  Finishers finishers;
+  size_t stats_bytes = 0;
+  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, nullptr, stats_bytes,
+                     finishers, args) != 0) {
     return 0;
   }
-  return Gemm::get_workspace_size(args);
+  return Gemm::get_workspace_size(args) + stats_bytes;
 }
 
 EVT_EXPORT char const* evt_evt_f0_mm_signature() {

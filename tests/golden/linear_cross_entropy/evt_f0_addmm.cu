@@ -5,9 +5,10 @@ kernel evt_f0_addmm
   addmm_acc = AccFetch()
   primals_2 = RowBroadcast(in2, bf16)
   addmm = Compute(add; addmm_acc, primals_2) -> f32
-  convert_element_type_3 = Compute(identity; addmm) -> f32
+  convert_element_type_default = Compute(identity; addmm) -> bf16
+  convert_element_type_3 = Compute(identity; convert_element_type_default) -> f32
   softmax_sum_default = SoftmaxStats(max, sum exp(x - max) over N; convert_element_type_3): max -> out1; sum -> out2 (f32, [M, 1])
-  D = convert_element_type_3 -> out0 (f32)
+  D = addmm -> out0 (bf16)
 */
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +41,7 @@ using namespace evt::launch;  // in_ptr, load_stride, hardware_info, return code
 // ---------------------------------------------------------------------------------------------
 using ElementAB = cutlass::bfloat16_t;
 using ElementC = void;  // no C source: every extra input is an EVT load node
-using ElementD = float;
+using ElementD = cutlass::bfloat16_t;
 using ElementAccumulator = float;
 using ElementCompute = float;
 using LayoutA = cutlass::layout::RowMajor;
@@ -59,7 +60,7 @@ using EpilogueDescriptor = cutlass::epilogue::collective::detail::EpilogueDescri
     TileShape, EpilogueTile, ElementC, ElementD, EpilogueSchedule>;
 
 // ---------------------------------------------------------------------------------------------
-// Epilogue visitor: one type per IR node
+// Epilogue visitor: one type per IR node, listed in topological order
 // ---------------------------------------------------------------------------------------------
 
 // addmm_acc: AccFetch
@@ -70,19 +71,41 @@ using evt_primals_2 = fusion::Sm90RowBroadcast<0, TileShape, cutlass::bfloat16_t
     cute::Stride<cute::_0, cute::_1, int64_t>>;
 
 // addmm: Compute add(addmm_acc, primals_2) -> f32
-using evt_addmm = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>,
-    evt_addmm_acc, evt_primals_2>;
+using evt_addmm = fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>;
 
-// convert_element_type_3: Compute identity(addmm) -> f32
-using evt_convert_element_type_3 = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>,
-    evt_addmm>;
+// convert_element_type_default: Compute identity(addmm) -> bf16
+using evt_convert_element_type_default = fusion::Sm90Compute<cutlass::epilogue::thread::Identity, cutlass::bfloat16_t, ElementCompute, kRound>;
 
-// softmax_sum_default: SoftmaxStats of convert_element_type_3 -> max: output 1, sum exp(x - max): output 2, f32; fp32 partials per N tile, combined in a fixed order by the last CTA (deterministic)
-using evt_softmax_sum_default = fusion::Sm90EVT<evt::Sm90RowStatistics<evt::SoftmaxStat<false>, TileShape, float,
-    cute::Stride<cute::_1, cute::_0, int64_t>>,
-    evt_convert_element_type_3>;
+// convert_element_type_3: Compute identity(convert_element_type_default) -> f32
+using evt_convert_element_type_3 = fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>;
 
-using CustomEVT = evt_softmax_sum_default;  // stored as D
+// softmax_sum_default: SoftmaxStats of convert_element_type_3 -> max: output 1, sum exp(x - max): output 2, f32; fp32 partials per N tile, combined in a fixed order after the GEMM (deterministic)
+using evt_softmax_sum_default_op = evt::Sm90RowStatistics<evt::SoftmaxStat<false>, TileShape, float,
+    cute::Stride<cute::_1, cute::_0, int64_t>>;  // finished after the GEMM
+using evt_softmax_sum_default = evt_softmax_sum_default_op;
+
+// addmm_out: Compute identity(addmm) -> f32
+using evt_addmm_out = fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>;
+
+// The DAG: node i reads the nodes listed in seq i; the last node is stored as D.
+using CustomEVT = fusion::Sm90TopologicalVisitor<
+    ElementCompute,
+    cute::tuple<
+        cute::seq<>,  // evt_addmm_acc
+        cute::seq<>,  // evt_primals_2
+        cute::seq<0, 1>,  // evt_addmm
+        cute::seq<2>,  // evt_convert_element_type_default
+        cute::seq<3>,  // evt_convert_element_type_3
+        cute::seq<4>,  // evt_softmax_sum_default
+        cute::seq<2>  // evt_addmm_out
+    >,
+    evt_addmm_acc,
+    evt_primals_2,
+    evt_addmm,
+    evt_convert_element_type_default,
+    evt_convert_element_type_3,
+    evt_softmax_sum_default,
+    evt_addmm_out>;
 
 // ---------------------------------------------------------------------------------------------
 // Kernel
@@ -108,10 +131,18 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------------
+// Statistics over N finish in a kernel of their own after the GEMM (evt_statistics.h): the
+// arguments of each, and their per-tile partials at the start of the workspace (CUTLASS's after).
+struct Finishers {
+  evt_softmax_sum_default_op::Arguments evt_softmax_sum_default;
+};
+
 // Fill the kernel arguments from the ABI's pointers and strides: 0 or a negative return code.
+// `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).
 int make_arguments(void const* const* inputs, int64_t const* input_strides,
                    void* const* outputs, int64_t const* output_strides,
-                   int M, int N, int K, int L, Gemm::Arguments& args) {
+                   int M, int N, int K, int L, void* workspace, size_t& stats_bytes,
+                   Finishers& finishers, Gemm::Arguments& args) {
   GemmKernel::StrideA stride_a{};
   GemmKernel::StrideB stride_b{};
   GemmKernel::StrideD stride_d{};
@@ -125,17 +156,28 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   if (!ok) {
     return kStrideMismatch;
   }
+  stats_bytes = 0;
+  void* evt_softmax_sum_default_partials = workspace ? static_cast<uint8_t*>(workspace) + stats_bytes : nullptr;
+  stats_bytes += evt_softmax_sum_default_op::partials_bytes(M, N, L);
+  evt_softmax_sum_default_op::Arguments evt_softmax_sum_default_op_args{out_ptr<float>(outputs, 1), out_ptr<float>(outputs, 2), evt_softmax_sum_default_stride, evt_softmax_sum_default_partials};
+  finishers.evt_softmax_sum_default = evt_softmax_sum_default_op_args;
 
   // Visitor arguments, children before parents
   evt_addmm_acc::Arguments evt_addmm_acc_args{};
   evt_primals_2::Arguments evt_primals_2_args{in_ptr<cutlass::bfloat16_t>(inputs, 2), cutlass::bfloat16_t(0), evt_primals_2_stride};
-  evt_addmm::Arguments evt_addmm_args{
-      evt_addmm_acc_args, evt_primals_2_args, {}};
-  evt_convert_element_type_3::Arguments evt_convert_element_type_3_args{
-      evt_addmm_args, {}};
-  evt_softmax_sum_default::Arguments evt_softmax_sum_default_args{
-      evt_convert_element_type_3_args, {out_ptr<float>(outputs, 1), out_ptr<float>(outputs, 2), evt_softmax_sum_default_stride}};
-  CustomEVT::Arguments const& evt_args = evt_softmax_sum_default_args;
+  evt_addmm::Arguments evt_addmm_args{};
+  evt_convert_element_type_default::Arguments evt_convert_element_type_default_args{};
+  evt_convert_element_type_3::Arguments evt_convert_element_type_3_args{};
+  evt_softmax_sum_default::Arguments evt_softmax_sum_default_args{evt_softmax_sum_default_op_args};
+  evt_addmm_out::Arguments evt_addmm_out_args{};
+  CustomEVT::Arguments evt_args{
+      evt_addmm_acc_args,
+      evt_primals_2_args,
+      evt_addmm_args,
+      evt_convert_element_type_default_args,
+      evt_convert_element_type_3_args,
+      evt_softmax_sum_default_args,
+      evt_addmm_out_args};
 
   cutlass::KernelHardwareInfo hw_info = hardware_info();
   if (hw_info.sm_count <= 0) {
@@ -174,17 +216,21 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
     }
   }
   Gemm::Arguments args;
-  if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L, args)) {
+  Finishers finishers;
+  size_t stats_bytes = 0;
+  if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L,
+                              workspace, stats_bytes, finishers, args)) {
     return rc;
+  }
+  if (Gemm::get_workspace_size(args) + stats_bytes > workspace_bytes) {
+    return kWorkspaceTooSmall;
   }
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) {
     return kCannotImplement;
   }
-  if (Gemm::get_workspace_size(args) > workspace_bytes) {
-    return kWorkspaceTooSmall;
-  }
+  void* gemm_workspace = stats_bytes ? static_cast<uint8_t*>(workspace) + stats_bytes : workspace;
   // What Gemm::initialize + Gemm::run do, with the shared-memory attribute set once per device.
-  cutlass::Status status = GemmKernel::initialize_workspace(args, workspace, stream);
+  cutlass::Status status = GemmKernel::initialize_workspace(args, gemm_workspace, stream);
   if (status != cutlass::Status::kSuccess) {
     return static_cast<int>(status);
   }
@@ -192,21 +238,31 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
                                                GemmKernel::SharedStorageSize) != cudaSuccess) {
     return static_cast<int>(cutlass::Status::kErrorInternal);
   }
-  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
-  if (workspace_bytes == 0) {
+  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, gemm_workspace);
+  if (workspace_bytes == 0) {  // (statistics always take a workspace: none to finish here)
     memo.insert(key, params);
   }
-  return static_cast<int>(Gemm::run(params, stream));
+  status = Gemm::run(params, stream);
+  if (status != cutlass::Status::kSuccess) {
+    return static_cast<int>(status);
+  }
+  if (evt_softmax_sum_default_op::finish(finishers.evt_softmax_sum_default, M, N, L, stream) != cudaSuccess) {
+    return kFinishFailed;
+  }
+  return 0;
 }
 
 EVT_EXPORT size_t evt_evt_f0_addmm_workspace(int M, int N, int K, int L) {
   Gemm::Arguments args;
-  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, args) != 0) {
+  Finishers finishers;
+  size_t stats_bytes = 0;
+  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, nullptr, stats_bytes,
+                     finishers, args) != 0) {
     return 0;
   }
-  return Gemm::get_workspace_size(args);
+  return Gemm::get_workspace_size(args) + stats_bytes;
 }
 
 EVT_EXPORT char const* evt_evt_f0_addmm_signature() {
-  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"convert_element_type_3\",\"d_dtype\":\"f32\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"args\":[\"addmm\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_3\",\"op\":\"identity\"},{\"arg\":\"convert_element_type_3\",\"dtype\":\"f32\",\"keepdim\":true,\"kind\":\"softmax_stats\",\"max_output\":1,\"name\":\"softmax_sum_default\",\"sum_output\":2,\"zero_inf_max\":false}],\"num_inputs\":3}";
+  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"addmm\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"args\":[\"addmm\"],\"dtype\":\"bf16\",\"kind\":\"compute\",\"name\":\"convert_element_type_default\",\"op\":\"identity\"},{\"args\":[\"convert_element_type_default\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_3\",\"op\":\"identity\"},{\"arg\":\"convert_element_type_3\",\"dtype\":\"f32\",\"keepdim\":true,\"kind\":\"softmax_stats\",\"max_output\":1,\"name\":\"softmax_sum_default\",\"sum_output\":2,\"zero_inf_max\":false}],\"num_inputs\":3}";
 }

@@ -7,10 +7,10 @@ kernel evt_f0_addmm
   addmm = Compute(add; addmm_acc, primals_2) -> f32
   primals_4 = AuxLoad(in3, bf16, n-major)
   add = Compute(add; addmm, primals_4) -> f32
-  add_store = AuxStore(add) -> out1 (bf16)
-  convert_element_type_3 = Compute(identity; add_store) -> f32
-  var_correction = WelfordStats(Welford mean, var (correction 0) over N; convert_element_type_3): mean -> out3; var -> out2 (f32, [M, 1])
-  D = convert_element_type_3 -> out0 (f32)
+  convert_element_type_default = Compute(identity; add) -> bf16
+  convert_element_type_3 = Compute(identity; convert_element_type_default) -> f32
+  var_correction = WelfordStats(Welford mean, var (correction 0) over N; convert_element_type_3): mean -> out2; var -> out1 (f32, [M, 1])
+  D = add -> out0 (bf16)
 */
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +43,7 @@ using namespace evt::launch;  // in_ptr, load_stride, hardware_info, return code
 // ---------------------------------------------------------------------------------------------
 using ElementAB = cutlass::bfloat16_t;
 using ElementC = void;  // no C source: every extra input is an EVT load node
-using ElementD = float;
+using ElementD = cutlass::bfloat16_t;
 using ElementAccumulator = float;
 using ElementCompute = float;
 using LayoutA = cutlass::layout::RowMajor;
@@ -62,7 +62,7 @@ using EpilogueDescriptor = cutlass::epilogue::collective::detail::EpilogueDescri
     TileShape, EpilogueTile, ElementC, ElementD, EpilogueSchedule>;
 
 // ---------------------------------------------------------------------------------------------
-// Epilogue visitor: one type per IR node
+// Epilogue visitor: one type per IR node, listed in topological order
 // ---------------------------------------------------------------------------------------------
 
 // addmm_acc: AccFetch
@@ -73,8 +73,7 @@ using evt_primals_2 = fusion::Sm90RowBroadcast<0, TileShape, cutlass::bfloat16_t
     cute::Stride<cute::_0, cute::_1, int64_t>>;
 
 // addmm: Compute add(addmm_acc, primals_2) -> f32
-using evt_addmm = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>,
-    evt_addmm_acc, evt_primals_2>;
+using evt_addmm = fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>;
 
 // primals_4: AuxLoad(input 3, bf16, n-major)
 using evt_primals_4_desc = cutlass::epilogue::collective::detail::AuxLoadDescriptor<
@@ -84,27 +83,45 @@ using evt_primals_4 = fusion::Sm90AuxLoad<
     cute::Stride<int64_t, cute::_1, int64_t>, evt_primals_4_desc::SmemLayoutAtom, evt_primals_4_desc::CopyOpS2R>;
 
 // add: Compute add(addmm, primals_4) -> f32
-using evt_add = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>,
-    evt_addmm, evt_primals_4>;
+using evt_add = fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>;
 
-// add_store: AuxStore(add) -> output 1, bf16, n-major
-using evt_add_store_desc = cutlass::epilogue::collective::detail::AuxStoreDescriptor<
-    EpilogueDescriptor, cute::Stride<int64_t, cute::_1, int64_t>, cutlass::bfloat16_t>;
-using evt_add_store = fusion::Sm90EVT<fusion::Sm90AuxStore<
-    evt_add_store_desc::Stages, evt_add_store_desc::EpilogueTile, cutlass::bfloat16_t, kRound,
-    cute::Stride<int64_t, cute::_1, int64_t>, evt_add_store_desc::SmemLayoutAtom, evt_add_store_desc::CopyOpR2S>,
-    evt_add>;
+// convert_element_type_default: Compute identity(add) -> bf16
+using evt_convert_element_type_default = fusion::Sm90Compute<cutlass::epilogue::thread::Identity, cutlass::bfloat16_t, ElementCompute, kRound>;
 
-// convert_element_type_3: Compute identity(add_store) -> f32
-using evt_convert_element_type_3 = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>,
-    evt_add_store>;
+// convert_element_type_3: Compute identity(convert_element_type_default) -> f32
+using evt_convert_element_type_3 = fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>;
 
-// var_correction: WelfordStats of convert_element_type_3 -> mean: output 3, var: output 2, f32; fp32 partials per N tile, combined in a fixed order by the last CTA (deterministic)
-using evt_var_correction = fusion::Sm90EVT<evt::Sm90RowStatistics<evt::WelfordStat<0>, TileShape, float,
-    cute::Stride<cute::_1, cute::_0, int64_t>>,
-    evt_convert_element_type_3>;
+// var_correction: WelfordStats of convert_element_type_3 -> mean: output 2, var: output 1, f32; fp32 partials per N tile, combined in a fixed order after the GEMM (deterministic)
+using evt_var_correction_op = evt::Sm90RowStatistics<evt::WelfordStat<0>, TileShape, float,
+    cute::Stride<cute::_1, cute::_0, int64_t>>;  // finished after the GEMM
+using evt_var_correction = evt_var_correction_op;
 
-using CustomEVT = evt_var_correction;  // stored as D
+// add_out: Compute identity(add) -> f32
+using evt_add_out = fusion::Sm90Compute<cutlass::epilogue::thread::Identity, float, ElementCompute, kRound>;
+
+// The DAG: node i reads the nodes listed in seq i; the last node is stored as D.
+using CustomEVT = fusion::Sm90TopologicalVisitor<
+    ElementCompute,
+    cute::tuple<
+        cute::seq<>,  // evt_addmm_acc
+        cute::seq<>,  // evt_primals_2
+        cute::seq<0, 1>,  // evt_addmm
+        cute::seq<>,  // evt_primals_4
+        cute::seq<2, 3>,  // evt_add
+        cute::seq<4>,  // evt_convert_element_type_default
+        cute::seq<5>,  // evt_convert_element_type_3
+        cute::seq<6>,  // evt_var_correction
+        cute::seq<4>  // evt_add_out
+    >,
+    evt_addmm_acc,
+    evt_primals_2,
+    evt_addmm,
+    evt_primals_4,
+    evt_add,
+    evt_convert_element_type_default,
+    evt_convert_element_type_3,
+    evt_var_correction,
+    evt_add_out>;
 
 // ---------------------------------------------------------------------------------------------
 // Kernel
@@ -130,10 +147,18 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------------
+// Statistics over N finish in a kernel of their own after the GEMM (evt_statistics.h): the
+// arguments of each, and their per-tile partials at the start of the workspace (CUTLASS's after).
+struct Finishers {
+  evt_var_correction_op::Arguments evt_var_correction;
+};
+
 // Fill the kernel arguments from the ABI's pointers and strides: 0 or a negative return code.
+// `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).
 int make_arguments(void const* const* inputs, int64_t const* input_strides,
                    void* const* outputs, int64_t const* output_strides,
-                   int M, int N, int K, int L, Gemm::Arguments& args) {
+                   int M, int N, int K, int L, void* workspace, size_t& stats_bytes,
+                   Finishers& finishers, Gemm::Arguments& args) {
   GemmKernel::StrideA stride_a{};
   GemmKernel::StrideB stride_b{};
   GemmKernel::StrideD stride_d{};
@@ -144,29 +169,37 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   ok = load_stride(strides_of(input_strides, 2), M, N, L, evt_primals_2_stride) && ok;
   cute::Stride<int64_t, cute::_1, int64_t> evt_primals_4_stride{};
   ok = load_stride(strides_of(input_strides, 3), M, N, L, evt_primals_4_stride) && ok;
-  cute::Stride<int64_t, cute::_1, int64_t> evt_add_store_stride{};
-  ok = load_stride(strides_of(output_strides, 1), M, N, L, evt_add_store_stride) && ok;
   cute::Stride<cute::_1, cute::_0, int64_t> evt_var_correction_stride{};
-  ok = load_stride(strides_of(output_strides, 3), M, N, L, evt_var_correction_stride) && ok;
+  ok = load_stride(strides_of(output_strides, 2), M, N, L, evt_var_correction_stride) && ok;
   if (!ok) {
     return kStrideMismatch;
   }
+  stats_bytes = 0;
+  void* evt_var_correction_partials = workspace ? static_cast<uint8_t*>(workspace) + stats_bytes : nullptr;
+  stats_bytes += evt_var_correction_op::partials_bytes(M, N, L);
+  evt_var_correction_op::Arguments evt_var_correction_op_args{out_ptr<float>(outputs, 2), out_ptr<float>(outputs, 1), evt_var_correction_stride, evt_var_correction_partials};
+  finishers.evt_var_correction = evt_var_correction_op_args;
 
   // Visitor arguments, children before parents
   evt_addmm_acc::Arguments evt_addmm_acc_args{};
   evt_primals_2::Arguments evt_primals_2_args{in_ptr<cutlass::bfloat16_t>(inputs, 2), cutlass::bfloat16_t(0), evt_primals_2_stride};
-  evt_addmm::Arguments evt_addmm_args{
-      evt_addmm_acc_args, evt_primals_2_args, {}};
+  evt_addmm::Arguments evt_addmm_args{};
   evt_primals_4::Arguments evt_primals_4_args{in_ptr<cutlass::bfloat16_t>(inputs, 3), cutlass::bfloat16_t(0), evt_primals_4_stride};
-  evt_add::Arguments evt_add_args{
-      evt_addmm_args, evt_primals_4_args, {}};
-  evt_add_store::Arguments evt_add_store_args{
-      evt_add_args, {out_ptr<cutlass::bfloat16_t>(outputs, 1), evt_add_store_stride}};
-  evt_convert_element_type_3::Arguments evt_convert_element_type_3_args{
-      evt_add_store_args, {}};
-  evt_var_correction::Arguments evt_var_correction_args{
-      evt_convert_element_type_3_args, {out_ptr<float>(outputs, 3), out_ptr<float>(outputs, 2), evt_var_correction_stride}};
-  CustomEVT::Arguments const& evt_args = evt_var_correction_args;
+  evt_add::Arguments evt_add_args{};
+  evt_convert_element_type_default::Arguments evt_convert_element_type_default_args{};
+  evt_convert_element_type_3::Arguments evt_convert_element_type_3_args{};
+  evt_var_correction::Arguments evt_var_correction_args{evt_var_correction_op_args};
+  evt_add_out::Arguments evt_add_out_args{};
+  CustomEVT::Arguments evt_args{
+      evt_addmm_acc_args,
+      evt_primals_2_args,
+      evt_addmm_args,
+      evt_primals_4_args,
+      evt_add_args,
+      evt_convert_element_type_default_args,
+      evt_convert_element_type_3_args,
+      evt_var_correction_args,
+      evt_add_out_args};
 
   cutlass::KernelHardwareInfo hw_info = hardware_info();
   if (hw_info.sm_count <= 0) {
@@ -184,20 +217,20 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// The ABI: 4 inputs, 4 outputs (D first)
+// The ABI: 4 inputs, 3 outputs (D first)
 // ---------------------------------------------------------------------------------------------
 EVT_EXPORT int evt_evt_f0_addmm_run(
     void const* const* inputs, int64_t const* input_strides,
     void* const* outputs, int64_t const* output_strides,
     int M, int N, int K, int L,
     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  using Key = LaunchKey<4, 4>;
+  using Key = LaunchKey<4, 3>;
   static thread_local ParamsMemo<typename GemmKernel::Params, Key> memo;
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     return kNoDevice;
   }
-  Key const key = launch_key<4, 4>(
+  Key const key = launch_key<4, 3>(
       inputs, input_strides, outputs, output_strides, M, N, K, L, workspace, workspace_bytes, device);
   if (workspace_bytes == 0) {  // a workspace is re-initialized per launch: no shortcut then
     if (auto* params = memo.find(key)) {
@@ -205,17 +238,21 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
     }
   }
   Gemm::Arguments args;
-  if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L, args)) {
+  Finishers finishers;
+  size_t stats_bytes = 0;
+  if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L,
+                              workspace, stats_bytes, finishers, args)) {
     return rc;
+  }
+  if (Gemm::get_workspace_size(args) + stats_bytes > workspace_bytes) {
+    return kWorkspaceTooSmall;
   }
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) {
     return kCannotImplement;
   }
-  if (Gemm::get_workspace_size(args) > workspace_bytes) {
-    return kWorkspaceTooSmall;
-  }
+  void* gemm_workspace = stats_bytes ? static_cast<uint8_t*>(workspace) + stats_bytes : workspace;
   // What Gemm::initialize + Gemm::run do, with the shared-memory attribute set once per device.
-  cutlass::Status status = GemmKernel::initialize_workspace(args, workspace, stream);
+  cutlass::Status status = GemmKernel::initialize_workspace(args, gemm_workspace, stream);
   if (status != cutlass::Status::kSuccess) {
     return static_cast<int>(status);
   }
@@ -223,21 +260,31 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
                                                GemmKernel::SharedStorageSize) != cudaSuccess) {
     return static_cast<int>(cutlass::Status::kErrorInternal);
   }
-  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
-  if (workspace_bytes == 0) {
+  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, gemm_workspace);
+  if (workspace_bytes == 0) {  // (statistics always take a workspace: none to finish here)
     memo.insert(key, params);
   }
-  return static_cast<int>(Gemm::run(params, stream));
+  status = Gemm::run(params, stream);
+  if (status != cutlass::Status::kSuccess) {
+    return static_cast<int>(status);
+  }
+  if (evt_var_correction_op::finish(finishers.evt_var_correction, M, N, L, stream) != cudaSuccess) {
+    return kFinishFailed;
+  }
+  return 0;
 }
 
 EVT_EXPORT size_t evt_evt_f0_addmm_workspace(int M, int N, int K, int L) {
   Gemm::Arguments args;
-  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, args) != 0) {
+  Finishers finishers;
+  size_t stats_bytes = 0;
+  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, nullptr, stats_bytes,
+                     finishers, args) != 0) {
     return 0;
   }
-  return Gemm::get_workspace_size(args);
+  return Gemm::get_workspace_size(args) + stats_bytes;
 }
 
 EVT_EXPORT char const* evt_evt_f0_addmm_signature() {
-  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"convert_element_type_3\",\"d_dtype\":\"f32\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":3,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_4\"},{\"args\":[\"addmm\",\"primals_4\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"add\",\"op\":\"add\"},{\"arg\":\"add\",\"dtype\":\"bf16\",\"kind\":\"aux_store\",\"major\":\"n\",\"name\":\"add_store\",\"output\":1},{\"args\":[\"add_store\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_3\",\"op\":\"identity\"},{\"arg\":\"convert_element_type_3\",\"correction\":0,\"dtype\":\"f32\",\"keepdim\":true,\"kind\":\"welford\",\"mean_output\":3,\"name\":\"var_correction\",\"var_output\":2}],\"num_inputs\":4}";
+  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"add\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":3,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_4\"},{\"args\":[\"addmm\",\"primals_4\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"add\",\"op\":\"add\"},{\"args\":[\"add\"],\"dtype\":\"bf16\",\"kind\":\"compute\",\"name\":\"convert_element_type_default\",\"op\":\"identity\"},{\"args\":[\"convert_element_type_default\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_3\",\"op\":\"identity\"},{\"arg\":\"convert_element_type_3\",\"correction\":0,\"dtype\":\"f32\",\"keepdim\":true,\"kind\":\"welford\",\"mean_output\":2,\"name\":\"var_correction\",\"var_output\":1}],\"num_inputs\":4}";
 }

@@ -163,6 +163,31 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed():
     assert side == "forward" and "cannot take these shapes" in why and "N = 197" in why, why
 
 
+def test_an_fp32_gemm_region_is_not_formed_on_cuda():
+    """fp32 operands need TF32 kernels, which evt does not generate: on CUDA ("meta") such a
+    region stays unfused with that reason (SDPA's math decomposition on "meta" made the bench's
+    prebuild compile fp32 attention kernels that could never run); on the CPU it is formed (the
+    reference path runs it)."""
+    import warnings
+
+    import evt
+
+    def f(x, w, b):
+        return torch.relu(torch.nn.functional.linear(x, w, b))
+
+    def capture(device):
+        args = [torch.randn(s, device=device) for s in ((64, 32), (48, 32), (48,))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return evt.explain(f, *args)
+
+    assert len(capture("cpu").regions) == 1
+    meta = capture("meta")
+    assert meta.regions == []
+    ((_, _, why),) = meta.unfused
+    assert "cannot take these shapes" in why and "fp32" in why, why
+
+
 def test_an_aux_tensor_tma_cannot_read_is_not_loadable():
     """On CUDA ("meta"), an [M, N] input whose rows or strides are not whole 16-byte vectors is
     not an aux load (the op reading it stays out of the epilogue); on the CPU it is."""

@@ -89,11 +89,13 @@ def static_cuda(v) -> bool:
 
 def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     """Why the kernel could never run on tensors of these (fake) values' shapes, strides and
-    dtypes, else None: the launch guards on aligned data pointers. None too where a size or
+    dtypes, else None: `static_reason`, then the launch guards on aligned data pointers. None too where a size or
     stride is symbolic (a dynamic shape decides at launch) or the values are not CUDA tensors
     (the CPU runs the reference path by design; "meta" stands for CUDA: the bench's capture)."""
     if not all(static_cuda(v) for v in values):
         return None
+    if reason := static_reason(spec):  # e.g. an fp32 GEMM (no TF32 kernels yet): never runs
+        return reason
     infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
     try:
         check(spec, infos)

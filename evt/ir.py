@@ -206,7 +206,7 @@ class SoftmaxStats:
     dtype: str
     max_output: int | None = None
     sum_output: int | None = None
-    keepdim: bool = False
+    keepdim: tuple[bool, bool] = (False, False)  # per output: max, sum
     zero_inf_max: bool = False
 
 
@@ -223,7 +223,7 @@ class WelfordStats:
     dtype: str
     mean_output: int | None = None
     var_output: int | None = None
-    keepdim: bool = False
+    keepdim: tuple[bool, bool] = (False, False)  # per output: mean, var
     correction: int = 0
 
 
@@ -263,8 +263,8 @@ def writes(node: Node) -> list[Output]:
         vector = {"row_reduction": "row", "col_reduction": "col"}.get(node.kind, "scalar")
         return [Output(node.output, node, node.dtype, vector, node.keepdim)]
     if isinstance(node, (SoftmaxStats, WelfordStats)):
-        return [Output(i, node, node.dtype, "col", node.keepdim) for i in stat_outputs(node)
-                if i is not None]  # fmt: skip
+        return [Output(i, node, node.dtype, "col", keep)
+                for i, keep in zip(stat_outputs(node), node.keepdim) if i is not None]  # fmt: skip
     return []
 
 
@@ -405,6 +405,9 @@ def _node_from_dict(d: dict) -> Node:
     cls = NODE_TYPES[d.pop("kind")]
     if "args" in d:
         d["args"] = tuple(d["args"])
+    if cls in (SoftmaxStats, WelfordStats) and "keepdim" in d:  # older JSON: one bool for both
+        k = d["keepdim"]
+        d["keepdim"] = (bool(k), bool(k)) if isinstance(k, bool) else tuple(k)
     return cls(**d)
 
 
@@ -488,10 +491,15 @@ def _format_node(n: Node) -> str:
 
 def _format_stats(n: SoftmaxStats | WelfordStats) -> str:
     names = ("max", "sum") if isinstance(n, SoftmaxStats) else ("mean", "var")
-    outs = [f"{what} -> out{i}" for what, i in zip(names, stat_outputs(n)) if i is not None]
+    written = [(what, i, keep) for what, i, keep in zip(names, stat_outputs(n), n.keepdim)
+               if i is not None]  # fmt: skip
+    shapes = {"[M, 1]" if keep else "[M]" for _, _, keep in written}
+    each = len(shapes) > 1  # the outputs' shapes differ: each says its own
+    outs = [f"{what} -> out{i}" + (f" {'[M, 1]' if keep else '[M]'}" if each else "")
+            for what, i, keep in written]  # fmt: skip
     if isinstance(n, SoftmaxStats):
         what = "max, sum exp(x - max)" + (", +-inf max as 0" if n.zero_inf_max else "")
     else:
         what = f"Welford mean, var (correction {n.correction})"
-    shape = "[M, 1]" if n.keepdim else "[M]"
-    return f"{n.name} = {type(n).__name__}({what} over N; {n.arg}): {'; '.join(outs)} ({n.dtype}, {shape})"
+    tail = n.dtype if each else f"{n.dtype}, {shapes.pop()}"
+    return f"{n.name} = {type(n).__name__}({what} over N; {n.arg}): {'; '.join(outs)} ({tail})"

@@ -76,15 +76,16 @@ def _nodes(kind: str, cls) -> list:
 def test_softmax_max_and_sum_are_one_online_softmax_node():
     (stats,) = _nodes("log_softmax", ir.SoftmaxStats)
     assert stats.max_output is not None and stats.sum_output is not None
-    assert stats.keepdim and not stats.zero_inf_max
+    assert stats.keepdim == (True, True) and not stats.zero_inf_max
     assert not _nodes("log_softmax", ir.ColReduction)  # the max is the statistic's
 
 
 def test_logsumexp_shifts_infinite_maxima_by_zero():
     (stats,) = _nodes("logsumexp", ir.SoftmaxStats)
-    assert stats.zero_inf_max and stats.sum_output is not None and not stats.keepdim
-    (amax,) = _nodes("logsumexp", ir.ColReduction)  # keepdim differs from the sum's: its own node
-    assert amax.op == "max" and amax.keepdim
+    assert stats.zero_inf_max and stats.sum_output is not None and stats.max_output is not None
+    # the max (amax, keepdim) is the statistic's too, though the sum drops the dim: one pass
+    assert stats.keepdim == (True, False)
+    assert not _nodes("logsumexp", ir.ColReduction)
 
 
 def test_a_hand_written_softmax_max_unsqueezed_back_is_recognized():
@@ -97,7 +98,7 @@ def test_a_hand_written_softmax_max_unsqueezed_back_is_recognized():
     ((region),) = report.regions
     assert region.fused == ["prims.convert_element_type", "aten.amax", "evt.softmax_sum"]
     (stats,) = [n for n in region.spec.nodes if isinstance(n, ir.SoftmaxStats)]
-    assert stats.sum_output is not None and not stats.keepdim and not stats.zero_inf_max
+    assert stats.sum_output is not None and not any(stats.keepdim) and not stats.zero_inf_max
     got = torch.compile(softmax_stats, backend="evt", options={"rest": "eager"})(x, w)
     want = softmax_stats(x.double(), w.double())
     for g, r in zip(got, want, strict=True):
@@ -107,7 +108,7 @@ def test_a_hand_written_softmax_max_unsqueezed_back_is_recognized():
 def test_layer_norm_mean_and_var_are_one_welford_node():
     (stats,) = _nodes("layer_norm", ir.WelfordStats)
     assert stats.mean_output is not None and stats.var_output is not None
-    assert stats.correction == 0 and stats.keepdim
+    assert stats.correction == 0 and all(stats.keepdim)
 
 
 def test_reductions_over_n_and_everything():
@@ -203,7 +204,7 @@ def test_reference_computes_every_statistic_in_fp32():
     torch.testing.assert_close(m, y.amax(-1, keepdim=True))
     torch.testing.assert_close(s, torch.exp(y - y.amax(-1, keepdim=True)).sum(-1, keepdim=True))
     torch.testing.assert_close(mean, y.mean(-1, keepdim=True))
-    torch.testing.assert_close(var, y.var(-1, correction=0, keepdim=True))
+    torch.testing.assert_close(var, y.var(-1, correction=0))  # this output drops the dim
     torch.testing.assert_close(row_sum, y.sum(-1))
     assert row_max.dtype == torch.bfloat16 and torch.equal(row_max, y.amax(-1).bfloat16())
     torch.testing.assert_close(col_max, y.amax(0))
@@ -248,7 +249,7 @@ def test_batched_statistics_are_per_batch():
 def test_output_shapes_and_strides():
     spec = specs.row_statistics()
     assert spec.output_shapes(40, 24, 1) == [
-        (40, 24), (40, 1), (40, 1), (40, 1), (40, 1), (40,), (40,), (24,), ()]  # fmt: skip
+        (40, 24), (40, 1), (40, 1), (40, 1), (40,), (40,), (40,), (24,), ()]  # fmt: skip
     strides = guards.output_strides(spec, 40, 24)
     assert strides[3:6] == (1, 0, 0) and strides[-6:-3] == (0, 1, 0) and strides[-3:] == (0, 0, 0)
     batched = specs.batched_row_statistics()

@@ -170,6 +170,15 @@ def _writers(rest: list[Node], value: dict[Node, str], reductions: dict) -> list
 
 STATISTICS = ("softmax_sum", "col_mean", "col_var")
 _FIELD = {"softmax_sum": "sum_output", "col_mean": "mean_output", "col_var": "var_output"}
+_SLOT = {"max_output": 0, "sum_output": 1, "mean_output": 0, "var_output": 1}  # in `keepdim`
+
+
+def _with_output(s, field: str, output: int, keepdim: bool, **extra):
+    """Statistic `s` also writing `field` to output `output`, shaped with or without the reduced
+    dim (each output has its own: logsumexp keeps the max's dim, not the sum's)."""
+    keep = list(s.keepdim)
+    keep[_SLOT[field]] = keepdim
+    return dataclasses.replace(s, **{field: output}, keepdim=tuple(keep), **extra)
 
 
 def _join_statistic(stats: list, fx: Node, output: int, expr: Expr, summand: str) -> None:
@@ -184,13 +193,13 @@ def _join_statistic(stats: list, fx: Node, output: int, expr: Expr, summand: str
     elif expr.op == "col_var":
         extra["correction"] = int(expr.args[1])
     for i, s in enumerate(stats):
-        same = isinstance(s, cls) and (s.arg, s.dtype, s.keepdim) == (summand, dtype, keepdim)
+        same = isinstance(s, cls) and (s.arg, s.dtype) == (summand, dtype)
         if same and all(getattr(s, k) == v for k, v in extra.items() if k != "correction") \
                 and getattr(s, field) is None:  # fmt: skip
-            stats[i] = dataclasses.replace(s, **{field: output}, **extra)
+            stats[i] = _with_output(s, field, output, keepdim, **extra)
             return
-    new = cls(c_identifier(fx.name), summand, dtype, keepdim=keepdim, **extra)
-    stats.append(dataclasses.replace(new, **{field: output}))
+    new = cls(c_identifier(fx.name), summand, dtype, **extra)
+    stats.append(_with_output(new, field, output, keepdim))
 
 
 def _vector(fx: Node) -> tuple[str, bool]:
@@ -208,10 +217,9 @@ def _writer(fx: Node, output: int, value: dict[Node, str], reductions: dict, sta
     where, op = expr.op.split("_")  # row_sum, col_max, scalar_sum, ...
     if where == "col" and op == "max":
         for i, s in enumerate(stats):  # softmax's max: the statistic computes it anyway
-            same = isinstance(s, ir.SoftmaxStats) and (s.arg, s.dtype, s.keepdim) == (
-                summand, dtype, keepdim)  # fmt: skip
+            same = isinstance(s, ir.SoftmaxStats) and (s.arg, s.dtype) == (summand, dtype)
             if same and s.max_output is None:
-                stats[i] = dataclasses.replace(s, max_output=output)
+                stats[i] = _with_output(s, "max_output", output, keepdim)
                 return None
     cls = {"row": ir.RowReduction, "col": ir.ColReduction, "scalar": ir.ScalarReduction}[where]
     return cls(name, summand, output, dtype, keepdim, op)

@@ -151,8 +151,8 @@ def _reduce(node, x: torch.Tensor, batched: bool) -> list[tuple[int, torch.Tenso
     if isinstance(node, ir.ColReduction):
         return [(node.output, _col(REDUCE[node.op](x, dim=2), node.keepdim, batched))]
     stats = _softmax_stats(x, node) if isinstance(node, ir.SoftmaxStats) else _welford(x, node)
-    return [(i, _col(v, node.keepdim, batched))
-            for i, v in zip(ir.stat_outputs(node), stats) if i is not None]  # fmt: skip
+    return [(i, _col(v, keep, batched))
+            for i, v, keep in zip(ir.stat_outputs(node), stats, node.keepdim) if i is not None]  # fmt: skip
 
 
 def _col(v: torch.Tensor, keepdim: bool, batched: bool) -> torch.Tensor:

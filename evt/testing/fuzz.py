@@ -154,10 +154,11 @@ def _add_reductions(g: _Gen, r: random.Random, row: bool) -> None:
             both = r.random() < 0.6
             first, second = (out, out + 1) if both else r.choice(((out, None), (None, out)))
             out += 1 + both
+            keep = (keepdim, keepdim != both)  # the outputs' shapes differ in some (no new draw)
             if kind == "softmax":
-                w = ir.SoftmaxStats(f"softmax{out}", v, dtype, first, second, keepdim, r.random() < 0.3)
+                w = ir.SoftmaxStats(f"softmax{out}", v, dtype, first, second, keep, r.random() < 0.3)
             else:
-                w = ir.WelfordStats(f"welford{out}", v, dtype, first, second, keepdim, r.choice((0, 1)))
+                w = ir.WelfordStats(f"welford{out}", v, dtype, first, second, keep, r.choice((0, 1)))
         at = next(i for i, n in enumerate(g.nodes) if n.name == v) + 1
         g.nodes.insert(at, w)
         g.facts[w.name] = g.facts[v]

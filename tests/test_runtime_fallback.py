@@ -175,3 +175,17 @@ def test_missing_nvcc_is_a_compile_failure(cuda_mode, monkeypatch):
     monkeypatch.setattr(dispatch, "COMPILE_FN", None)
     _, warned = run_recording(fc1_spec(), fc1_inputs())
     assert len(warned) == 1 and "runs unfused: compile failed: nvcc not found" in warned[0]
+
+
+def test_a_max_of_bf16_values_has_bf16_tolerance():
+    """A max picks one element: a bf16 value rounded the other way by a different accumulation
+    order shows at full size in an fp32 max, so it gets bf16's tolerance; sums and means (which
+    average such flips out) keep their own dtype's, as does D."""
+    from evt.runtime import verify
+    from tests import specs
+
+    spec = specs.row_statistics()  # bf16 logits; outputs: D, softmax max/sum, mean/var, ...
+    tol = [verify.tolerance(spec, i) for i in range(len(spec.output_dtypes()))]
+    bf16, f32 = verify.TOLERANCE["bf16"], verify.TOLERANCE["f32"]
+    # D (bf16), max, sum, mean, var, row sum, row max (bf16), max over M, sum of everything
+    assert tol == [bf16, bf16, f32, f32, f32, f32, bf16, bf16, f32]

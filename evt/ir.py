@@ -240,6 +240,8 @@ NODE_TYPES: dict[str, type] = {
 }  # fmt: skip
 LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
 REDUCTIONS = (RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)
+# per-row statistics over N: evt's Sm90RowStatistics, finished by a kernel after the GEMM
+ROW_STATISTICS = (ColReduction, SoftmaxStats, WelfordStats)
 WRITERS = (AuxStore, *REDUCTIONS)  # write outputs, pass their argument through
 Writer = AuxStore | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from evt.errors import CodegenError
-from evt.ir import AuxLoad, AuxStore, KernelSpec, RowBroadcast
+from evt.ir import ROW_STATISTICS, AuxLoad, AuxStore, KernelSpec, RowBroadcast
 
 # schedule -> (mainloop kernel schedule, epilogue schedule, tile M granule)
 SCHEDULES = {
@@ -174,7 +174,7 @@ def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int =
 
 
 def _has_statistic(spec: KernelSpec) -> bool:
-    return any(n.kind in ("col_reduction", "softmax_stats", "welford") for n in spec.nodes)
+    return any(isinstance(n, ROW_STATISTICS) for n in spec.nodes)
 
 
 def epilogue_cost(spec: KernelSpec) -> float:

@@ -20,6 +20,7 @@ from evt.errors import CodegenError
 from evt.ir import (
     COMPUTE_OPS,
     DTYPES,
+    ROW_STATISTICS,
     WRITERS,
     AuxLoad,
     AuxStore,
@@ -100,7 +101,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         num_inputs=spec.num_inputs,
         num_outputs=spec.num_outputs,
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
-        row_stats=any(isinstance(n, (ColReduction, SoftmaxStats, WelfordStats)) for n in plan.nodes),
+        row_stats=any(isinstance(n, ROW_STATISTICS) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip
 
@@ -144,14 +145,14 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
         view["max"] = n.op == "max"
     if isinstance(n, (SoftmaxStats, WelfordStats)):
         view.update(_statistic(n))
-    view["row_stats"] = isinstance(n, (ColReduction, SoftmaxStats, WelfordStats))
+    view["row_stats"] = isinstance(n, ROW_STATISTICS)
     if isinstance(n, AuxLoad) and n.broadcast_l:
         view["stride"] = STRIDE_AUX_EVERY_L[n.major]
     elif isinstance(n, (AuxLoad, AuxStore)):
         view["stride"] = STRIDE_AUX[n.major]
     elif isinstance(n, RowReduction):
         view["stride"] = STRIDE_ROW_SUM
-    elif isinstance(n, (ColReduction, SoftmaxStats, WelfordStats)):
+    elif isinstance(n, ROW_STATISTICS):
         view["stride"] = STRIDE_COL_OUT
     elif isinstance(n, (RowBroadcast, ColBroadcast)):
         view["stride"] = STRIDE_ROW if isinstance(n, RowBroadcast) else STRIDE_COL

@@ -9,6 +9,9 @@ LM head's fp32 logits: 1.6 GB instead of 0.8 at GPT-2's vocabulary and 8192 toke
 where a reader (through views) is the graph's output or a GEMM: there, outside, the cast would
 be a kernel of its own.
 A region left with its GEMM alone is dropped (cuBLAS runs the GEMM).
+
+A widening cast read both inside (e.g. by statistics) and outside stays, but the region stores
+the narrow value and the outside readers get a cast of their own (`_store_narrow`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Why a bench evt row is slower than its kernel alone: for a few suite cases, per baseline,
+"""Why a bench evt row is slower than its kernel alone: for a few suite cases or training steps
+(step/mlp, ...), per baseline,
 the bench's own timing (`evt.bench.measure.time_ms`), the host's time per call (calls enqueued
 back to back, no sync in between), the time under a CUDA graph (host cost removed), and the CUDA
 kernels one call launches with their device times (torch.profiler).
@@ -14,8 +15,9 @@ import time
 from collections import defaultdict
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from evt.bench import baselines, measure, ops
+from evt.bench import baselines, measure, ops, steps
 from evt.bench.plan import all_cases
 
 DEFAULT = "bias_relu/gpt2,bias_relu/bert-down,bias_gelu_aux/gpt2,dgrad_bias_grad/bert,residual_scale_cast/bert"
@@ -59,6 +61,7 @@ def main() -> None:
     ap.add_argument("--cases", default=DEFAULT)
     ap.add_argument("--baselines", default="mm,eager,evt,compile")
     ap.add_argument("--json")
+    ap.add_argument("--top", type=int, default=12, help="kernels listed per baseline")
     args = ap.parse_args()
     by_name = {c.name: c for c in all_cases()}
     if "evt" in args.baselines.split(","):  # all evt kernels at once, configs for the real shapes
@@ -68,13 +71,16 @@ def main() -> None:
     report = []
     for name in args.cases.split(","):
         case = by_name[name]
-        w = ops.build(case, torch.bfloat16, "cuda")
+        w = (ops if case.kind == "op" else steps).build(case, torch.bfloat16, "cuda")
         inputs = w.make_inputs(0)
-        M, N, K = case.dims[:3]
-        flop = 2 * M * N * K
+        with FlopCounterMode(display=False) as counter:
+            w.eager(*inputs)
+        flop = counter.get_total_flops()
         print(f"\n== {name} {case.dims}")
         for b in args.baselines.split(","):
             base = baselines.BASELINES[b]
+            if not base.applies(case, "cuda"):
+                continue
             if b == "evt":
                 from evt.runtime import dispatch
 
@@ -96,7 +102,9 @@ def main() -> None:
             gtxt = f"{g * 1e3:7.1f} us ({flop / g / 1e9:5.0f} TF/s)" if isinstance(g, float) else g
             print(f"  {b:8s} bench {row['bench_ms'] * 1e3:7.1f} us ({flop / row['bench_ms'] / 1e9:5.0f}"
                   f" TF/s)  host {row['host_us']:6.1f} us/call  graph {gtxt}")
-            for k, per, us in row["kernels"]:
+            busy = sum(us for _, _, us in row["kernels"])
+            print(f"      {busy:7.1f} us  kernels in all ({sum(p for _, p, _ in row['kernels']):.0f} launches)")
+            for k, per, us in row["kernels"][: args.top]:
                 print(f"      {us:7.1f} us  x{per:.1f}  {k}")
     if args.json:
         with open(args.json, "w") as f:

@@ -11,7 +11,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/evt-out}
 mkdir -p "$OUT"
 . scripts/device_env.sh
-want() { [[ " $* " == *" $1 "* ]]; }
+want() { local w=$1; shift; [[ " $* " == *" $w "* ]]; }  # want WORD "$@"
 tests=(tests/test_gpu_statistics.py)
 want models "$@" && tests+=(tests/test_gpu_models.py tests/test_gpu_mlp.py)
 python3 -m pytest -q -p no:cacheprovider -p no:logging --show-capture=no --tb=short \

@@ -349,7 +349,22 @@ def test_cuda_graph_times_have_their_own_ratios():
     assert rows["evt"]["vs_mm_graph"] == (pytest.approx(0.8), 1)
     md = markdown.render({"config": {"dtype": "bf16", "device": "cpu"}, "env": {}, "results": results})
     assert "## GEMM+epilogue suite under CUDA graphs" in md
-    assert "| eager | 0.71 (2) | — (0) | 0.50 (1) | 1.50 (1) | 0.53 (1) |" in md
+    assert "| eager | 0.71 (2) | — (0) | 0.50 (1) | 1.50 (1) | — (0) | 0.53 (1) |" in md
+
+
+def test_training_steps_have_graph_ratios_and_host_times():
+    """Steps replayed from CUDA graphs get their own geomean column and table, and the host's
+    time per step its table (a step slower than its graph replay is paced by the host)."""
+    results = [_rec("S", "eager", ms=2.0, kind="step"), _rec("S", "evt", ms=3.0, kind="step")]
+    for r, g, h in zip(results, (1.6, 1.2), (1.9, 2.9)):
+        r.update(graph_ms=g, host_ms=h)
+    rows = dict(report.summary(results))
+    assert rows["eager"]["step"] == (pytest.approx(2 / 3), 1)
+    assert rows["eager"]["step_graph"] == (pytest.approx(1.6 / 1.2), 1)
+    md = markdown.render({"config": {"dtype": "bf16", "device": "cpu"}, "env": {}, "results": results})
+    assert "| eager | — (0) | 0.67 (1) | — (0) | — (0) | 1.33 (1) | — (0) |" in md
+    assert "## Training steps under CUDA graphs" in md and "| S | s | 1.60 | 1.20 | 1.33× |" in md
+    assert "## Training steps: host time per step (ms)" in md and "| S | s | 1.90 | 2.90 |" in md
 
 
 def _session(commit, source="s1"):

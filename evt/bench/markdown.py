@@ -49,7 +49,7 @@ def heading(data: dict) -> str:
 def summary_table(results: list[dict]) -> str:
     rows = []
     for b, row in R.summary(results):
-        cells = [row[k] for k in ("op", "step", "vs_mm", "op_graph", "vs_mm_graph")]
+        cells = [row[k] for k in ("op", "step", "vs_mm", "op_graph", "step_graph", "vs_mm_graph")]
         rows.append([b] + [f"{R.fmt(v, 2)} ({n})" for v, n in cells])
     head = [
         "baseline",
@@ -57,12 +57,15 @@ def summary_table(results: list[dict]) -> str:
         "evt speedup over it, training steps (cases)",
         "its fraction of bare cuBLAS mm (cases)",
         "evt speedup over it, GEMM suite under CUDA graphs (cases)",
+        "evt speedup over it, training steps under CUDA graphs (cases)",
         "its fraction of mm under CUDA graphs (cases)",
     ]
     return (
         "## Summary (geometric means)\n\nThe first three columns time each call as a user's "
         "code makes it (host work included: the GPU idles when the host is slower than the "
-        "kernel); the last two replay the same calls from CUDA graphs (the GPU's time alone).\n\n"
+        "kernel); the last three replay the same calls from CUDA graphs (the GPU's time alone). "
+        "A training step whose host time per step (its own table) exceeds its time is paced by "
+        "the host, not its kernels.\n\n"
         + table(head, rows)
     )
 
@@ -178,6 +181,13 @@ def render(data: dict) -> str:
             res, "step", "time_ms", "Training steps: ms per step, and evt's speedup", 2, 1, True,
             wanted,
         ),
+        per_case(
+            res, "step", "graph_ms",
+            "Training steps under CUDA graphs: ms per step, and evt's speedup", 2, 1, True,
+            wanted, field_time="graph_ms",
+        ),
+        per_case(res, "step", "host_ms", "Training steps: host time per step (ms)", 2,
+                 wanted=wanted),
         per_case(res, "step", "peak_mem_bytes", "Training steps: peak memory (MiB)", 0, MIB,
                  wanted=wanted),
         compile_table(data),

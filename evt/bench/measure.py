@@ -103,6 +103,20 @@ def graph_time_ms(fn: Callable, input_sets: list[tuple], device: str) -> float:
     return time_ms(lambda: next(cycle).replay(), device)
 
 
+def host_ms(fn: Callable[[], object], device: str, n: int = 50) -> float:
+    """The host's time per call with calls enqueued back to back (no synchronization between
+    them): when it exceeds the timed result's, the host, not the GPU, sets the pace."""
+    for _ in range(3):
+        fn()
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t0) / n * 1e3
+    sync(device)
+    return host
+
+
 def rotating(fn: Callable, input_sets: list[tuple]) -> Callable[[], object]:
     """A no-argument call that runs `fn` on the next input set each time."""
     cycle = itertools.cycle(input_sets)

@@ -103,8 +103,9 @@ def summary(results: list[dict], target: str = "evt") -> list[tuple[str, dict]]:
             row[kind] = (geomean(s.values()), len(s))
         sol = speedup(results, b, "mm", "op") if b != "mm" else {}
         row["vs_mm"] = (geomean(sol.values()), len(sol))
-        s = speedup(results, target, b, "op", "graph_ms") if b != target else {}
-        row["op_graph"] = (geomean(s.values()), len(s))
+        for kind in ("op", "step"):
+            s = speedup(results, target, b, kind, "graph_ms") if b != target else {}
+            row[f"{kind}_graph"] = (geomean(s.values()), len(s))
         sol = speedup(results, b, "mm", "op", "graph_ms") if b != "mm" else {}
         row["vs_mm_graph"] = (geomean(sol.values()), len(sol))
         rows.append((b, row))

@@ -96,7 +96,8 @@ def measure_item(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict)
     rec.update(status="ok", time_ms=ms, flops=s.flops, bytes=s.bytes, input_sets=len(s.input_sets))
     rec["tflops"] = s.flops / (ms * 1e9) if s.flops else None
     rec["gbps"] = s.bytes / (ms * 1e6) if s.bytes else None
-    if s.case.kind == "op" and device.startswith("cuda"):
+    if device.startswith("cuda"):
+        rec["host_ms"] = measure.host_ms(measure.rotating(impl, s.input_sets), device)
         graph_item(impl, s, device, rec)
     if s.case.kind == "step":
         s.workload.release()  # the peak is above parameters and inputs, without old gradients

@@ -46,8 +46,9 @@ RECORD_FIELDS = (
     "flops",
     "bytes",
     "input_sets",
-    "graph_ms",  # GEMM cases on CUDA: the same calls replayed from CUDA graphs
+    "graph_ms",  # on CUDA: the same calls replayed from CUDA graphs (GEMM cases and steps)
     "graph_tflops",
+    "host_ms",  # on CUDA: the host's time per call, calls enqueued back to back
     "graph_error",  # why the capture failed (the time_ms still stands)
     "timer",
     "compile_cold_s",

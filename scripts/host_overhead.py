@@ -45,12 +45,15 @@ def main() -> None:
     print(f"Kernel.launch             {per_call_us(lambda: kernel.launch(problem, [x, w, b])):7.1f} us")
     print(f"Kernel.guard              {per_call_us(lambda: kernel.guard([x, w, b])):7.1f} us")
     plan = kernel._plan(problem)
-    out = [torch.empty(s, dtype=d, device="cuda") for s, d in plan.outputs]
+    out = [torch.empty(s, dtype=d, device="cuda") for s, _, d in plan.outputs]
     args = (launch._pointers([x, w, b]), plan.input_strides, launch._pointers(out),
             plan.output_strides, problem.M, problem.N, problem.K, problem.L, None, 0,
             launch.stream_handle(x.device))  # fmt: skip
     print(f"C++ launcher (ctypes)     {per_call_us(lambda: kernel.library.run(*args)):7.1f} us")
-    print(f"torch.empty (1 output)    {per_call_us(lambda: torch.empty(plan.outputs[0][0], dtype=plan.outputs[0][1], device='cuda')):7.1f} us")
+    shape, strides, dtype = plan.outputs[0]
+    print(f"torch.empty (1 output)    {per_call_us(lambda: torch.empty(shape, dtype=dtype, device='cuda')):7.1f} us")
+    fast = launch._empty_strided(x.device)
+    print(f"_empty_strided (1 output) {per_call_us(lambda: fast(shape, strides, dtype)):7.1f} us")
     print(f"current_stream().cuda_stream {per_call_us(lambda: torch.cuda.current_stream().cuda_stream):7.1f} us")
     print(f"raw stream                {per_call_us(lambda: launch.stream_handle(x.device)):7.1f} us")
     noop = torch.library.Library("evt_probe", "DEF")

@@ -9,6 +9,7 @@ put the measured winner.
 
     python benchmarks/config_sweep.py [--patterns bias_relu,dgrad_gelu] [--json out.json]
         [--configs LABELS] [--epilogue-tiles 64,128]   (epilogue subtile N: not yet a candidate)
+        [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 
 import torch
 
+from evt import ir
 from evt.bench import ops
 from evt.bench.workload import tiny
 from evt.codegen import config as cfgs
@@ -62,8 +64,14 @@ def main() -> None:
     p.add_argument("--epilogue-tiles", default="",
                    help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
                         "every chosen config (0 or empty: CUTLASS's automatic tile only)")
+    p.add_argument("--functor", default="",
+                   help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
+                        "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form)")
     p.add_argument("--json")
     a = p.parse_args()
+    for item in filter(None, a.functor.split(",")):
+        op, _, functor = item.partition("=")
+        ir.COMPUTE_OPS[op] = dataclasses.replace(ir.COMPUTE_OPS[op], functor=functor)
     base = [c for c in cfgs.CANDIDATES if not a.configs or c.label in a.configs.split(",")]
     configs = list(base)
     for n in (int(x) for x in a.epilogue_tiles.split(",") if x.strip() and int(x)):
@@ -94,7 +102,7 @@ def main() -> None:
             ms, mm = time_ms(lambda kernel=kernel, x=x: kernel(x)), time_ms(bare_mm(spec, x))
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k)]
             row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, config=cfg.label,
-                       ms=ms, mm_ms=mm, tflops=2 * m * n * k / ms / 1e9, vs_mm=mm / ms, err=err,
+                       functors=a.functor, ms=ms, mm_ms=mm, tflops=2 * m * n * k / ms / 1e9, vs_mm=mm / ms, err=err,
                        heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
             rows.append(row)
             print(f"{name:20} {shape:9} {cfg.label:30} {row['tflops']:6.1f} TFLOP/s "

@@ -295,7 +295,7 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     "div": ComputeOp(2, "cutlass::divides", "div"),
     "neg": ComputeOp(1, "cutlass::negate", "neg"),
     "relu": ComputeOp(1, "cutlass::epilogue::thread::ReLu", "relu"),
-    "gelu": ComputeOp(1, "cutlass::epilogue::thread::GELU", "gelu"),
+    "gelu": ComputeOp(1, "evt::Gelu", "gelu"),  # through erfc: no cancellation in the tail
     "gelu_tanh": ComputeOp(1, "evt::GeluTanh", "gelu_tanh"),
     # grad * d/dz gelu(z): CUTLASS's dGELU is the tanh form, so exact GELU has its own functor.
     "gelu_backward": ComputeOp(2, "evt::GeluBackward", "gelu_backward"),

@@ -81,7 +81,7 @@ using evt_addmm_store = fusion::Sm90EVT<fusion::Sm90AuxStore<
     evt_addmm>;
 
 // gelu: Compute gelu(addmm_store) -> f32
-using evt_gelu = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::GELU, float, ElementCompute, kRound>,
+using evt_gelu = fusion::Sm90EVT<fusion::Sm90Compute<evt::Gelu, float, ElementCompute, kRound>,
     evt_addmm_store>;
 
 using CustomEVT = evt_gelu;  // stored as D

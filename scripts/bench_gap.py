@@ -67,7 +67,7 @@ def main() -> None:
     if "evt" in args.baselines.split(","):  # all evt kernels at once, configs for the real shapes
         from evt.bench.prebuild import prebuild
 
-        prebuild([by_name[n] for n in args.cases.split(",")], torch.bfloat16, print)
+        prebuild([by_name[n] for n in args.cases.split(",")], torch.bfloat16, print, "cuda")
     report = []
     for name in args.cases.split(","):
         case = by_name[name]

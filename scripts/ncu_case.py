@@ -21,7 +21,7 @@ from evt.runtime import dispatch
 def main() -> None:
     by_name = {c.name: c for c in all_cases()}
     case = by_name[sys.argv[1]]
-    prebuild([case], torch.bfloat16, print)
+    prebuild([case], torch.bfloat16, print, "cuda")
     w = ops.build(case, torch.bfloat16, "cuda")
     inputs = w.make_inputs(0)
     dispatch.reset()

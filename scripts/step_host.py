@@ -40,7 +40,7 @@ def main() -> None:
     if "evt" in args.baselines.split(","):
         from evt.bench.prebuild import prebuild
 
-        prebuild([by_name[n] for n in args.steps.split(",")], torch.bfloat16, print)
+        prebuild([by_name[n] for n in args.steps.split(",")], torch.bfloat16, print, "cuda")
     for name in args.steps.split(","):
         w = steps.build(by_name[name], torch.bfloat16, "cuda")
         inputs = w.make_inputs(0)

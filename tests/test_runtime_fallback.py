@@ -189,3 +189,19 @@ def test_a_max_of_bf16_values_has_bf16_tolerance():
     bf16, f32 = verify.TOLERANCE["bf16"], verify.TOLERANCE["f32"]
     # D (bf16), max, sum, mean, var, row sum, row max (bf16), max over M, sum of everything
     assert tol == [bf16, bf16, f32, f32, f32, f32, bf16, bf16, f32]
+
+
+def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeypatch):
+    """Inside `dispatch.reference_only()` (the bench prebuild's capture) a region runs its
+    reference path even where kernels run, with no warning and no fallback recorded, and no
+    kernel is built for the call; outside, the same call takes the kernel path."""
+    spec, inputs = fc1_spec(), fc1_inputs()
+    monkeypatch.setitem(dispatch.INJECT, "compile", "would fail")
+    with dispatch.reference_only():
+        outs, warned = run_recording(spec, inputs, times=2)
+    assert warned == [] and dispatch.FALLBACKS == {} and dispatch.LAUNCHES == {}
+    assert_reference_and_eager(outs, spec, inputs)
+    assert count(cuda_mode / "calls") == 0
+    monkeypatch.delitem(dispatch.INJECT, "compile")
+    _, warned = run_recording(spec, inputs, times=1)
+    assert warned == [] and dispatch.LAUNCHES[spec.name] == 1

@@ -1,11 +1,17 @@
 """Build every evt kernel a stage will need, in parallel, before anything is timed.
 
-Each case is captured at its real sizes on the "meta" device (shapes only: `evt.explain` runs the
-reference path on meta tensors in well under a second), so each region's tile config is chosen
-for the shapes the case will run, exactly as in the case's own run: the dispatch state is reset
-before each capture here and before each evt measurement (`runner.run_item`), so every case
-picks its configs as a fresh process would. The kernels are handed to the build pool at once;
-without this each case's first call would wait for its own nvcc, one after another.
+Each case is captured at its real sizes, so each region's tile config is chosen for the shapes
+the case will run, exactly as in the case's own run: the dispatch state is reset before each
+capture here and before each evt measurement (`runner.run_item`), so every case picks its configs
+as a fresh process would. The kernels are handed to the build pool at once; without this each
+case's first call would wait for its own nvcc, one after another.
+
+On CUDA the capture runs on the device itself with every region on its reference path
+(`dispatch.reference_only`): the graphs are the run's own. A "meta" capture (shapes only, the
+default off CUDA and in the CPU tests) traces some losses differently: torch 2.11's AOTAutograd
+on meta tensors gives mse_loss a gradient for its target (which requires none) and
+cross_entropy none for its input, so the loss regions' specs differed from the run's and their
+kernels were built again at the first call (scripts/prebuild_check.py shows such differences).
 """
 
 from __future__ import annotations
@@ -19,19 +25,23 @@ from evt.bench import ops, steps
 from evt.bench.workload import Case
 
 
-def prebuild(cases: Iterable[Case], dtype: torch.dtype, log: Callable[[str], None]) -> int:
-    """Start (and wait for) every kernel build; returns how many distinct kernels were asked."""
+def prebuild(
+    cases: Iterable[Case], dtype: torch.dtype, log: Callable[[str], None], device: str = "meta"
+) -> int:
+    """Start (and wait for) every kernel build, each case captured on `device` ("cuda": the
+    run's own graphs; "meta": shapes only); returns how many distinct kernels were asked."""
     import evt
     from evt.runtime import build, dispatch
 
     futures = {}
     for case in cases:
         try:
-            w = (ops if case.kind == "op" else steps).build(case, dtype, "meta")
+            w = (ops if case.kind == "op" else steps).build(case, dtype, device)
             dispatch.reset()
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), dispatch.reference_only():
                 warnings.simplefilter("ignore")
                 report = evt.explain(w.target, *w.make_inputs(0))
+            w.release()
         except Exception as e:  # noqa: BLE001 - the case itself will report what fails
             log(f"[evt] prebuild: could not capture {case.name}: {type(e).__name__}: {e}")
             continue

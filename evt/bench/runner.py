@@ -164,7 +164,7 @@ def run_stage(
     todo = pending(plan, store.results, stage)
     if stage == "evt" and device.startswith("cuda"):
         beat("prebuild")
-        prebuild_all(todo, store, dtype, log)
+        prebuild_all(todo, store, dtype, log, device)
     for case in dict.fromkeys(i.case for i in todo):
         items = [i for i in todo if i.case == case]
         if out_of_time(deadline, pending(plan, store.results, stage), store, log):
@@ -199,11 +199,11 @@ def out_of_time(deadline: float | None, left: list[Item], store: Store, log) -> 
     return True
 
 
-def prebuild_all(todo: list[Item], store: Store, dtype: torch.dtype, log) -> None:
+def prebuild_all(todo: list[Item], store: Store, dtype: torch.dtype, log, device: str) -> None:
     """evt's kernels for every pending case, built in parallel before anything is timed; the
     time is the stage's (kept apart from each case's compile time)."""
     from evt.bench.prebuild import prebuild
 
     t0 = time.monotonic()
-    n = prebuild(dict.fromkeys(i.case for i in todo), dtype, log)
+    n = prebuild(dict.fromkeys(i.case for i in todo), dtype, log, device)
     store.stage_run("evt", prebuild_s=round(time.monotonic() - t0, 1), prebuild_kernels=n)

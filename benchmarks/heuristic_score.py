@@ -1,0 +1,73 @@
+"""Score the tile-config heuristic against every committed exhaustive sweep: for each (sweep,
+pattern, region, shape), the config `evt.codegen.config.heuristic` ranks first among the configs
+that sweep timed, and its speed as a fraction of the measured best. No GPU: the sweeps are
+`benchmarks/results/*/config_sweep*.json` (written by benchmarks/config_sweep.py; a sweep that
+timed another functor with --functor is left out), the specs are captured on the CPU.
+
+    python benchmarks/heuristic_score.py [--show 0.97]   (cases below that fraction are listed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from evt.codegen import config as cfgs
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
+    """(run folder, pattern, region, shape) -> the sweep's rows for it."""
+    groups: dict[tuple[str, str, str, str], list[dict]] = {}
+    for f in sorted(RESULTS.glob("*/config_sweep*.json")):
+        for r in json.loads(f.read_text()):
+            if r.get("functors"):
+                continue  # an A/B run of another functor, not what evt renders
+            groups.setdefault((f.parent.name, r["pattern"], r["region"], r["shape"]), []).append(r)
+    return groups
+
+
+def score(groups, specs) -> list[tuple[tuple, dict, dict]]:
+    """(group key, the heuristic's pick, the measured best) per group."""
+    out = []
+    for key, rows in groups.items():
+        spec = specs[(key[1], key[2])]
+        r = rows[0]
+        timed = {row["config"]: row for row in rows}
+        ranked = [c.label for c in cfgs.heuristic(spec, r["m"], r["n"], r["k"])]
+        pick = next(timed[label] for label in ranked if label in timed)
+        out.append((key, pick, max(rows, key=lambda row: row["tflops"])))
+    return out
+
+
+def capture_specs(groups) -> dict[tuple[str, str], object]:
+    from config_sweep import capture  # benchmarks/ is this script's folder
+
+    specs = {}
+    for pattern in sorted({k[1] for k in groups}):
+        specs.update({(pattern, s.name): s for s in capture(pattern)})
+    return specs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--show", type=float, default=0.97, help="list cases below this fraction")
+    a = p.parse_args()
+    groups = sweeps()
+    results = score(groups, capture_specs(groups))
+    fractions = [pick["tflops"] / best["tflops"] for _, pick, best in results]
+    for (run, pattern, _, shape), pick, best in results:
+        f = pick["tflops"] / best["tflops"]
+        if f < a.show:
+            print(f"{run:18} {pattern + '/' + shape:28} pick {pick['config']:28} {f:.3f} "
+                  f"of {best['config']}")  # fmt: skip
+    geo = math.exp(sum(map(math.log, fractions)) / len(fractions))
+    print(f"{len(fractions)} cases: the heuristic's pick runs at {geo:.3f} of the measured best "
+          f"in geomean, {min(fractions):.3f} at worst")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

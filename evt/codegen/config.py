@@ -149,7 +149,7 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     epilogue leaves no candidate 2 mainloop stages). Statistics over N (softmax, LayerNorm, a
     max or sum per row) and the exact GELU or its backward rank ping-pong last: on the H100
     sweeps of their patterns (`benchmarks/results/2026-11-22-H100/config_sweep_stats.json`,
-    `config_sweep_gelu.json`) a cooperative tile won 10 of 13 cases and came within 0.92 of
+    `config_sweep_gelu.json`) a cooperative tile won 16 of 20 cases and came within 0.92 of
     ping-pong in the others, while the cost model's ping-pong picks ran at 0.75-0.98 of the best
     (a ping-pong warp group runs a whole tile's epilogue alone; a heavy one does not hide behind
     the other group's main loop). `benchmarks/heuristic_score.py` scores this against every

@@ -5,6 +5,8 @@ Inputs follow the ABI: the GEMM operands first, then the epilogue inputs; D is o
 
 from __future__ import annotations
 
+import dataclasses
+
 from evt.ir import (
     AccFetch,
     AuxLoad,
@@ -37,6 +39,20 @@ def mlp_fc1_forward() -> KernelSpec:
         Compute("gelu", "gelu", ("add",)),
     )
     return KernelSpec("mlp_fc1_forward", LINEAR, nodes, "gelu", "bf16", 3)
+
+
+def mlp_fc1_forward_tf32() -> KernelSpec:
+    """mlp_fc1_forward of an fp32 model: fp32 operands multiplied on TF32 tensor cores (both
+    K-major, as WGMMA reads TF32), fp32 bias, pre-activation and output."""
+    nodes = (
+        AccFetch("acc"),
+        RowBroadcast("bias", 2, "f32"),
+        Compute("add", "add", ("acc", "bias")),
+        AuxStore("save_add", "add", 1, "f32"),
+        Compute("gelu", "gelu", ("add",)),
+    )
+    gemm = dataclasses.replace(LINEAR, dtype="f32")
+    return KernelSpec("mlp_fc1_forward_tf32", gemm, nodes, "gelu", "f32", 3)
 
 
 def mlp_fc2_residual() -> KernelSpec:
@@ -196,7 +212,7 @@ def statistics_edge_cases() -> KernelSpec:
 
 ALL = {
     f.__name__: f
-    for f in (mlp_fc1_forward, mlp_fc2_residual, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
+    for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
               statistics_edge_cases)
 }  # fmt: skip

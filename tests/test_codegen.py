@@ -36,7 +36,7 @@ def test_fc1_forward_is_a_chain_through_the_store():
     assert "Sm90TopologicalVisitor" not in text
     assert "fusion::Sm90RowBroadcast<0, TileShape, cutlass::bfloat16_t" in text
     assert "AuxStoreDescriptor<" in text and "fusion::Sm90AuxStore<" in text
-    assert "cutlass::epilogue::thread::GELU," in text
+    assert "evt::Gelu," in text
     # gelu reads the store, which passes `add` through; D is gelu
     assert re.search(r"using evt_gelu = fusion::Sm90EVT<[^;]*evt_save_add>;", text)
     assert "using CustomEVT = evt_gelu;" in text

@@ -116,7 +116,14 @@ def test_static_reasons(monkeypatch):
         torch.set_float32_matmul_precision("highest")
         assert "fp32 needs TF32 kernels" in guards.static_reason(fc1_spec(dtype="f32"))
         torch.set_float32_matmul_precision("high")
-        assert "not generated yet" in guards.static_reason(fc1_spec(dtype="f32"))
+        monkeypatch.delenv("EVT_TF32", raising=False)
+        assert "EVT_TF32=1" in guards.static_reason(fc1_spec(dtype="f32"))
+        monkeypatch.setenv("EVT_TF32", "1")
+        assert guards.static_reason(specs.mlp_fc1_forward_tf32()) is None
+        tf32 = fc1_spec(dtype="f32")
+        mn = dataclasses.replace(tf32.gemm.a, major="m", transposed=True)
+        why = guards.static_reason(dataclasses.replace(tf32, gemm=dataclasses.replace(tf32.gemm, a=mn)))
+        assert "both operands K-major (A is m-major)" in why, why
     finally:
         torch.set_float32_matmul_precision(precision)
     spec = fc1_spec()
@@ -164,8 +171,8 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed():
 
 
 def test_an_fp32_gemm_region_is_not_formed_on_cuda():
-    """fp32 operands need TF32 kernels, which evt does not generate: on CUDA ("meta") such a
-    region stays unfused with that reason (SDPA's math decomposition on "meta" made the bench's
+    """fp32 operands need TF32 kernels, which evt runs only where torch would (and EVT_TF32=1
+    opts in): by default on CUDA ("meta") such a region stays unfused with that reason (SDPA's math decomposition on "meta" made the bench's
     prebuild compile fp32 attention kernels that could never run); on the CPU it is formed (the
     reference path runs it)."""
     import warnings

@@ -9,6 +9,7 @@ passes to the kernel (M, N, K, L and 3 strides per input in CUTLASS mode order),
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,12 +69,26 @@ def output_strides(spec: ir.KernelSpec, M: int, N: int) -> tuple[int, ...]:
 def static_reason(spec: ir.KernelSpec) -> str | None:
     """Why no kernel can run `spec` whatever the inputs, else None."""
     if spec.gemm.dtype == "f32":
-        if torch.get_float32_matmul_precision() == "highest":
-            return "fp32 needs TF32 kernels; torch.get_float32_matmul_precision() is 'highest'"
-        return "fp32 kernels are not generated yet"
+        return tf32_reason(spec.gemm)
     for n in spec.nodes:
         if isinstance(n, ir.AuxStore) and n.major != "n":
             return f"aux store {n.name} is {n.major}-major; outputs are allocated N-major"
+    return None
+
+
+def tf32_reason(gemm: ir.Gemm) -> str | None:
+    """Why an fp32 GEMM cannot run on TF32 tensor cores, else None. torch multiplies fp32 in
+    TF32 only where `torch.get_float32_matmul_precision()` is not "highest" (its default), and
+    WGMMA reads TF32 operands K-major only. The kernels compile (the nvcc tier) but have not run
+    on a GPU yet: `EVT_TF32=1` opts in until the GPU tier covers them."""
+    if torch.get_float32_matmul_precision() == "highest":
+        return "fp32 needs TF32 kernels; torch.get_float32_matmul_precision() is 'highest'"
+    if os.environ.get("EVT_TF32", "0") in ("", "0"):
+        return "TF32 kernels are experimental (not yet run on a GPU): EVT_TF32=1 enables them"
+    majors = {"A": gemm.a.major, "B": gemm.b.major}
+    if any(m != "k" for m in majors.values()):
+        which = ", ".join(f"{k} is {m}-major" for k, m in majors.items() if m != "k")
+        return f"TF32 tensor cores read both operands K-major ({which})"
     return None
 
 

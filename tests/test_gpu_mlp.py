@@ -227,3 +227,26 @@ def test_misaligned_view_falls_back_once(kernels):
     for got, again, want in zip(outs, outs_again, reference.run(spec, inputs), strict=True):
         assert torch.equal(got, want) and torch.equal(again, want)
     assert "16-byte" in dispatch.FALLBACKS[spec.name] and not dispatch.LAUNCHES
+
+
+def test_fp32_model_on_tf32_kernels(monkeypatch):
+    """An fp32 MLP with TF32 allowed (`set_float32_matmul_precision("high")`, EVT_TF32=1): its
+    forward GEMMs (both operands K-major) run evt's TF32 kernels, the backward GEMMs stay
+    unfused (an operand is not K-major), and the step matches fp32 eager within TF32's error."""
+    monkeypatch.setenv("EVT_TF32", "1")
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        torch.manual_seed(5)
+        model = Loss().to("cuda")
+        x = torch.randn(TOKENS, DIM, device="cuda")
+        got = step(torch.compile(model, backend="evt"), model, x)
+        assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+        assert sum(dispatch.LAUNCHES.values()) >= 2, dispatch.LAUNCHES  # fc1 and fc2 forward
+        torch.set_float32_matmul_precision("highest")
+        want = step(model, model, x)
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    for name, ref in want.items():
+        assert not got[name].isnan().any(), name
+        assert rel_err(got[name], ref) < 1e-2, (name, rel_err(got[name], ref))

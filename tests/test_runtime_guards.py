@@ -170,7 +170,7 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed():
     assert side == "forward" and "cannot take these shapes" in why and "N = 197" in why, why
 
 
-def test_an_fp32_gemm_region_is_not_formed_on_cuda():
+def test_an_fp32_gemm_region_is_not_formed_on_cuda(monkeypatch):
     """fp32 operands need TF32 kernels, which evt runs only where torch would (and EVT_TF32=1
     opts in): by default on CUDA ("meta") such a region stays unfused with that reason (SDPA's math decomposition on "meta" made the bench's
     prebuild compile fp32 attention kernels that could never run); on the CPU it is formed (the
@@ -193,6 +193,13 @@ def test_an_fp32_gemm_region_is_not_formed_on_cuda():
     assert meta.regions == []
     ((_, _, why),) = meta.unfused
     assert "cannot take these shapes" in why and "fp32" in why, why
+    precision = torch.get_float32_matmul_precision()
+    try:  # opted in to TF32 kernels where torch allows TF32: the forward GEMM is fused
+        torch.set_float32_matmul_precision("high")
+        monkeypatch.setenv("EVT_TF32", "1")
+        assert len(capture("meta").regions) == 1
+    finally:
+        torch.set_float32_matmul_precision(precision)
 
 
 def test_an_aux_tensor_tma_cannot_read_is_not_loadable():

@@ -10,6 +10,7 @@ kernels one call launches with their device times (torch.profiler).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from collections import defaultdict
@@ -52,8 +53,17 @@ def kernels(call, n: int = 10) -> list[tuple[str, float, float]]:
     total: dict[str, list[float]] = defaultdict(list)
     for e in prof.events():
         if e.device_type.name == "CUDA":
-            total[e.name[:90]].append(e.device_time)
-    return sorted(((k, len(v) / n, sum(v) / n) for k, v in total.items()), key=lambda r: -r[2])
+            total[e.name].append(e.device_time)
+    rows = sorted(((k, len(v) / n, sum(v) / n) for k, v in total.items()), key=lambda r: -r[2])
+    return [(short_name(k), per, us) for k, per, us in rows]
+
+
+def short_name(name: str) -> str:
+    """A kernel's name cut to 80 characters, plus a hash of the whole name where it was cut:
+    CUTLASS kernels differ only deep inside their template arguments."""
+    if len(name) <= 90:
+        return name
+    return f"{name[:80]}..#{hashlib.sha1(name.encode()).hexdigest()[:6]}"
 
 
 def main() -> None:

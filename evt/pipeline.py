@@ -15,6 +15,7 @@ from torch.fx import Graph
 from evt import debug
 from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
+from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
@@ -44,6 +45,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("fold_scalar_tensors", fold_scalar_tensors),
     ("sink_views", sink_views),
     ("fold_views", fold_views),
+    ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("fold_gemm_operands", fold_gemm_operands),
     ("recognize_statistics", recognize_statistics),
 ]

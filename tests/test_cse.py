@@ -1,0 +1,103 @@
+"""Common-subexpression elimination (evt/graph/eliminate_common_subexpressions.py): duplicates
+merge within a side, random and mutating ops never do, and the MSE loss's region loads its target
+once (it loaded it twice, and computed y - target twice)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx import Graph
+
+import evt
+from evt import ir
+from evt.graph.annotate_sides import SIDE, annotate_sides
+from evt.graph.capture import capture_joint
+from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
+
+aten = torch.ops.aten
+
+
+def count(graph: Graph, target) -> int:
+    return sum(1 for n in graph.nodes if n.target == target)
+
+
+def test_the_mse_loss_computes_y_minus_target_once():
+    lin = nn.Linear(32, 16)
+
+    def step(x, t):
+        return F.mse_loss(lin(x), t)
+
+    graph = capture_joint(step, torch.randn(8, 32, requires_grad=True), torch.randn(8, 16))
+    annotate_sides(graph)
+    before = count(graph, aten.sub.Tensor)
+    eliminate_common_subexpressions(graph)
+    graph.lint()
+    assert before == 2 and count(graph, aten.sub.Tensor) == 1
+
+
+def hand_graph(op, twice=True) -> tuple[Graph, list]:
+    g = Graph()
+    x = g.placeholder("x")
+    nodes = [g.call_function(op, (x,)) for _ in range(2 if twice else 1)]
+    g.output(tuple(nodes))
+    annotate_sides(g)
+    return g, nodes
+
+
+def test_pure_duplicates_merge_random_and_mutating_ops_do_not():
+    g, _ = hand_graph(aten.relu.default)
+    eliminate_common_subexpressions(g)
+    assert count(g, aten.relu.default) == 1
+    for op in (aten.rand_like.default, aten.relu_.default):
+        g, _ = hand_graph(op)
+        eliminate_common_subexpressions(g)
+        assert count(g, op) == 2, op
+
+
+def test_forward_and_backward_copies_stay_apart():
+    g, (a, b) = hand_graph(aten.relu.default)
+    b.meta[SIDE] = "backward"
+    eliminate_common_subexpressions(g)
+    assert count(g, aten.relu.default) == 2
+
+
+def test_mse_region_loads_its_target_once_and_trains_like_eager():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32)
+
+        def forward(self, x, t):
+            return F.mse_loss((x + self.fc(x)).float(), t)
+
+    torch.manual_seed(0)
+    model = Block().to(torch.bfloat16)
+    x = torch.randn(4, 16, 32, dtype=torch.bfloat16, requires_grad=True)  # 3-D: views per reader
+    t = torch.randn(4, 16, 32)
+
+    def step(x, t):
+        loss = model(x, t)
+        loss.backward()
+        return loss
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = evt.explain(step, x, t)
+    (loss_region,) = [r for r in report.regions if r.side == "forward"]
+    nodes = loss_region.spec.nodes
+    f32_loads = [n for n in nodes if isinstance(n, ir.AuxLoad) and n.dtype == "f32"]
+    subs = [n for n in nodes if getattr(n, "op", None) == "sub"]
+    assert len(f32_loads) == 1 and len(subs) == 1, loss_region.spec
+    ref = Block().to(torch.bfloat16)
+    ref.load_state_dict(model.state_dict())
+    x1, x2 = (x.detach().clone().requires_grad_() for _ in range(2))
+    model.zero_grad()
+    compiled = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"})
+    compiled(x1, t).backward()
+    ref(x2, t).backward()
+    torch.testing.assert_close(x1.grad.float(), x2.grad.float(), rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(model.fc.weight.grad.float(), ref.fc.weight.grad.float(),
+                               rtol=2e-2, atol=2e-3)  # fmt: skip

@@ -4,6 +4,7 @@ are fakes, so no test here needs nvcc or a GPU."""
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -193,12 +194,15 @@ def test_a_max_of_bf16_values_has_bf16_tolerance():
 
 def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeypatch):
     """Inside `dispatch.reference_only()` (the bench prebuild's capture) a region runs its
-    reference path even where kernels run, with no warning and no fallback recorded, and no
+    reference path even where kernels run, on any thread, with no warning and no fallback recorded, and no
     kernel is built for the call; outside, the same call takes the kernel path."""
     spec, inputs = fc1_spec(), fc1_inputs()
     monkeypatch.setitem(dispatch.INJECT, "compile", "would fail")
     with dispatch.reference_only():
         outs, warned = run_recording(spec, inputs, times=2)
+        other = threading.Thread(target=lambda: outs.append(dispatch.run(spec, inputs)))
+        other.start()  # CUDA backwards run on the autograd engine's threads
+        other.join()
     assert warned == [] and dispatch.FALLBACKS == {} and dispatch.LAUNCHES == {}
     assert_reference_and_eager(outs, spec, inputs)
     assert count(cuda_mode / "calls") == 0

@@ -59,7 +59,8 @@ def use_kernels(inputs: Sequence[torch.Tensor]) -> bool:
     return any(t.is_cuda for t in inputs)
 
 
-_reference_only = threading.local()
+_reference_only = 0  # > 0 inside `reference_only()` (process-wide: CUDA backwards run on
+# the autograd engine's own threads)
 
 
 @contextlib.contextmanager
@@ -67,12 +68,14 @@ def reference_only() -> Iterator[None]:
     """Inside, every region runs its reference path: no kernel is waited for or launched, while
     compiling still starts each region's build (`prefetch`). The bench's prebuild captures a case
     on its own device this way, at full size, without waiting for one kernel at a time."""
-    before = getattr(_reference_only, "on", False)
-    _reference_only.on = True
+    global _reference_only
+    with _lock:
+        _reference_only += 1
     try:
         yield
     finally:
-        _reference_only.on = before
+        with _lock:
+            _reference_only -= 1
 
 
 def prefetch(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = None) -> Future | None:
@@ -135,7 +138,7 @@ def sm90_available() -> bool:
 
 
 def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    if getattr(_reference_only, "on", False) or not use_kernels(inputs):
+    if _reference_only or not use_kernels(inputs):
         return reference.run(spec, inputs)
     try:
         outputs = _launch_ready(spec, inputs) or _launch(spec, inputs)

@@ -25,6 +25,7 @@ from evt.graph.lower_regions import lower_regions
 from evt.graph.recognize_statistics import recognize_statistics
 from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
+from evt.graph.split_full_means import split_full_means
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
 from evt.partition.narrow_outputs import narrow_outputs
@@ -45,6 +46,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("fold_scalar_tensors", fold_scalar_tensors),
     ("sink_views", sink_views),
     ("fold_views", fold_views),
+    ("split_full_means", split_full_means),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("fold_gemm_operands", fold_gemm_operands),
     ("recognize_statistics", recognize_statistics),

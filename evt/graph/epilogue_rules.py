@@ -140,6 +140,12 @@ def _mean(node: Node) -> Expr | None:
     return Expr("col_mean", (x,))
 
 
+def _pow(node: Node) -> Expr | None:
+    """x ** 2 (an MSE loss's square) as x * x; other exponents stay outside."""
+    x, exponent = node.args[0], node.args[1]
+    return Expr("mul", (x, x)) if _number(exponent) and exponent == 2 else None
+
+
 def _var(node: Node) -> Expr | None:
     """var(x, [-1], correction=c) (LayerNorm's biased var: c = 0): a Welford statistic over N."""
     x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
@@ -188,6 +194,7 @@ ARITHMETIC: dict = {
     aten.div.Tensor: _binary("div"),
     aten.div.Scalar: _binary("div"),
     aten.neg.default: _unary("neg"),
+    aten.pow.Tensor_Scalar: _pow,
 }
 ACTIVATIONS: dict = {
     aten.relu.default: _unary("relu"),

@@ -17,6 +17,7 @@ from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
 from evt.graph.eliminate_dead_code import eliminate_dead_code
+from evt.graph.eliminate_noop_clones import eliminate_noop_clones
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
@@ -44,6 +45,7 @@ Pass = Callable[[Graph], Graph]
 GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
     ("fold_scalar_tensors", fold_scalar_tensors),
+    ("eliminate_noop_clones", eliminate_noop_clones),
     ("sink_views", sink_views),
     ("fold_views", fold_views),
     ("split_full_means", split_full_means),

@@ -28,7 +28,7 @@ VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def sink_views(graph: Graph) -> Graph:
     changed = True
     while changed:
-        changed = any(_sink(node) for node in list(graph.nodes))
+        changed = any(_sink(node) or _sink_reduction(node) for node in list(graph.nodes))
     return graph
 
 
@@ -64,6 +64,43 @@ def _sink(node: Node) -> bool:
             return False
         mapping[a] = new
     _rewrite(node, mapping, tuple(out.shape))
+    return True
+
+
+REDUCTIONS = (aten.sum.dim_IntList, aten.amax.default)
+
+
+def _sink_reduction(node: Node) -> bool:
+    """A sum or max of a [B, S, N] view of a 2-D [M, N] value over its leading dims, its last
+    dim or all of them is that reduction of the [M, N] value over M, N or both, viewed back:
+
+        sum(view(x, (B, S, N)), [0, 1])  ->  sum(x, [0])              (LayerNorm's weight grad)
+        sum(view(x, (B, S, N)), [2], keepdim)  ->  view(sum(x, [1], keepdim), (B, S, 1))
+    """
+    if node.op != "call_function" or node.target not in REDUCTIONS or "val" not in node.meta:
+        return False
+    x = node.args[0]
+    src = _flat_source(x) if isinstance(x, Node) else None
+    if src is None or src.meta["val"].dim() != 2 or set(node.kwargs) - {"dtype", "dim", "keepdim"}:
+        return False
+    rank = x.meta["val"].dim()
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+    found = sorted({d % rank for d in dims}) or list(range(rank))
+    flat_dims = {tuple(range(rank - 1)): [0], (rank - 1,): [1], tuple(range(rank)): [0, 1]}
+    if tuple(found) not in flat_dims:
+        return False
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    kwargs = {k: v for k, v in node.kwargs.items() if k == "dtype"}
+    graph = node.graph
+    with graph.inserting_before(node):
+        flat = _make(graph, node.target, (src, flat_dims[tuple(found)], keepdim), kwargs, node)
+        shape = tuple(node.meta["val"].shape)
+        back = flat if tuple(flat.meta["val"].shape) == shape else _make(
+            graph, aten.view.default, (flat, list(shape)), {}, node)  # fmt: skip
+    node.replace_all_uses_with(back)
+    graph.erase_node(node)
+    if x.op == "call_function" and x.target in VIEWS and not x.users:
+        graph.erase_node(x)
     return True
 
 

@@ -52,3 +52,27 @@ def test_the_lm_heads_dgrad_takes_the_layernorm_backward():
         report = evt.explain(w.target, *w.make_inputs(0))
     (bwd,) = [r for r in report.regions if r.side == "backward"]
     assert bwd.anchor == "aten.mm" and bwd.fused.count("aten.sum") >= 2, bwd.fused
+
+
+def test_views_sink_below_reductions_over_leading_last_or_all_dims():
+    """sum/amax of a [B, S, N] view of an [M, N] value over (B, S), N or all of them become the
+    [M, N] value's reduction over M, N or both (viewed back), any other split stays."""
+    from evt.graph.capture import capture_joint
+    from evt.graph.sink_views import sink_views
+
+    def f(x, w):
+        y = torch.mm(x, w).view(2, 8, 12)
+        return y.sum([0, 1]), y.amax(-1, keepdim=True), y.sum([0, 1, 2]), y.sum([1])
+
+    graph = capture_joint(f, torch.randn(16, 4), torch.randn(4, 12))
+    sink_views(graph)
+    graph.lint()
+    reduced = {}
+    for n in graph.nodes:
+        if n.target in (aten.sum.dim_IntList, aten.amax.default):
+            reduced.setdefault(n.target, []).append(
+                (n.args[0].target, tuple(n.args[0].meta["val"].shape), list(n.args[1])))
+    sums, maxes = reduced[aten.sum.dim_IntList], reduced[aten.amax.default]
+    assert (aten.mm.default, (16, 12), [0]) in sums and (aten.mm.default, (16, 12), [0, 1]) in sums
+    assert maxes == [(aten.mm.default, (16, 12), [1])]
+    assert (aten.view.default, (2, 8, 12), [1]) in sums  # over S alone: not a GEMM mode

@@ -42,6 +42,12 @@ def test_only_a_contiguous_clone_read_by_ops_goes():
     for g in (clone_graph((4, 8), stride=(1, 4)), clone_graph((4, 8), to_output=True)):
         eliminate_noop_clones(g)
         assert clones(g) == 1
+    g = clone_graph((4, 8))  # the source is written in place after the clone read it
+    x = next(iter(g.nodes))
+    with g.inserting_before(g.output_node()):
+        g.call_function(aten.copy_.default, (x, x))
+    eliminate_noop_clones(g)
+    assert clones(g) == 1
 
 
 def test_the_lm_heads_dgrad_takes_the_layernorm_backward():

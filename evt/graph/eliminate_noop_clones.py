@@ -4,8 +4,8 @@ The joint graph is functional (nothing is mutated in place), so a copy whose lay
 source's layout computes nothing. The decompositions leave some behind, e.g. LayerNorm's backward
 clones the incoming gradient (`clone(view(convert(dgrad)))`), and a clone is no epilogue op: the
 GEMM producing that gradient could not reach the reductions after it. A clone stays where it
-changes the layout (a non-contiguous source) or feeds the graph's output (where aliasing an input
-or another output would matter).
+changes the layout (a non-contiguous source), feeds the graph's output (where aliasing an input
+or another output would matter) or copies a value an op later mutates in place.
 """
 
 from __future__ import annotations
@@ -34,4 +34,11 @@ def _noop_clone(node: Node) -> bool:
     val = source.meta.get("val") if isinstance(source, Node) else None
     if not isinstance(val, torch.Tensor) or not val.is_contiguous():
         return False
+    if any(_mutates(u) for u in source.users):  # e.g. copy_ of a new value into an input buffer:
+        return False  # the clone holds the value from before
     return all(u.op != "output" for u in node.users)
+
+
+def _mutates(node: Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable

@@ -57,6 +57,15 @@ def test_pure_duplicates_merge_random_and_mutating_ops_do_not():
         assert count(g, op) == 2, op
 
 
+def test_reads_of_a_value_written_in_place_stay_apart():
+    g, _ = hand_graph(aten.relu.default)
+    x = next(iter(g.nodes))
+    with g.inserting_before(g.output_node()):
+        g.call_function(aten.copy_.default, (x, x))
+    eliminate_common_subexpressions(g)
+    assert count(g, aten.relu.default) == 2
+
+
 def test_forward_and_backward_copies_stay_apart():
     g, (a, b) = hand_graph(aten.relu.default)
     b.meta[SIDE] = "backward"

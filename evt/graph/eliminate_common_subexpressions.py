@@ -9,7 +9,8 @@ order, so later duplicates (whose arguments are then the same nodes) collapse in
 Identical means the same target, arguments and keyword arguments, on the same side (forward and
 backward are never merged: the partitioner keeps them apart). Only pure ops merge: no mutating op,
 no random op (`nondeterministic_seeded`: dropout masks are drawn per call), no placeholders,
-outputs or attribute reads, and nothing whose arguments cannot be compared (symbolic sizes).
+outputs or attribute reads, nothing reading a value some op writes in place (an input buffer's
+copy_), and nothing whose arguments cannot be compared (symbolic sizes).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from evt.graph.annotate_sides import side
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
+    mutated = {n.args[0] for n in graph.nodes if n.op == "call_function" and _mutating(n.target)}
     seen: dict[tuple, Node] = {}
     for node in list(graph.nodes):
         key = _key(node)
-        if key is None:
-            continue
+        if key is None or any(a in mutated for a in node.all_input_nodes):
+            continue  # a value written in place may differ between the two reads
         first = seen.setdefault(key, node)
         if first is not node:
             node.replace_all_uses_with(first)
@@ -54,6 +56,10 @@ def _pure(target) -> bool:
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
     return not target._schema.is_mutable
+
+
+def _mutating(target) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
 
 
 def _norm(value):

@@ -67,15 +67,17 @@ def _sink(node: Node) -> bool:
     return True
 
 
-REDUCTIONS = (aten.sum.dim_IntList, aten.amax.default)
+REDUCTIONS = (aten.sum.dim_IntList, aten.amax.default, aten.mean.dim)
 
 
 def _sink_reduction(node: Node) -> bool:
-    """A sum or max of a [B, S, N] view of a 2-D [M, N] value over its leading dims, its last
-    dim or all of them is that reduction of the [M, N] value over M, N or both, viewed back:
+    """A sum, max or mean of a [B, S, N] view of a 2-D [M, N] value over its leading dims, its
+    last dim or all of them is that reduction of the [M, N] value over M, N or both (the same
+    elements), viewed back:
 
         sum(view(x, (B, S, N)), [0, 1])  ->  sum(x, [0])              (LayerNorm's weight grad)
         sum(view(x, (B, S, N)), [2], keepdim)  ->  view(sum(x, [1], keepdim), (B, S, 1))
+        mean(view(x, (B, S, N)), [-1], keepdim)  ->  ... (RMSNorm's mean of squares)
     """
     if node.op != "call_function" or node.target not in REDUCTIONS or "val" not in node.meta:
         return False

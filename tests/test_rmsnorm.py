@@ -4,6 +4,7 @@ sum over N) join the dgrad GEMM that produces its incoming gradient; training ma
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -55,3 +56,29 @@ def test_rmsnorm_blocks_train_like_eager(pre):
     torch.manual_seed(1)
     errs = train_compare(Block(pre), [torch.randn(4, 16, 32)], torch.bfloat16)
     assert max(errs.values()) < 2e-2, errs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pre", [True, False], ids=["pre-norm", "post-norm"])
+def test_rmsnorm_blocks_on_the_gpu(pre):
+    """Real kernels (an SM90 GPU): the bf16 block against fp32 eager, every region launched."""
+    from evt.runtime import dispatch
+
+    if not dispatch.sm90_available():
+        pytest.skip("needs a CUDA SM90 (H100/H200) device")
+    dispatch.reset()
+    torch.manual_seed(2)
+    model = Block(pre, d=256, h=1024).cuda()
+    x = torch.randn(4, 256, 256, device="cuda")
+    got_model = copy.deepcopy(model).to(torch.bfloat16)
+    compiled = torch.compile(got_model, backend="evt")
+    xb = x.to(torch.bfloat16).requires_grad_()
+    compiled(xb).float().pow(2).mean().backward()
+    assert dispatch.FALLBACKS == {} and sum(dispatch.LAUNCHES.values()) >= 4, dispatch.LAUNCHES
+    x32 = x.clone().requires_grad_()
+    model(x32).pow(2).mean().backward()
+    for got, want in [(xb.grad, x32.grad)] + [
+        (p.grad, q.grad) for p, q in zip(got_model.parameters(), model.parameters())
+    ]:
+        err = ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+        assert err < 3e-2, err

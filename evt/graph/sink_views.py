@@ -47,8 +47,17 @@ def _flat_source(a: Node) -> Node | None:
     return x if tuple(av.shape[-k:]) == tuple(xv.shape[1:]) else None
 
 
+def _static(node: Node) -> bool:
+    """Whether `node` and its inputs have static shapes: a view this pass makes spells its
+    shape as literals (a symbolic size would name a value the graph does not define)."""
+    vals = [n.meta.get("val") for n in (node, *node.all_input_nodes)]
+    return all(
+        all(isinstance(d, int) for d in v.shape) for v in vals if isinstance(v, torch.Tensor)
+    )
+
+
 def _sink(node: Node) -> bool:
-    if epilogue_expr(node) is None or "val" not in node.meta:
+    if epilogue_expr(node) is None or "val" not in node.meta or not _static(node):
         return False
     out = node.meta["val"]
     sources = [_flat_source(a) for a in node.all_input_nodes]
@@ -82,6 +91,8 @@ def _sink_reduction(node: Node) -> bool:
     if node.op != "call_function" or node.target not in REDUCTIONS or "val" not in node.meta:
         return False
     x = node.args[0]
+    if not _static(node) or not isinstance(x, Node) or not _static(x):
+        return False
     src = _flat_source(x) if isinstance(x, Node) else None
     if src is None or src.meta["val"].dim() != 2 or set(node.kwargs) - {"dtype", "dim", "keepdim"}:
         return False

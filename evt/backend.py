@@ -65,17 +65,20 @@ def source_hash() -> str:
 
 
 def fuse_graph(graph: Graph, autotune: bool = False) -> GraphReport | None:
-    """Run the pipeline; on any failure warn once and leave the graph as it is. With `autotune`,
-    each region's config is measured and unprofitable regions stay unfused
-    (`evt.runtime.autotune`)."""
+    """Run the pipeline; on any failure warn once and put the graph back as it came (the passes
+    rewrite it in place: a half-rewritten graph is not left behind). With `autotune`, each
+    region's config is measured and unprofitable regions stay unfused (`evt.runtime.autotune`)."""
     keep = None
     if autotune:
         from evt.runtime import autotune as tuner
 
         keep = tuner.decide
+    before = Graph()
+    before.output(before.graph_copy(graph, {}))
     try:
         report = pipeline.fuse(graph, check=debug.level() >= 2, draw=DRAW, keep=keep)
     except Exception as e:  # noqa: BLE001 - training must not crash because of evt
+        _restore(graph, before)
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
         return None
     problems = prefetch_kernels(graph)
@@ -83,6 +86,13 @@ def fuse_graph(graph: Graph, autotune: bool = False) -> GraphReport | None:
     for listener in _listeners:
         listener(report)
     return report
+
+
+def _restore(graph: Graph, saved: Graph) -> None:
+    """Make `graph` (in place: its owner keeps the object) a copy of `saved` again."""
+    for node in reversed(list(graph.nodes)):
+        graph.erase_node(node)
+    graph.output(graph.graph_copy(saved, {}))
 
 
 def prefetch_kernels(graph: Graph) -> dict[str, tuple[int, int, int, int] | None]:

@@ -122,3 +122,49 @@ def test_report_says_why_each_gemm_stayed_unfused():
     assert any("unit-stride" in why for why in reasons), report.unfused
     assert len(report.unfused) == report.unfused_gemms
     assert "unfused" in str(report)
+
+
+def test_a_failing_pass_leaves_the_graph_as_it_came_and_training_runs(monkeypatch):
+    """A pass that rewrites the graph and then fails (here: a view spelling a symbolic size as a
+    literal, caught by the final verifier, or any exception) must not leave a half-rewritten
+    graph: the backend puts the graph back, warns once, and the step matches eager."""
+    import warnings
+
+    from evt import backend, pipeline
+    from evt.graph.capture import capture_joint
+
+    def breaks(graph):
+        first = next(n for n in graph.nodes if n.op == "call_function")
+        with graph.inserting_after(first):
+            graph.call_function(torch.ops.aten.neg.default, (first,))  # a rewrite, then
+        raise RuntimeError("injected pass failure")
+
+    graph = capture_joint(MLP(8, 16), torch.randn(4, 8, requires_grad=True))
+    before = [(n.op, str(n.target)) for n in graph.nodes]
+    monkeypatch.setattr(pipeline, "GRAPH_PASSES", [*pipeline.GRAPH_PASSES, ("breaks", breaks)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert backend.fuse_graph(graph) is None
+    graph.lint()
+    assert [(n.op, str(n.target)) for n in graph.nodes] == before
+    assert [str(w.message) for w in caught if "graph left unfused" in str(w.message)]
+    errs = train_compare(MLP(8, 16), [torch.randn(4, 8)], torch.float32)
+    assert max(errs.values()) < 1e-5, errs
+
+
+def test_the_verifier_rejects_a_symbolic_size_written_as_a_literal():
+    from torch.fx import Graph
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from evt.errors import GraphVerifyError
+    from evt.graph.verify import verify
+
+    size = ShapeEnv().create_unbacked_symint()
+    g = Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(8)
+    v = g.call_function(torch.ops.aten.view.default, (x, [size, 4]))
+    v.meta["val"] = torch.empty(2, 4)
+    g.output((v,))
+    with pytest.raises(GraphVerifyError, match="symbolic size written as a literal"):
+        verify(g, after="test")

@@ -47,17 +47,23 @@ def _flat_source(a: Node) -> Node | None:
     return x if tuple(av.shape[-k:]) == tuple(xv.shape[1:]) else None
 
 
-def _static(node: Node) -> bool:
-    """Whether `node` and its inputs have static shapes: a view this pass makes spells its
-    shape as literals (a symbolic size would name a value the graph does not define)."""
-    vals = [n.meta.get("val") for n in (node, *node.all_input_nodes)]
-    return all(
-        all(isinstance(d, int) for d in v.shape) for v in vals if isinstance(v, torch.Tensor)
-    )
+def _static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _sizes(shape, view: Node):
+    """The size argument of a view back to `shape`: the literal sizes, or where a size is
+    symbolic, the size argument of `view` (an existing view to that shape, whose symbolic sizes
+    are nodes of the graph: a SymInt written as a literal would name a value the graph does not
+    define); None when neither is available."""
+    if _static(shape):
+        return list(shape)
+    sizes = view.args[1] if view.target in VIEWS and len(view.args) > 1 else None
+    return list(sizes) if isinstance(sizes, (list, tuple)) and len(sizes) == len(shape) else None
 
 
 def _sink(node: Node) -> bool:
-    if epilogue_expr(node) is None or "val" not in node.meta or not _static(node):
+    if epilogue_expr(node) is None or "val" not in node.meta:
         return False
     out = node.meta["val"]
     sources = [_flat_source(a) for a in node.all_input_nodes]
@@ -69,10 +75,13 @@ def _sink(node: Node) -> bool:
     for a, src in zip(node.all_input_nodes, sources):
         same = src is not None and tuple(src.meta["val"].shape) == flat
         new = src if same else _as_flat(a, flat)
-        if new is False:
+        if new is False or (isinstance(new, tuple) and not _static(new[1])):
             return False
         mapping[a] = new
-    _rewrite(node, mapping, tuple(out.shape))
+    sizes = _sizes(tuple(out.shape), viewed[0])
+    if sizes is None:
+        return False
+    _rewrite(node, mapping, sizes)
     return True
 
 
@@ -91,8 +100,6 @@ def _sink_reduction(node: Node) -> bool:
     if node.op != "call_function" or node.target not in REDUCTIONS or "val" not in node.meta:
         return False
     x = node.args[0]
-    if not _static(node) or not isinstance(x, Node) or not _static(x):
-        return False
     src = _flat_source(x) if isinstance(x, Node) else None
     if src is None or src.meta["val"].dim() != 2 or set(node.kwargs) - {"dtype", "dim", "keepdim"}:
         return False
@@ -104,12 +111,18 @@ def _sink_reduction(node: Node) -> bool:
         return False
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
     kwargs = {k: v for k, v in node.kwargs.items() if k == "dtype"}
+    shape = tuple(node.meta["val"].shape)
+    sizes = list(shape) if _static(shape) else None
+    if sizes is None and tuple(found) == (rank - 1,):  # per row: the view's leading sizes
+        lead = _sizes(tuple(x.meta["val"].shape), x)
+        sizes = None if lead is None else lead[:-1] + ([1] if keepdim else [])
+    if sizes is None:
+        return False
     graph = node.graph
     with graph.inserting_before(node):
         flat = _make(graph, node.target, (src, flat_dims[tuple(found)], keepdim), kwargs, node)
-        shape = tuple(node.meta["val"].shape)
         back = flat if tuple(flat.meta["val"].shape) == shape else _make(
-            graph, aten.view.default, (flat, list(shape)), {}, node)  # fmt: skip
+            graph, aten.view.default, (flat, sizes), {}, node)  # fmt: skip
     node.replace_all_uses_with(back)
     graph.erase_node(node)
     if x.op == "call_function" and x.target in VIEWS and not x.users:
@@ -146,7 +159,7 @@ def _viewable(val: torch.Tensor, shape: tuple) -> bool:
         return False
 
 
-def _rewrite(node: Node, mapping: dict, shape: tuple) -> None:
+def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
     graph = node.graph
     with graph.inserting_before(node):
         def arg(a):
@@ -157,7 +170,7 @@ def _rewrite(node: Node, mapping: dict, shape: tuple) -> None:
 
         args = tuple(arg(a) for a in node.args)
         flat = _make(graph, node.target, args, dict(node.kwargs), node)
-        back = _make(graph, aten.view.default, (flat, list(shape)), {}, node)
+        back = _make(graph, aten.view.default, (flat, sizes), {}, node)
     node.replace_all_uses_with(back)
     graph.erase_node(node)
     for a in mapping:  # a view only this node read is dead now: a GEMM must not store for it
@@ -165,9 +178,19 @@ def _rewrite(node: Node, mapping: dict, shape: tuple) -> None:
             graph.erase_node(a)
 
 
+def _value(a):
+    """An argument with its nodes replaced by their values (a size list may hold sym_size
+    nodes)."""
+    if isinstance(a, Node):
+        return a.meta["val"]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_value(v) for v in a)
+    return a
+
+
 def _make(graph: Graph, target, args, kwargs, like: Node) -> Node:
     new = graph.call_function(target, args, kwargs)
-    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
+    vals = [_value(a) for a in args]
     with detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)]):
         new.meta["val"] = target(*vals, **kwargs)
     for key in ("evt_side", "stack_trace", "nn_module_stack"):

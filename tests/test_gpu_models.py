@@ -134,3 +134,15 @@ def test_verify_mode(regions, monkeypatch, name):
     model = make_model(name, "cuda")
     step(model, torch.compile(model, backend="evt", options={"rest": "eager"}), MODELS[name][1]("cuda", 3))
     assert_kernels_ran(len(regions[name]))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_dynamic_shapes_step_matches_fp32(regions, name):
+    """`dynamic=True` (what a second batch size turns on): the regions that still form launch
+    their kernels (built here on first use where the static capture made other ones) and the
+    step matches fp32 eager."""
+    model = make_model(name, "cuda")
+    inputs = MODELS[name][1]("cuda", 4)
+    got = step(model, torch.compile(model, backend="evt", dynamic=True), inputs)
+    assert dispatch.FALLBACKS == {} and dispatch.LAUNCHES, dict(dispatch.LAUNCHES)
+    check_against_fp32(name, got, model, inputs)

@@ -78,6 +78,30 @@ def mlp_dgrad_gelu() -> KernelSpec:
     return KernelSpec("mlp_dgrad_gelu", gemm, nodes, "gelu_backward", "bf16", 3)
 
 
+def layer_norm_backward() -> KernelSpec:
+    """LayerNorm's backward in the dgrad GEMM producing its incoming gradient g = grad_y @ W
+    (as GPT-2's blocks and the LM head get it): the bias and weight gradients sum g and g * xhat
+    over M (two row reductions), the input gradient's per-row sums of g * gamma and
+    g * gamma * xhat over N (two column reductions), D = g * gamma * N (fp32)."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, False, "n"), "bf16")
+    nodes = (
+        AccFetch("acc"),
+        Compute("g", "identity", ("acc",)),
+        RowReduction("bias_grad", "g", 4, "f32"),
+        RowBroadcast("gamma", 2, "f32"),
+        Compute("gg", "mul", ("bias_grad", "gamma")),
+        ColReduction("sum_gg", "gg", 1, "f32", keepdim=True),
+        ScalarBroadcast("n", 32.0),
+        Compute("scaled", "mul", ("sum_gg", "n")),
+        AuxLoad("xhat", 3, "f32", "n"),
+        Compute("ggx", "mul", ("sum_gg", "xhat")),
+        ColReduction("sum_ggx", "ggx", 2, "f32", keepdim=True),
+        Compute("gx", "mul", ("bias_grad", "xhat")),
+        RowReduction("weight_grad", "gx", 3, "f32"),
+    )
+    return KernelSpec("layer_norm_backward", gemm, nodes, "scaled", "f32", 4)
+
+
 def dag_square() -> KernelSpec:
     """A genuine DAG (acc read three times): D = (acc * acc + acc) * 0.5 * scale[m], in f16
     operands with A m-major, a per-row (M-vector) fp32 scale and fp32 D."""
@@ -212,7 +236,7 @@ def statistics_edge_cases() -> KernelSpec:
 
 ALL = {
     f.__name__: f
-    for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
+    for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
               statistics_edge_cases)
 }  # fmt: skip

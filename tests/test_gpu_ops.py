@@ -1,7 +1,7 @@
-"""The newer functors, bool masks, the row reduction and a TF32 GEMM (fp32 operands) on an SM90
-GPU: the hand-built kernels of `tests.specs` (the ones the nvcc tier compiles) against the
-reference path, with NaN-poisoned outputs, and the bias-gradient reduction bitwise deterministic
-across launches."""
+"""The newer functors, bool masks, the row reduction, a TF32 GEMM (fp32 operands) and LayerNorm's
+backward (row and column reductions together) on an SM90 GPU: the hand-built kernels of
+`tests.specs` (the ones the nvcc tier compiles) against the reference path, with NaN-poisoned
+outputs, and the bias-gradient reduction bitwise deterministic across launches."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.test_gpu_mlp import random_inputs
 
 pytestmark = pytest.mark.gpu
 
-SPECS = ("activations", "mlp_dgrad_gelu_bias", "mlp_fc1_forward_tf32")
+SPECS = ("activations", "mlp_dgrad_gelu_bias", "mlp_fc1_forward_tf32", "layer_norm_backward")
 
 
 @pytest.fixture(scope="module")

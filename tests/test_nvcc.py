@@ -27,9 +27,11 @@ pytestmark = [
 # a batched GEMM (attention's scores) with an aux load every batch reads (static L stride 0), and
 # every reduction and statistic (the online-softmax, Welford and plain per-row visitors of
 # evt_statistics.h with their finishing kernels, a max over M, a deterministic sum over
-# everything), in a tree and (batched) in a DAG visitor, and an fp32 GEMM on TF32 tensor cores
+# everything), in a tree and (batched) in a DAG visitor, an fp32 GEMM on TF32 tensor cores, and
+# LayerNorm's backward (two row and two column reductions in one epilogue)
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
-           "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32")  # fmt: skip
+           "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
+           "layer_norm_backward")  # fmt: skip
 PARALLEL = 2  # a CUTLASS kernel takes ~3.5 GB to compile
 
 

@@ -110,3 +110,14 @@ def test_mse_region_loads_its_target_once_and_trains_like_eager():
     torch.testing.assert_close(x1.grad.float(), x2.grad.float(), rtol=2e-2, atol=2e-3)
     torch.testing.assert_close(model.fc.weight.grad.float(), ref.fc.weight.grad.float(),
                                rtol=2e-2, atol=2e-3)  # fmt: skip
+
+
+def test_numbers_of_another_type_or_sign_stay_apart():
+    for a, b in ((1, 1.0), (0.0, -0.0), (True, 1)):
+        g = Graph()
+        x = g.placeholder("x")
+        nodes = [g.call_function(aten.add.Tensor, (x, v)) for v in (a, b)]
+        g.output(tuple(nodes))
+        annotate_sides(g)
+        eliminate_common_subexpressions(g)
+        assert count(g, aten.add.Tensor) == 2, (a, b)

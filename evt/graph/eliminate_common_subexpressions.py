@@ -64,9 +64,11 @@ def _mutating(target) -> bool:
 
 def _norm(value):
     """Arguments as a hashable value: nodes stay nodes (already deduplicated), lists become
-    tuples."""
+    tuples, numbers keep their type and sign."""
     if isinstance(value, (list, tuple)):
         return tuple(_norm(v) for v in value)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, torch.Tensor)):
         raise TypeError("not comparable")
+    if isinstance(value, (bool, int, float)):  # 1, 1.0 and True promote differently; -0.0
+        return (type(value), repr(value))  # is not 0.0
     return value

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import time
 from collections import defaultdict
 
 import torch
@@ -22,16 +21,6 @@ from evt.bench import baselines, measure, ops, steps
 from evt.bench.plan import all_cases
 
 DEFAULT = "bias_relu/gpt2,bias_relu/bert-down,bias_gelu_aux/gpt2,dgrad_bias_grad/bert,residual_scale_cast/bert"
-
-
-def host_us_per_call(call, n: int = 200) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        call()
-    host = (time.perf_counter() - t0) / n * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 def graph_ms(fn, inputs: tuple) -> float | str:
@@ -103,7 +92,7 @@ def main() -> None:
                 "case": name,
                 "baseline": b,
                 "bench_ms": measure.time_ms(call, "cuda"),
-                "host_us": host_us_per_call(call),
+                "host_us": measure.host_ms(call, "cuda", 200) * 1e3,
                 "graph_ms": graph_ms(fn, inputs),
                 "kernels": kernels(call),
             }

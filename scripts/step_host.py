@@ -11,22 +11,11 @@ import argparse
 import cProfile
 import io
 import pstats
-import time
 
 import torch
 
-from evt.bench import baselines, steps
+from evt.bench import baselines, measure, steps
 from evt.bench.plan import all_cases
-
-
-def host_us(call, n: int) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        call()
-    host = (time.perf_counter() - t0) / n * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 def main() -> None:
@@ -49,7 +38,7 @@ def main() -> None:
             call = lambda fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
             for _ in range(5):
                 call()
-            print(f"\n== {name} {b}: host {host_us(call, args.n):7.1f} us per step")
+            print(f"\n== {name} {b}: host {measure.host_ms(call, 'cuda', args.n) * 1e3:7.1f} us per step")
             prof = cProfile.Profile()
             torch.cuda.synchronize()
             prof.enable()

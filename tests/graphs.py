@@ -98,6 +98,18 @@ class LinearStatistics(nn.Module):
         return y.amax(-1) + y.sum(-1) + y.sum()
 
 
+class MSEBlock(nn.Module):
+    """A residual Linear and an MSE loss against a float32 target: the loss region's pattern
+    (y - target for the loss and again for its gradient, a mean of squares)."""
+
+    def __init__(self, dim: int = 32):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x, t):
+        return F.mse_loss((x + self.fc(x)).float(), t)
+
+
 def train_compare(model: nn.Module, args, dtype, rest="eager", tol=None):
     """Run forward+backward eagerly and with evt; return max relative errors per tensor."""
     model = model.to(dtype)

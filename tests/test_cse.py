@@ -16,6 +16,7 @@ from evt import ir
 from evt.graph.annotate_sides import SIDE, annotate_sides
 from evt.graph.capture import capture_joint
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
+from tests.graphs import MSEBlock
 
 aten = torch.ops.aten
 
@@ -74,16 +75,8 @@ def test_forward_and_backward_copies_stay_apart():
 
 
 def test_mse_region_loads_its_target_once_and_trains_like_eager():
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(32, 32)
-
-        def forward(self, x, t):
-            return F.mse_loss((x + self.fc(x)).float(), t)
-
     torch.manual_seed(0)
-    model = Block().to(torch.bfloat16)
+    model = MSEBlock().to(torch.bfloat16)
     x = torch.randn(4, 16, 32, dtype=torch.bfloat16, requires_grad=True)  # 3-D: views per reader
     t = torch.randn(4, 16, 32)
 
@@ -100,7 +93,7 @@ def test_mse_region_loads_its_target_once_and_trains_like_eager():
     f32_loads = [n for n in nodes if isinstance(n, ir.AuxLoad) and n.dtype == "f32"]
     subs = [n for n in nodes if getattr(n, "op", None) == "sub"]
     assert len(f32_loads) == 1 and len(subs) == 1, loss_region.spec
-    ref = Block().to(torch.bfloat16)
+    ref = MSEBlock().to(torch.bfloat16)
     ref.load_state_dict(model.state_dict())
     x1, x2 = (x.detach().clone().requires_grad_() for _ in range(2))
     model.zero_grad()

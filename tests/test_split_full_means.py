@@ -8,13 +8,12 @@ import copy
 import warnings
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import evt
 from evt import ir
 from evt.graph.capture import capture_joint
 from evt.graph.split_full_means import split_full_means
+from tests.graphs import MSEBlock
 
 aten = torch.ops.aten
 
@@ -36,18 +35,9 @@ def test_a_float32_mean_over_everything_splits_others_stay():
         assert targets(graph) == before
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(32, 32)
-
-    def forward(self, x, t):
-        return F.mse_loss((x + self.fc(x)).float(), t)
-
-
 def test_the_mse_loss_sums_its_squares_in_the_epilogue_and_trains_like_eager():
     torch.manual_seed(0)
-    model = Block().to(torch.bfloat16)
+    model = MSEBlock().to(torch.bfloat16)
     ref = copy.deepcopy(model)
     x = torch.randn(4, 16, 32, dtype=torch.bfloat16)
     t = torch.randn(4, 16, 32)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._prims_common import make_contiguous_strides_for
 
 from evt import ir
 from evt.errors import LaunchError
@@ -162,7 +163,7 @@ class Kernel:
         dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
         shapes = self.output_shapes(p)
         plan = LaunchPlan(
-            outputs=tuple(zip(shapes, map(_contiguous_strides, shapes), dtypes)),
+            outputs=tuple(zip(shapes, map(make_contiguous_strides_for, shapes), dtypes)),
             input_strides=_int64s(p.input_strides),
             output_strides=_int64s(p.output_strides),
             workspace_bytes=int(self.library.workspace(p.M, p.N, p.K, p.L)),
@@ -186,14 +187,6 @@ def stream_handle(device: torch.device) -> int | None:
     if device.type != "cuda":
         return None
     return torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else 0)
-
-
-def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _empty_strided(device: torch.device):

@@ -1,0 +1,117 @@
+"""Why is a region's kernel slow? Time a hand-built spec and variants of it with parts of its
+epilogue removed, at one problem shape and under a few tile configs, next to the bare cuBLAS GEMM,
+with each kernel's registers, stack frame and spills (cuobjdump --dump-resource-usage).
+
+    python scripts/spec_ablation.py [--spec layer_norm_backward] [--shape 8192x768x3072]
+        [--configs 128x128x64_c1x1_cooperative,128x64x64_c1x1_cooperative]
+
+The variants of LayerNorm's backward (tests.specs.layer_norm_backward): `full`, `one_row`
+(the weight gradient's row reduction dropped), `no_row` (both row reductions dropped), `no_col`
+(both column reductions dropped), `acc` (D = acc * gamma * n only: the GEMM and one RowBroadcast).
+Every variant is checked against the reference path before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from evt import ir  # noqa: E402
+from evt.codegen import config as cfgs  # noqa: E402
+from evt.runtime import build, launch, reference  # noqa: E402
+from evt.testing.inputs import make_inputs  # noqa: E402
+from tests import specs  # noqa: E402
+
+
+def without(spec: ir.KernelSpec, name: str, drop: set[str], passthrough: set[str]) -> ir.KernelSpec:
+    """`spec` less the nodes in `drop`, the reductions in `passthrough` turned into identities
+    (a reduction passes its argument on); outputs renumbered 1, 2, ... in their old order."""
+    nodes = []
+    for n in spec.nodes:
+        if n.name in drop:
+            continue
+        if n.name in passthrough:
+            n = ir.Compute(n.name, "identity", (n.arg,))
+        nodes.append(n)
+    kept = sorted(o.index for n in nodes for o in ir.writes(n))
+    renumber = {old: new for new, old in enumerate(kept, start=1)}
+    out = []
+    for n in nodes:
+        if isinstance(n, (ir.RowReduction, ir.ColReduction, ir.ScalarReduction, ir.AuxStore)):
+            n = type(n)(**{**n.__dict__, "output": renumber[n.output]})
+        out.append(n)
+    used = [spec.gemm.a.input, spec.gemm.b.input] + [n.input for n in out if hasattr(n, "input")]
+    return ir.KernelSpec(f"{spec.name}_{name}", spec.gemm, tuple(out), spec.d, spec.d_dtype,
+                         max(used) + 1)  # inputs dropped from the end only  # fmt: skip
+
+
+def layer_norm_backward_variants() -> dict[str, ir.KernelSpec]:
+    s = specs.layer_norm_backward()
+    return {
+        "full": s,
+        "one_row": without(s, "one_row", {"gx", "weight_grad"}, set()),
+        "no_row": without(s, "no_row", {"gx", "weight_grad"}, {"bias_grad"}),
+        "no_col": without(s, "no_col", {"ggx", "sum_ggx"}, {"sum_gg"}),
+        "acc": without(s, "acc", {"gx", "weight_grad", "ggx", "sum_ggx", "xhat"},
+                       {"bias_grad", "sum_gg"}),
+    }  # fmt: skip
+
+
+VARIANTS = {"layer_norm_backward": layer_norm_backward_variants}
+
+
+def resource_usage(library: str) -> str:
+    """REG / STACK / LOCAL of the library's CUTLASS kernel, as cuobjdump prints them."""
+    try:
+        text = subprocess.run(["cuobjdump", "--dump-resource-usage", library], capture_output=True,
+                              text=True, timeout=60).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cuobjdump failed: {e}"
+    found = re.findall(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    return " ".join(f"reg {r} stack {s} smem {sh} local {lo}" for r, s, sh, lo in found[:1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--spec", default="layer_norm_backward", choices=sorted(VARIANTS))
+    p.add_argument("--shape", default="8192x768x3072", help="MxNxK")
+    p.add_argument("--configs", default="128x128x64_c1x1_cooperative,128x64x64_c1x1_cooperative,"
+                   "64x128x64_c1x1_pingpong")  # fmt: skip
+    a = p.parse_args()
+    m, n, k = (int(v) for v in a.shape.split("x"))
+    by_label = {c.label: c for c in cfgs.CANDIDATES}
+    configs = [by_label[c] for c in a.configs.split(",")]
+    jobs = {(v, c.label): (s, build.prefetch(s, c))
+            for v, s in VARIANTS[a.spec]().items() for c in configs if cfgs.fits(s, c)}  # fmt: skip
+    print(f"{len(jobs)} kernels to build", flush=True)
+    from evt.bench.measure import time_ms
+
+    for (variant, label), (spec, fut) in jobs.items():
+        try:
+            library = fut.result()
+            kernel = launch.Kernel(spec, launch.load(library))
+        except Exception as e:  # noqa: BLE001 - reported, the others still run
+            print(f"{variant:8} {label:30} build failed: {str(e)[:300]}", flush=True)
+            continue
+        x = make_inputs(spec, m, n, k, seed=1, device="cuda")
+        got, want = kernel(x), reference.run(spec, x)
+        err = max(((g.float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-6)).item()
+                  for g, w in zip(got, want))  # fmt: skip
+        a_, b_ = x[spec.gemm.a.input], x[spec.gemm.b.input]
+        a_ = a_.t() if spec.gemm.a.transposed else a_
+        b_ = b_.t() if spec.gemm.b.transposed else b_
+        ms = time_ms(lambda kernel=kernel, x=x: kernel(x), "cuda")
+        mm = time_ms(lambda a_=a_, b_=b_: torch.mm(a_, b_), "cuda")
+        print(f"{variant:8} {label:30} {ms * 1e3:7.1f} us  {mm / ms:.2f}x mm ({mm * 1e3:.1f} us)  "
+              f"err {err:.1e}  {resource_usage(str(library))}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

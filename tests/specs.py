@@ -205,8 +205,9 @@ def row_statistics() -> KernelSpec:
 
 def batched_row_statistics() -> KernelSpec:
     """attention-like batched scores (acc * 0.125) with logsumexp's statistics (the shift is 0
-    where a row's max is infinite) and LayerNorm's unbiased var, per batch; D = scores - acc
-    (f32) reads the accumulator twice, so the visitor is a DAG (Sm90TopologicalVisitor)."""
+    where a row's max is infinite) and LayerNorm's unbiased var, per batch, a sum over N and one
+    over L and M (a row reduction: its partials span the batches); D = scores - acc (f32) reads
+    the accumulator twice, so the visitor is a DAG (Sm90TopologicalVisitor)."""
     gemm = Gemm(Operand(0, False, "k"), Operand(1, True, "k"), "bf16", batched=True)
     nodes = (
         AccFetch("acc"),
@@ -215,6 +216,7 @@ def batched_row_statistics() -> KernelSpec:
         SoftmaxStats("lse", "scores", "f32", sum_output=1, zero_inf_max=True),
         WelfordStats("var", "scores", "f32", var_output=2, correction=1),
         ColReduction("row_sum", "scores", 3, "f32", keepdim=True),
+        RowReduction("col_sum", "scores", 4, "f32"),
         Compute("d", "sub", ("scores", "acc")),
     )
     return KernelSpec("batched_row_statistics", gemm, nodes, "d", "f32", 2)

@@ -61,13 +61,16 @@ def test_row_reduction_is_the_root_of_a_chain():
     assert not plan.dag and plan.root == "bias_grad"  # it passes gelu_backward on to D
     text = render(spec)
     assert re.search(
-        r"using evt_bias_grad = fusion::Sm90EVT<fusion::Sm90RowReduction<\s*cutlass::plus, "
-        r"cutlass::plus, cutlass::plus, 0, TileShape, cutlass::bfloat16_t, ElementCompute,\s*"
-        r"kRound, cute::Stride<cute::_0, cute::_1, cute::_0>>,\s*evt_gelu_backward>;",
+        r"using evt_bias_grad_op = evt::Sm90RowReductionDeferred<cutlass::plus, "
+        r"evt::ReduceStat<false>, TileShape,\s*cutlass::bfloat16_t, "
+        r"cute::Stride<cute::_0, cute::_1, cute::_0>>;.*\n"
+        r"using evt_bias_grad = fusion::Sm90EVT<evt_bias_grad_op,\s*evt_gelu_backward>;",
         text,
     )
     assert "using CustomEVT = evt_bias_grad;" in text
-    assert "{out_ptr<cutlass::bfloat16_t>(outputs, 1), ElementCompute(0), evt_bias_grad_stride}" in text
+    assert ("{out_ptr<cutlass::bfloat16_t>(outputs, 1), ElementCompute(0), evt_bias_grad_stride, "
+            "evt_bias_grad_partials}") in text  # its partials: a slice of the workspace
+    assert "evt_bias_grad_op::finish(finishers.evt_bias_grad, M, N, L, stream)" in text
     assert "load_stride(strides_of(output_strides, 1), M, N, L, evt_bias_grad_stride)" in text
     assert "2 outputs (D first)" in text
 

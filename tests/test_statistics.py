@@ -233,12 +233,13 @@ def test_batched_statistics_are_per_batch():
     spec = specs.batched_row_statistics()
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(3, 10, 8, generator=g).bfloat16(), torch.randn(3, 12, 8, generator=g).bfloat16()
-    d, lse_sum, var, row_sum = reference.run(spec, [a, b])
+    d, lse_sum, var, row_sum, col_sum = reference.run(spec, [a, b])
     y = (a.float() @ b.float().mT) * 0.125
     assert d.shape == (3, 10, 12) and lse_sum.shape == (3, 10) and row_sum.shape == (3, 10, 1)
     torch.testing.assert_close(lse_sum, torch.exp(y - y.amax(-1, keepdim=True)).sum(-1))
     torch.testing.assert_close(var, y.var(-1, correction=1))
     torch.testing.assert_close(row_sum, y.sum(-1, keepdim=True))
+    torch.testing.assert_close(col_sum, y.sum((0, 1)))  # over the batches too
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,8 +254,9 @@ def test_output_shapes_and_strides():
     strides = guards.output_strides(spec, 40, 24)
     assert strides[3:6] == (1, 0, 0) and strides[-6:-3] == (0, 1, 0) and strides[-3:] == (0, 0, 0)
     batched = specs.batched_row_statistics()
-    assert batched.output_shapes(10, 12, 3) == [(3, 10, 12), (3, 10), (3, 10), (3, 10, 1)]
-    assert guards.output_strides(batched, 10, 12)[3:] == (1, 0, 10) * 3
+    shapes = [(3, 10, 12), (3, 10), (3, 10), (3, 10, 1), (12,)]
+    assert batched.output_shapes(10, 12, 3) == shapes
+    assert guards.output_strides(batched, 10, 12)[3:-3] == (1, 0, 10) * 3
 
 
 def test_specs_round_trip_and_keep_older_json():
@@ -274,14 +276,16 @@ def test_generated_cpp_uses_stock_and_evt_nodes():
     assert "evt::Sm90RowStatistics<evt::ReduceStat<false>, TileShape, float," in src
     assert "evt::Sm90RowStatistics<evt::ReduceStat<true>, TileShape, cutlass::bfloat16_t," in src
     assert "fusion::Sm90ColReduction" not in src
-    assert "fusion::Sm90RowReduction<\n    cutlass::maximum_with_nan_propagation" in src
+    # reductions over M: CUTLASS's visitor writes per-tile partials, evt's kernel sums them
+    assert ("evt::Sm90RowReductionDeferred<cutlass::maximum_with_nan_propagation, "
+            "evt::ReduceStat<true>, TileShape,") in src  # fmt: skip
     assert "evt::Sm90ScalarStatistic<evt::ReduceStat<false>, TileShape, float>" in src
     assert ("{out_ptr<float>(outputs, 1), out_ptr<float>(outputs, 2), evt_softmax_stride, "
             "evt_softmax_partials}") in src  # fmt: skip
     assert ("{out_ptr<cutlass::bfloat16_t>(outputs, 6), nullptr, evt_row_max_stride, "
             "evt_row_max_partials}") in src  # fmt: skip
     # per-row statistics finish after the GEMM, each from its slice of the workspace
-    for name in ("softmax", "norm", "row_sum", "row_max"):
+    for name in ("softmax", "norm", "row_sum", "row_max", "col_max"):
         assert f"evt_{name}_op::finish(finishers.evt_{name}, M, N, L, stream)" in src
         assert f"stats_bytes += evt_{name}_op::partials_bytes(M, N, L);" in src
     assert "evt_total_op" not in src  # the scalar statistic finishes in its last CTA
@@ -289,7 +293,7 @@ def test_generated_cpp_uses_stock_and_evt_nodes():
     assert "evt::SoftmaxStat<true>" in lse and "{nullptr, out_ptr<float>(outputs, 1)," in lse
     assert "evt::WelfordStat<1>" in lse
     assert "Sm90TopologicalVisitor" in lse and "evt_lse::Arguments evt_lse_args{evt_lse_op_args};" in lse
-    assert "evt_statistics.h" not in render(specs.mlp_dgrad_gelu_bias())
+    assert "evt_statistics.h" not in render(specs.mlp_fc2_residual())
 
 
 def test_tree_text_names_each_statistic():

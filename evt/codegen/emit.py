@@ -64,7 +64,9 @@ REDUCE_FNS = {
     "sum": ("cutlass::plus", "ElementCompute(0)"),
     "max": ("cutlass::maximum_with_nan_propagation", "-std::numeric_limits<ElementCompute>::infinity()"),
 }
-STATISTICS = (ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)  # evt_statistics.h
+STATISTICS = (RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)  # evt_statistics.h
+# finished by a kernel after the GEMM from per-tile partials in the launcher's workspace
+DEFERRED = (RowReduction, *ROW_STATISTICS)
 
 
 def c_identifier(name: str) -> str:
@@ -101,7 +103,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         num_inputs=spec.num_inputs,
         num_outputs=spec.num_outputs,
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
-        row_stats=any(isinstance(n, ROW_STATISTICS) for n in plan.nodes),
+        deferred=any(isinstance(n, DEFERRED) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip
 
@@ -145,7 +147,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
         view["max"] = n.op == "max"
     if isinstance(n, (SoftmaxStats, WelfordStats)):
         view.update(_statistic(n))
-    view["row_stats"] = isinstance(n, ROW_STATISTICS)
+    view["deferred"] = isinstance(n, DEFERRED)
     if isinstance(n, AuxLoad) and n.broadcast_l:
         view["stride"] = STRIDE_AUX_EVERY_L[n.major]
     elif isinstance(n, (AuxLoad, AuxStore)):
@@ -202,7 +204,7 @@ def _comment(n: Node) -> str:
     if isinstance(n, RowReduction):
         done = "summed" if n.op == "sum" else "reduced"
         return (f"{text}({n.op} over M of {n.arg}) -> output {n.output}, {n.dtype}; fp32 partials "
-                f"per CTA row, {done} in a fixed order by the last CTA (deterministic)")  # fmt: skip
+                f"per M tile, {done} in a fixed order after the GEMM (deterministic)")  # fmt: skip
     if isinstance(n, ColReduction):
         return (f"{text}({n.op} over N of {n.arg}) -> output {n.output}, {n.dtype}; fp32 partials "
                 "per N tile, reduced in a fixed order after the GEMM (deterministic)")  # fmt: skip

@@ -19,6 +19,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/epilogue/fusion/sm90_visitor_store_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/workspace.h"
@@ -528,6 +529,81 @@ cudaError_t Sm90RowStatistics<Stat, CtaTileShapeMNK, ElementOutput, StrideMNL>::
       <<<grid, detail::kFinishRows * detail::kFinishSplits, 0, stream>>>(
           static_cast<Partial const*>(args.partials), padded_rows(M), cute::ceil_div(N, int(kTileN)), M,
           args.ptr_0, args.ptr_1, cute::get<2>(args.dOut));
+  return cudaGetLastError();
+}
+
+// A sum or max over M and L into an N-vector (a Linear's bias gradient): CUTLASS's
+// Sm90RowReduction reduces each CTA tile over its rows (registers, shuffles, shared memory) and,
+// with FinalReduction=false, writes one fp32 partial per column into `partials[l][m_tile][n]`
+// (N padded to whole tiles); `finish`, launched after the GEMM on the same stream, sums each
+// column's L x M-tile partials in a fixed order (finish_row_statistics with N as its rows).
+// CUTLASS's own final reduction has the last CTA of each N tile read the partials one dependent
+// load at a time after a fence and an atomic counter: on an H100 that tail cost 70-110 us per
+// reduction at M = 8192 (64 M tiles), 2-4x the GEMM itself.
+template <template <class> class ReduceFn, class Stat, class CtaTileShapeMNK, class ElementOutput,
+          class StrideMNL = cute::Stride<cute::_0, cute::_1, cute::_0>>
+struct Sm90RowReductionDeferred
+    : cutlass::epilogue::fusion::Sm90RowReduction<
+          ReduceFn, ReduceFn, ReduceFn, 0, CtaTileShapeMNK, float, float,
+          cutlass::FloatRoundStyle::round_to_nearest, StrideMNL, 4, true, false> {
+  using Base = cutlass::epilogue::fusion::Sm90RowReduction<
+      ReduceFn, ReduceFn, ReduceFn, 0, CtaTileShapeMNK, float, float,
+      cutlass::FloatRoundStyle::round_to_nearest, StrideMNL, 4, true, false>;
+  static constexpr int kTileM = decltype(cute::size<0>(CtaTileShapeMNK{}))::value;
+  static constexpr int kTileN = decltype(cute::size<1>(CtaTileShapeMNK{}))::value;
+
+  struct Arguments {
+    ElementOutput* ptr = nullptr;  // the N-vector
+    float identity = Stat::identity();
+    StrideMNL dRow = {};
+    void* partials = nullptr;  // partials_bytes(M, N, L) of the launcher's workspace
+  };
+
+  CUTLASS_HOST_DEVICE static int64_t padded_cols(int N) {
+    return int64_t(cute::ceil_div(N, int(kTileN))) * kTileN;
+  }
+  CUTLASS_HOST_DEVICE static int tiles(int M, int L) { return cute::ceil_div(M, int(kTileM)) * L; }
+
+  static size_t partials_bytes(int M, int N, int L) {
+    size_t bytes = size_t(tiles(M, L)) * size_t(padded_cols(N)) * sizeof(float);
+    return cutlass::round_nearest(bytes, size_t(256));
+  }
+
+  template <class ProblemShape>
+  static typename Base::Params to_underlying_arguments(ProblemShape const& problem,
+                                                       Arguments const& args, void* workspace) {
+    return Base::to_underlying_arguments(
+        problem, typename Base::Arguments{args.partials, args.identity, args.dRow}, workspace);
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*,
+                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& args) {
+    return args.partials != nullptr;
+  }
+
+  // The finishing step (host): sum the partials the GEMM wrote, on `stream`.
+  static cudaError_t finish(Arguments const& args, int M, int N, int L, cudaStream_t stream);
+
+  using Base::Base;
+};
+
+template <template <class> class ReduceFn, class Stat, class CtaTileShapeMNK, class ElementOutput,
+          class StrideMNL>
+cudaError_t Sm90RowReductionDeferred<ReduceFn, Stat, CtaTileShapeMNK, ElementOutput, StrideMNL>::finish(
+    Arguments const& args, int M, int N, int L, cudaStream_t stream) {
+  dim3 grid(cute::ceil_div(N, detail::kFinishRows), 1);  // columns play the statistics' rows
+  detail::finish_row_statistics<Stat, ElementOutput>
+      <<<grid, detail::kFinishRows * detail::kFinishSplits, 0, stream>>>(
+          static_cast<float const*>(args.partials), padded_cols(N), tiles(M, L), N, args.ptr,
+          static_cast<ElementOutput*>(nullptr), 0);
   return cudaGetLastError();
 }
 

@@ -145,7 +145,7 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------------
-struct Finishers {};  // no statistics over N to finish after the GEMM
+struct Finishers {};  // nothing to finish after the GEMM
 
 // Fill the kernel arguments from the ABI's pointers and strides: 0 or a negative return code.
 // `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).

@@ -147,8 +147,9 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------------
-// Statistics over N finish in a kernel of their own after the GEMM (evt_statistics.h): the
-// arguments of each, and their per-tile partials at the start of the workspace (CUTLASS's after).
+// Reductions over M and statistics over N finish in a kernel of their own after the GEMM
+// (evt_statistics.h): the arguments of each, and their per-tile partials at the start of the
+// workspace (CUTLASS's after).
 struct Finishers {
   evt_var_correction_op::Arguments evt_var_correction;
 };

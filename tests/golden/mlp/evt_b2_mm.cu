@@ -24,6 +24,7 @@ kernel evt_b2_mm
 
 #include "evt_functors.h"
 #include "evt_launch.h"
+#include "evt_statistics.h"
 
 #define EVT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -74,10 +75,10 @@ using evt_addmm = fusion::Sm90AuxLoad<
 using evt_gelu_backward = fusion::Sm90EVT<fusion::Sm90Compute<evt::GeluBackward, float, ElementCompute, kRound>,
     evt_mm_acc, evt_addmm>;
 
-// sum_3: RowReduction(sum over M of gelu_backward) -> output 1, bf16; fp32 partials per CTA row, summed in a fixed order by the last CTA (deterministic)
-using evt_sum_3 = fusion::Sm90EVT<fusion::Sm90RowReduction<
-    cutlass::plus, cutlass::plus, cutlass::plus, 0, TileShape, cutlass::bfloat16_t, ElementCompute,
-    kRound, cute::Stride<cute::_0, cute::_1, cute::_0>>,
+// sum_3: RowReduction(sum over M of gelu_backward) -> output 1, bf16; fp32 partials per M tile, summed in a fixed order after the GEMM (deterministic)
+using evt_sum_3_op = evt::Sm90RowReductionDeferred<cutlass::plus, evt::ReduceStat<false>, TileShape,
+    cutlass::bfloat16_t, cute::Stride<cute::_0, cute::_1, cute::_0>>;  // finished after the GEMM
+using evt_sum_3 = fusion::Sm90EVT<evt_sum_3_op,
     evt_gelu_backward>;
 
 using CustomEVT = evt_sum_3;  // stored as D
@@ -106,7 +107,12 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------------
-struct Finishers {};  // no statistics over N to finish after the GEMM
+// Reductions over M and statistics over N finish in a kernel of their own after the GEMM
+// (evt_statistics.h): the arguments of each, and their per-tile partials at the start of the
+// workspace (CUTLASS's after).
+struct Finishers {
+  evt_sum_3_op::Arguments evt_sum_3;
+};
 
 // Fill the kernel arguments from the ABI's pointers and strides: 0 or a negative return code.
 // `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).
@@ -128,6 +134,10 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
     return kStrideMismatch;
   }
   stats_bytes = 0;
+  void* evt_sum_3_partials = workspace ? static_cast<uint8_t*>(workspace) + stats_bytes : nullptr;
+  stats_bytes += evt_sum_3_op::partials_bytes(M, N, L);
+  evt_sum_3_op::Arguments evt_sum_3_op_args{out_ptr<cutlass::bfloat16_t>(outputs, 1), ElementCompute(0), evt_sum_3_stride, evt_sum_3_partials};
+  finishers.evt_sum_3 = evt_sum_3_op_args;
 
   // Visitor arguments, children before parents
   evt_mm_acc::Arguments evt_mm_acc_args{};
@@ -135,7 +145,7 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   evt_gelu_backward::Arguments evt_gelu_backward_args{
       evt_mm_acc_args, evt_addmm_args, {}};
   evt_sum_3::Arguments evt_sum_3_args{
-      evt_gelu_backward_args, {out_ptr<cutlass::bfloat16_t>(outputs, 1), ElementCompute(0), evt_sum_3_stride}};
+      evt_gelu_backward_args, evt_sum_3_op_args};
   CustomEVT::Arguments const& evt_args = evt_sum_3_args;
 
   cutlass::KernelHardwareInfo hw_info = hardware_info();
@@ -201,7 +211,14 @@ EVT_EXPORT int evt_evt_b2_mm_run(
   if (workspace_bytes == 0) {  // (statistics always take a workspace: none to finish here)
     memo.insert(key, params);
   }
-  return static_cast<int>(Gemm::run(params, stream));
+  status = Gemm::run(params, stream);
+  if (status != cutlass::Status::kSuccess) {
+    return static_cast<int>(status);
+  }
+  if (evt_sum_3_op::finish(finishers.evt_sum_3, M, N, L, stream) != cudaSuccess) {
+    return kFinishFailed;
+  }
+  return 0;
 }
 
 EVT_EXPORT size_t evt_evt_b2_mm_workspace(int M, int N, int K, int L) {

@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,3 +112,24 @@ def test_exports_the_abi(built, name):
     exported = {line.split()[-1] for line in symbols.splitlines() if " T " in line}
     spec_name = specs.ALL[name]().name
     assert {f"evt_{spec_name}_{fn}" for fn in ("run", "workspace", "signature")} <= exported
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_host_functions_run_without_a_gpu(built, name):
+    """The workspace query and the signature are host code: called here (no GPU), they answer.
+    (A device-only function called from host code compiles, and nvcc makes the whole host
+    function an `exit(1)`: a kernel whose launcher killed its process, warning nowhere.)"""
+    so, _ = built[name]
+    spec_name = specs.ALL[name]().name
+    code = (
+        "import ctypes, sys\n"
+        "lib = ctypes.CDLL(sys.argv[1])\n"
+        f"ws = lib.evt_{spec_name}_workspace\n"
+        "ws.restype, ws.argtypes = ctypes.c_size_t, [ctypes.c_int] * 4\n"
+        f"sig = lib.evt_{spec_name}_signature\n"
+        "sig.restype = ctypes.c_char_p\n"
+        "print(ws(256, 256, 128, 2), len(sig()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip(), (done.returncode, done.stdout, done.stderr)

@@ -554,7 +554,7 @@ struct Sm90RowReductionDeferred
 
   struct Arguments {
     ElementOutput* ptr = nullptr;  // the N-vector
-    float identity = Stat::identity();
+    float identity = 0.f;  // the launcher passes the op's (Stat::identity is device code)
     StrideMNL dRow = {};
     void* partials = nullptr;  // partials_bytes(M, N, L) of the launcher's workspace
   };

@@ -14,6 +14,7 @@ Every variant is checked against the reference path before it is timed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import subprocess
 import sys
@@ -78,18 +79,28 @@ def resource_usage(library: str) -> str:
     return " ".join(f"reg {r} stack {s} smem {sh} local {lo}" for r, s, sh, lo in found[:1])
 
 
+def label_config(label: str) -> cfgs.TileConfig:
+    """A candidate's label, optionally with an epilogue tile: 128x128x64_c1x1_cooperative_e64."""
+    base, _, epi = label.rpartition("_e") if "_e" in label else (label, "", "")
+    found = {c.label: c for c in cfgs.CANDIDATES}[base]
+    return dataclasses.replace(found, epi_n=int(epi)) if epi else found
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--spec", default="layer_norm_backward", choices=sorted(VARIANTS))
+    p.add_argument("--spec", default="layer_norm_backward",
+                   help="a tests.specs kernel (variants: only layer_norm_backward's)")  # fmt: skip
+    p.add_argument("--variants", default="", help="comma-separated subset (default: all)")
     p.add_argument("--shape", default="8192x768x3072", help="MxNxK")
     p.add_argument("--configs", default="128x128x64_c1x1_cooperative,128x64x64_c1x1_cooperative,"
                    "64x128x64_c1x1_pingpong")  # fmt: skip
     a = p.parse_args()
     m, n, k = (int(v) for v in a.shape.split("x"))
-    by_label = {c.label: c for c in cfgs.CANDIDATES}
-    configs = [by_label[c] for c in a.configs.split(",")]
-    jobs = {(v, c.label): (s, build.prefetch(s, c))
-            for v, s in VARIANTS[a.spec]().items() for c in configs if cfgs.fits(s, c)}  # fmt: skip
+    configs = [label_config(c) for c in a.configs.split(",")]
+    variants = VARIANTS[a.spec]() if a.spec in VARIANTS else {"full": specs.ALL[a.spec]()}
+    chosen = a.variants.split(",") if a.variants else list(variants)
+    jobs = {(v, c.label): (variants[v], build.prefetch(variants[v], c))
+            for v in chosen for c in configs if cfgs.fits(variants[v], c)}  # fmt: skip
     print(f"{len(jobs)} kernels to build", flush=True)
     from evt.bench.measure import time_ms
 

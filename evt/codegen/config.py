@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from evt.errors import CodegenError
-from evt.ir import ROW_STATISTICS, AuxLoad, AuxStore, KernelSpec, RowBroadcast
+from evt.ir import ROW_STATISTICS, AuxLoad, AuxStore, KernelSpec, RowBroadcast, RowReduction
 
 # schedule -> (mainloop kernel schedule, epilogue schedule, tile M granule)
 SCHEDULES = {
@@ -156,7 +156,26 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     committed sweep: 0.988 of the measured best in geomean over 38 cases, 0.924 at worst."""
     fitting = [c for c in CANDIDATES if fits(spec, c)]
     last = _has_statistic(spec) or _has_erf(spec)
-    return sorted(fitting, key=lambda c: (last and c.schedule == "pingpong", estimate(spec, c, M, N, K, L)))
+    return sorted(fitting, key=lambda c: (row_reduction_tier(spec, c),
+                                          last and c.schedule == "pingpong",
+                                          estimate(spec, c, M, N, K, L)))  # fmt: skip
+
+
+def row_reduction_tier(spec: KernelSpec, cfg: TileConfig) -> int:
+    """0 for the tiles CUTLASS's row reductions (sums over M) run well in, 1 for the others.
+    Each thread keeps a partial per column it touches across the tile's epilogue subtiles; at
+    tile N 128 ptxas put them in local memory (a 1072-byte stack), and on the H100
+    (scripts/spec_ablation.py) a dgrad with GELU' and one row reduction ran in 199 us at
+    128x128 against 111 us at 128x256 and 128 us at 128x64 (8192x3072x768), LayerNorm's
+    backward (two row and two column reductions) in 220-354 us at 128x128 (any epilogue tile,
+    either schedule) against 110 us at 128x64 (8192x768x3072; the bare GEMM 53 us). So: the
+    128x128 cooperative tile ranks after the others with one row reduction (the H200 sweep of
+    that pattern found 128x128 ping-pong and 128x256 cooperative best), anything but 128x64 with
+    two or more."""
+    rows = sum(isinstance(n, RowReduction) for n in spec.nodes)
+    if rows >= 2:
+        return 0 if (cfg.tile_m, cfg.tile_n) == (128, 64) else 1
+    return int(rows == 1 and (cfg.tile_m, cfg.tile_n, cfg.schedule) == (128, 128, "cooperative"))
 
 
 def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1) -> float:

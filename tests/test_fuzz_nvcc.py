@@ -1,6 +1,6 @@
 """nvcc tier of the fuzzer: one fixed-seed generated spec (a DAG with every node kind but the
 column broadcast, bool mask loads and stores, a row reduction, an f16 GEMM) compiles without
-warnings. Cached like tests/test_nvcc.py (same directory, keyed by source, flags, nvcc)."""
+warnings, and its launcher's host functions answer without a GPU. Cached like tests/test_nvcc.py (same directory, keyed by source, flags, nvcc)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from evt.codegen.emit import render
 from evt.codegen.nvcc import local_headers, nvcc_command, nvcc_flags, nvcc_path, nvcc_version
 from evt.testing import fuzz
-from tests.test_nvcc import _cache_dir
+from tests.test_nvcc import _cache_dir, assert_host_functions_answer
 
 pytestmark = [
     pytest.mark.nvcc,
@@ -45,3 +45,4 @@ def test_generated_spec_compiles():
         os.replace(tmp, so)
     output = log.read_text()
     assert "C7510" not in output and "warning" not in output.lower(), output
+    assert_host_functions_answer(so, spec.name)

@@ -114,13 +114,10 @@ def test_exports_the_abi(built, name):
     assert {f"evt_{spec_name}_{fn}" for fn in ("run", "workspace", "signature")} <= exported
 
 
-@pytest.mark.parametrize("name", KERNELS)
-def test_host_functions_run_without_a_gpu(built, name):
+def assert_host_functions_answer(so: Path, spec_name: str) -> None:
     """The workspace query and the signature are host code: called here (no GPU), they answer.
     (A device-only function called from host code compiles, and nvcc makes the whole host
     function an `exit(1)`: a kernel whose launcher killed its process, warning nowhere.)"""
-    so, _ = built[name]
-    spec_name = specs.ALL[name]().name
     code = (
         "import ctypes, sys\n"
         "lib = ctypes.CDLL(sys.argv[1])\n"
@@ -133,3 +130,9 @@ def test_host_functions_run_without_a_gpu(built, name):
     done = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip(), (done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_host_functions_run_without_a_gpu(built, name):
+    so, _ = built[name]
+    assert_host_functions_answer(so, specs.ALL[name]().name)

@@ -2,7 +2,8 @@
 // row (over N, into M-vectors) or over the whole problem (into one value), without float atomics.
 //
 // Each CTA reduces its tile into one partial per row (or one per tile), written to a workspace
-// slot of its own. Per-row statistics are finished by a small kernel after the GEMM; the scalar
+// slot of its own. Per-row statistics and reductions over M (CUTLASS's Sm90RowReduction writing
+// partials: Sm90RowReductionDeferred) are finished by a small kernel after the GEMM; the scalar
 // one by the last CTA (an atomic tile counter, as CUTLASS's Sm90ColReduction<...,
 // FinalReduction=true>). Either combines the partials in a fixed order and writes the outputs:
 // the result is the same on every run, whatever the CTA schedule.

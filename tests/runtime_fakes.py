@@ -85,3 +85,10 @@ def crashing_compile(cu: Path, so: Path) -> subprocess.CompletedProcess:
 
 def count(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def local_memory_compile(cu: Path, so: Path) -> subprocess.CompletedProcess:
+    """A build whose ptxas says (-warn-lmem-usage) that the kernel uses local memory."""
+    done = fake_compile(cu, so)
+    log = "ptxas warning : Local memory used for function '_ZN7cutlass13device_kernelI...'\n"
+    return subprocess.CompletedProcess(done.args, 0, "", log)

@@ -16,6 +16,7 @@ import pytest
 
 from evt.codegen.emit import render
 from evt.codegen.nvcc import local_headers, nvcc_command, nvcc_flags, nvcc_path, nvcc_version
+from evt.runtime.build import uses_local_memory
 from tests import specs
 
 pytestmark = [
@@ -98,6 +99,7 @@ def built() -> dict[str, tuple[Path, str]]:
 def test_compiles_without_serialized_wgmma(built, name):
     _, output = built[name]
     assert "C7510" not in output, output  # wgmma serialized: a perf bug (missing -DNDEBUG?)
+    assert not uses_local_memory(output), f"{name} keeps data in local memory (slow):\n{output}"
     assert "warning" not in output.lower(), output
 
 

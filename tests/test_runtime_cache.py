@@ -20,6 +20,7 @@ from tests.runtime_fakes import (
     fake_compile,
     fc1_inputs,
     fc1_spec,
+    local_memory_compile,
 )
 
 
@@ -165,3 +166,13 @@ def test_real_emitter_builds_under_the_canonical_name(monkeypatch):
     assert a.key == b.key and a.source == b.source
     assert f"evt_{a.name}_run" in a.source and "evt_f0_addmm" not in a.source
     assert a.signature.startswith(a.name + ";")
+
+
+def test_a_kernel_in_local_memory_is_reported(fake_toolchain, monkeypatch, capsys):
+    monkeypatch.setenv("EVT_DEBUG", "1")
+    build.build(fc1_spec(), compile_fn=local_memory_compile)
+    err = capsys.readouterr().err
+    assert "keeps data in local memory (ptxas): expect a slow epilogue" in err, err
+    assert "(region evt_f0_addmm, tile default)" in err, err
+    build.build(fc1_spec("evt_f1_addmm"), "other-config", compile_fn=fake_compile)
+    assert "local memory" not in capsys.readouterr().err

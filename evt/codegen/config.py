@@ -103,13 +103,12 @@ CANDIDATES = (
 def default_config(spec: KernelSpec) -> TileConfig:
     """128x256x64 cooperative while the epilogue's shared memory leaves it 3 mainloop stages;
     else the first narrower tile that keeps 2 (CUTLASS's minimum: the fuzzer found epilogues with
-    several fp32 aux tensors that leave 128x128 only one)."""
+    several fp32 aux tensors that leave 128x128 only one). Tiles where row reductions keep
+    their partials in local memory (`row_reduction_tier`) come after the others."""
     wide = TileConfig()
-    if mainloop_stages(spec, wide) >= 3:
-        return wide
-    for cfg in FALLBACK_TILES:
-        if mainloop_stages(spec, cfg) >= 2:
-            return cfg
+    usable = [c for c in (wide, *FALLBACK_TILES) if mainloop_stages(spec, c) >= (3 if c == wide else 2)]
+    if usable:
+        return min(usable, key=lambda c: row_reduction_tier(spec, c))  # the first of the best tier
     raise CodegenError(
         f"kernel {spec.name}: its epilogue's shared memory leaves no tile 2 mainloop stages; "
         "the region runs unfused"

@@ -118,6 +118,21 @@ def _compile_into(job: Job, tmp: Path) -> None:
     if "C7510" in log:
         warnings.warn(f"evt: kernel {job.name}: ptxas serialized wgmma (C7510), see "
                       f"{cache.entry_dir(job.key) / cache.LOG}", stacklevel=2)  # fmt: skip
+    if uses_local_memory(log):
+        debug.log(1, f"kernel {job.name} (region {job.region}, tile {_label(job.config)}) keeps "
+                     "data in local memory (ptxas): expect a slow epilogue; max-autotune times "
+                     "the other configs, EVT_DEBUG=5 prints the nvcc command")  # fmt: skip
+
+
+def uses_local_memory(log: str) -> bool:
+    """Whether ptxas said (-warn-lmem-usage) that a kernel of the library uses local memory."""
+    from evt.codegen.nvcc import LOCAL_MEMORY
+
+    return LOCAL_MEMORY in log
+
+
+def _label(config) -> str:
+    return getattr(config, "label", None) or "default"
 
 
 def _failure(job: Job, what: str, log: str) -> str:

@@ -69,14 +69,21 @@ VARIANTS = {"layer_norm_backward": layer_norm_backward_variants}
 
 
 def resource_usage(library: str) -> str:
-    """REG / STACK / LOCAL of the library's CUTLASS kernel, as cuobjdump prints them."""
+    """REG / STACK / LOCAL of the library's GEMM kernel (not its finishing kernels), as
+    cuobjdump prints them."""
     try:
         text = subprocess.run(["cuobjdump", "--dump-resource-usage", library], capture_output=True,
                               text=True, timeout=60).stdout  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cuobjdump failed: {e}"
-    found = re.findall(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
-    return " ".join(f"reg {r} stack {s} smem {sh} local {lo}" for r, s, sh, lo in found[:1])
+    function = ""
+    for line in text.splitlines():
+        if line.strip().startswith("Function "):
+            function = line
+        found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
+        if found and "device_kernel" in function:
+            return "reg {} stack {} smem {} local {}".format(*found.groups())
+    return "no GEMM kernel in cuobjdump's output"
 
 
 def label_config(label: str) -> cfgs.TileConfig:
@@ -93,7 +100,8 @@ def main() -> None:
     p.add_argument("--variants", default="", help="comma-separated subset (default: all)")
     p.add_argument("--shape", default="8192x768x3072", help="MxNxK")
     p.add_argument("--configs", default="128x128x64_c1x1_cooperative,128x64x64_c1x1_cooperative,"
-                   "64x128x64_c1x1_pingpong")  # fmt: skip
+                   "128x128x64_c1x1_pingpong",
+                   help="candidate labels, an epilogue tile as a suffix: ..._cooperative_e64")  # fmt: skip
     a = p.parse_args()
     m, n, k = (int(v) for v in a.shape.split("x"))
     configs = [label_config(c) for c in a.configs.split(",")]

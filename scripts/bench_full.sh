@@ -14,7 +14,7 @@
 # EVT_BENCH_CALL_S (default 560): seconds this call may take in all; the benchmark gets what the
 # setup leaves of it, so the call ends well inside the device's 600 s.
 set -uo pipefail
-part=${1:?usage: bench_full.sh 1|2|3 [evt bench options] | take FILES_AT}
+part=${1:?usage: bench_full.sh 1|2|3|4 [evt bench options] | take FILES_AT}
 shift
 carried=out/bench-full
 

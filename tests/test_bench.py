@@ -452,6 +452,20 @@ def test_end_to_end_on_cpu_with_eager_and_evt(tmp_path, capsys):
     assert "charts skipped" in printed or (tmp_path / "ops.png").exists()
 
 
+def test_evt_max_autotune_is_a_stage_of_its_own(tmp_path):
+    """evt's max-autotune: planned for every case after the peers (its cold compile builds and
+    times configs); off an SM90 GPU nothing is measured, so it runs like evt and is checked."""
+    full = plan.make_plan(device="cuda")
+    assert full.stages()[-1] == "evt-max-autotune" and "4" in plan.PARTS
+    assert {i.case.name for i in full.items if i.baseline == "evt-max-autotune"} == {
+        c.name for c in full.cases}
+    argv = ["--baselines", "evt-max-autotune", "--only", "bias_gelu_tanh/gpt2"]
+    assert run([*argv, "--out", str(tmp_path)]) == 0
+    (rec,) = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert (rec["stage"], rec["status"]) == ("evt-max-autotune", "ok"), rec
+    assert rec["notes"]["regions"] and rec["compile_cold_s"] > 0
+
+
 def test_inductor_cutlass_checkout_from_the_wheel(tmp_path):
     pytest.importorskip("cutlass_library")
     from evt.bench import inductor_cutlass

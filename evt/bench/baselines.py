@@ -18,7 +18,7 @@ import torch
 from evt.bench import inductor_cutlass, observe
 from evt.bench.workload import Case, Workload
 
-STAGES = ("eager", "evt", "compile", "max-autotune", "inductor-cutlass")
+STAGES = ("eager", "evt", "compile", "max-autotune", "inductor-cutlass", "evt-max-autotune")
 
 
 def _cuda(device: str) -> bool:
@@ -35,15 +35,20 @@ class Baseline:
     compiled: bool = False  # compile time is measured (cold and warm)
     gemm_only: bool = False  # computes the bare GEMM, checked against the GEMM's reference
 
+    @property
+    def is_evt(self) -> bool:
+        """evt itself, in any of its modes."""
+        return self.name in ("evt", "evt-max-autotune")
+
     def observe(self, notes: dict) -> contextlib.AbstractContextManager:
         """Around the whole measurement: warnings (compiled baselines), evt's kernels."""
-        if self.name == "evt":
+        if self.is_evt:
             return evt_observe(notes)
         return observe.warnings_seen(notes) if self.compiled else contextlib.nullcontext()
 
     def observe_compile(self, notes: dict) -> contextlib.AbstractContextManager:
         """Around the cold compile only: the regions evt formed."""
-        return observe.evt_regions(notes) if self.name == "evt" else contextlib.nullcontext()
+        return observe.evt_regions(notes) if self.is_evt else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -57,14 +62,21 @@ def compiled(**kwargs) -> Callable[[Workload, str], Callable]:
     return lambda w, device: w.wrap(torch.compile(w.target, dynamic=False, **kwargs))
 
 
-def _evt(w: Workload, device: str) -> Callable:
+def _evt(w: Workload, device: str, autotune: bool = False) -> Callable:
     """`torch.compile(backend="evt")`, through the backend function itself (the same thing the
     "evt" entry point names), so it runs from a checkout that pip never installed."""
     from evt.backend import evt_backend
 
     # Off CUDA there is no kernel and no C++ compiler to assume: run the rest op by op.
-    options = None if _cuda(device) else {"rest": "eager"}
-    return w.wrap(torch.compile(w.target, backend=evt_backend, dynamic=False, options=options))
+    options = {} if _cuda(device) else {"rest": "eager"}
+    if autotune:
+        options["autotune"] = True
+    return w.wrap(torch.compile(w.target, backend=evt_backend, dynamic=False,
+                                options=options or None))  # fmt: skip
+
+
+def _evt_autotune(w: Workload, device: str) -> Callable:
+    return _evt(w, device, autotune=True)
 
 
 def _inductor_cutlass(w: Workload, device: str) -> Callable:
@@ -118,6 +130,16 @@ BASELINES: dict[str, Baseline] = {
             inductor_cutlass.DOC,
             _inductor_cutlass,
             lambda case, device: _cuda(device) and case.name in inductor_cutlass.CASES,
+            compiled=True,
+        ),
+        Baseline(
+            "evt-max-autotune",
+            "evt-max-autotune",
+            'torch.compile(backend="evt", mode="max-autotune"): each region\'s top configs built '
+            "and timed with its epilogue on the real shapes, the region kept fused only where its "
+            "kernel beats the unfused path (evt.runtime.autotune); its cold compile includes "
+            "those builds and timings",
+            _evt_autotune,
             compiled=True,
         ),
     )

@@ -33,7 +33,7 @@ from evt.bench.workload import Case
 QUICK_CASES = ("bias_gelu_tanh/gpt2", "bias_gelu_aux/gpt2", "dgrad_gelu/gpt2", "step/mlp")
 QUICK_BASELINES = ("eager", "mm", "cublaslt", "compile", "evt")
 QUICK_TIME_BUDGET_S = 170.0
-BREADTH_FIRST = ("max-autotune", "inductor-cutlass")
+BREADTH_FIRST = ("max-autotune", "inductor-cutlass", "evt-max-autotune")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ PARTS = {
     ),
     "2": Part(("inductor-cutlass",), "Inductor's CUTLASS backend on its subset of cases"),
     "3": Part(("max-autotune",), "the rest of max-autotune (repeat while items are left)"),
+    "4": Part(("evt-max-autotune",), "evt's own max-autotune (repeat while items are left)"),
 }
 
 

@@ -117,7 +117,7 @@ def graph_item(impl: Callable, s: CaseState, device: str, rec: dict) -> None:
 
 def run_item(item: Item, s: CaseState, device: str, dtype: torch.dtype) -> dict:
     b, rec, notes = BASELINES[item.baseline], base_record(item, dtype, device), {}
-    if b.name == "evt":
+    if b.is_evt:
         from evt.runtime import dispatch
 
         dispatch.reset()  # tile configs chosen at this case's shapes, as in a fresh process

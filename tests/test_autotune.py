@@ -50,6 +50,24 @@ def test_heuristic_follows_the_sweep():
     assert cfgs.epilogue_cost(specs.mlp_dgrad_gelu()) > cfgs.epilogue_cost(specs.mlp_fc2_residual())
 
 
+def test_row_reductions_avoid_the_tiles_that_spill_them():
+    """Measured on an H100 (scripts/spec_ablation.py; ptxas put the partials in local memory):
+    two or more row reductions run far faster at 128x64, one never at 128x128 cooperative."""
+    ln = specs.layer_norm_backward()  # two row and two column reductions
+    for shape in [(8192, 768, 3072), (8192, 1024, 4096), (300, 200, 64)]:
+        first = cfgs.heuristic(ln, *shape)[0]
+        assert (first.tile_m, first.tile_n) == (128, 64), (shape, first)
+    assert (cfgs.default_config(ln).tile_m, cfgs.default_config(ln).tile_n) == (128, 64)
+    one = specs.mlp_dgrad_gelu_bias()  # one row reduction: the bias gradient
+    for shape in SHAPES:
+        ranked = cfgs.heuristic(one, *shape)
+        coop128 = [i for i, c in enumerate(ranked)
+                   if (c.tile_m, c.tile_n, c.schedule) == (128, 128, "cooperative")]  # fmt: skip
+        assert coop128 and all(i >= len(ranked) - len(coop128) for i in coop128), shape  # last
+    plain = specs.mlp_fc2_residual()  # no row reduction: the rule does not apply
+    assert all(cfgs.row_reduction_tier(plain, c) == 0 for c in cfgs.CANDIDATES)
+
+
 def test_config_for_picks_once_per_signature(monkeypatch, tmp_path):
     monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
     dispatch.reset()

@@ -51,6 +51,34 @@ def _static(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
+def _same_size(a, b) -> bool:
+    """Equal sizes, symbolic ones by their expressions (no guard is added)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return a.node.expr == b.node.expr
+    return False
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(_same_size(x, y) for x, y in zip(a, b))
+
+
+def _symbolic_sizes(shape: tuple, flat: tuple, source: Node) -> tuple | None:
+    """`shape` (a view target against the flat shape) with each symbolic size replaced by
+    ("sym_size", source, i) where it is the source's size i at the same place; None if one
+    is not."""
+    out = []
+    for i, d in enumerate(shape):
+        if isinstance(d, int):
+            out.append(d)
+        elif i < len(flat) and _same_size(d, flat[i]):
+            out.append(("sym_size", source, i))
+        else:
+            return None
+    return tuple(out)
+
+
 def _sizes(shape, view: Node):
     """The size argument of a view back to `shape`: the literal sizes, or where a size is
     symbolic, the size argument of `view` (an existing view to that shape, whose symbolic sizes
@@ -68,15 +96,24 @@ def _sink(node: Node) -> bool:
     out = node.meta["val"]
     sources = [_flat_source(a) for a in node.all_input_nodes]
     viewed = [a for a, s in zip(node.all_input_nodes, sources) if s is not None]
-    if not viewed or tuple(out.shape) != tuple(viewed[0].meta["val"].shape):
+    # a full-size view first: a broadcast one ([B, S, 1] against [B, S, N]) cannot lead
+    viewed.sort(key=lambda a: not _same_shape(a.meta["val"].shape, out.shape))
+    if not viewed or not _same_shape(out.shape, viewed[0].meta["val"].shape):
         return False  # no input is a flattenable view, or the op broadcasts beyond it
-    flat = tuple(_flat_source(viewed[0]).meta["val"].shape)
+    source = _flat_source(viewed[0])
+    flat = tuple(source.meta["val"].shape)
     mapping = {}
     for a, src in zip(node.all_input_nodes, sources):
         same = src is not None and tuple(src.meta["val"].shape) == flat
         new = src if same else _as_flat(a, flat)
-        if new is False or (isinstance(new, tuple) and not _static(new[1])):
+        if new is False:
             return False
+        if isinstance(new, tuple) and not _static(new[1]):
+            # symbolic sizes (dynamic shapes): the flat source's own sizes, as nodes
+            shape = _symbolic_sizes(new[1], flat, source)
+            if shape is None:
+                return False
+            new = ("view", shape)
         mapping[a] = new
     sizes = _sizes(tuple(out.shape), viewed[0])
     if sizes is None:
@@ -143,7 +180,8 @@ def _as_flat(a: Node, flat: tuple):
     if any(t not in (f, 1) for t, f in zip(tail, flat[1:])):
         return False
     if all(d == 1 for d in lead):
-        return ("view", (1, *tail) if k == 1 else tail)
+        shape = (1, *tail) if k == 1 else tail
+        return a if val.dim() == len(shape) else ("view", shape)  # no leading dims: `a` itself
     shape = (flat[0], *tail)
     if math.prod(lead) != flat[0] or not _viewable(val, shape):
         return False
@@ -162,10 +200,15 @@ def _viewable(val: torch.Tensor, shape: tuple) -> bool:
 def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
     graph = node.graph
     with graph.inserting_before(node):
+        def size(d):
+            if isinstance(d, tuple):  # ("sym_size", x, i): dimension i of x, a node of the graph
+                return _make(graph, aten.sym_size.int, (d[1], d[2]), {}, node)
+            return d
+
         def arg(a):
             new = mapping.get(a, a) if isinstance(a, Node) else a
             if isinstance(new, tuple):
-                new = _make(graph, aten.view.default, (a, list(new[1])), {}, node)
+                new = _make(graph, aten.view.default, (a, [size(d) for d in new[1]]), {}, node)
             return new
 
         args = tuple(arg(a) for a in node.args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 import torch.nn as nn
@@ -108,6 +109,38 @@ class MSEBlock(nn.Module):
 
     def forward(self, x, t):
         return F.mse_loss((x + self.fc(x)).float(), t)
+
+
+def mse_forward_region(model: MSEBlock, x: torch.Tensor, t: torch.Tensor):
+    """The one forward region `evt.explain` reports for a training step of `model` (its loss)."""
+    import evt
+
+    def step(x):
+        loss = model(x, t)
+        loss.backward()
+        return loss
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = evt.explain(step, x.detach().clone().requires_grad_())
+    (region,) = [r for r in report.regions if r.side == "forward"]
+    return region
+
+
+def assert_mse_trains_like_eager(model: MSEBlock, x: torch.Tensor, t: torch.Tensor) -> None:
+    """`model` compiled with evt (the rest eager) against a copy run eagerly: the loss, the
+    input's gradient and the Linear weight's."""
+    model.zero_grad()
+    ref = copy.deepcopy(model)
+    x1, x2 = (x.detach().clone().requires_grad_() for _ in range(2))
+    compiled = torch.compile(model, backend=evt_backend, options={"rest": "eager"})
+    got, want = compiled(x1, t), ref(x2, t)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=0)
+    torch.testing.assert_close(x1.grad.float(), x2.grad.float(), rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(model.fc.weight.grad.float(), ref.fc.weight.grad.float(),
+                               rtol=2e-2, atol=2e-3)  # fmt: skip
 
 
 def train_compare(model: nn.Module, args, dtype, rest="eager", tol=None):

@@ -4,19 +4,16 @@ once (it loaded it twice, and computed y - target twice)."""
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx import Graph
 
-import evt
 from evt import ir
 from evt.graph.annotate_sides import SIDE, annotate_sides
 from evt.graph.capture import capture_joint
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
-from tests.graphs import MSEBlock
+from tests.graphs import MSEBlock, assert_mse_trains_like_eager, mse_forward_region
 
 aten = torch.ops.aten
 
@@ -77,32 +74,14 @@ def test_forward_and_backward_copies_stay_apart():
 def test_mse_region_loads_its_target_once_and_trains_like_eager():
     torch.manual_seed(0)
     model = MSEBlock().to(torch.bfloat16)
-    x = torch.randn(4, 16, 32, dtype=torch.bfloat16, requires_grad=True)  # 3-D: views per reader
+    x = torch.randn(4, 16, 32, dtype=torch.bfloat16)  # 3-D: views per reader
     t = torch.randn(4, 16, 32)
-
-    def step(x, t):
-        loss = model(x, t)
-        loss.backward()
-        return loss
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        report = evt.explain(step, x, t)
-    (loss_region,) = [r for r in report.regions if r.side == "forward"]
+    loss_region = mse_forward_region(model, x, t)
     nodes = loss_region.spec.nodes
     f32_loads = [n for n in nodes if isinstance(n, ir.AuxLoad) and n.dtype == "f32"]
     subs = [n for n in nodes if getattr(n, "op", None) == "sub"]
     assert len(f32_loads) == 1 and len(subs) == 1, loss_region.spec
-    ref = MSEBlock().to(torch.bfloat16)
-    ref.load_state_dict(model.state_dict())
-    x1, x2 = (x.detach().clone().requires_grad_() for _ in range(2))
-    model.zero_grad()
-    compiled = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"})
-    compiled(x1, t).backward()
-    ref(x2, t).backward()
-    torch.testing.assert_close(x1.grad.float(), x2.grad.float(), rtol=2e-2, atol=2e-3)
-    torch.testing.assert_close(model.fc.weight.grad.float(), ref.fc.weight.grad.float(),
-                               rtol=2e-2, atol=2e-3)  # fmt: skip
+    assert_mse_trains_like_eager(model, x, t)
 
 
 def test_numbers_of_another_type_or_sign_stay_apart():

@@ -46,7 +46,7 @@ def without(spec: ir.KernelSpec, name: str, drop: set[str], passthrough: set[str
     out = []
     for n in nodes:
         if isinstance(n, (ir.RowReduction, ir.ColReduction, ir.ScalarReduction, ir.AuxStore)):
-            n = type(n)(**{**n.__dict__, "output": renumber[n.output]})
+            n = dataclasses.replace(n, output=renumber[n.output])
         out.append(n)
     used = [spec.gemm.a.input, spec.gemm.b.input] + [n.input for n in out if hasattr(n, "input")]
     return ir.KernelSpec(f"{spec.name}_{name}", spec.gemm, tuple(out), spec.d, spec.d_dtype,

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
-import torch
 from torch.fx import Graph, Node
 
-aten = torch.ops.aten
-VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+from evt.graph.sink_views import VIEWS
 
 
 def fold_views(graph: Graph) -> Graph:

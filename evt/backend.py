@@ -64,15 +64,16 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def fuse_graph(graph: Graph, autotune: bool = False) -> GraphReport | None:
+def fuse_graph(graph: Graph, autotune: bool = False, rest: str = "inductor") -> GraphReport | None:
     """Run the pipeline; on any failure warn once and put the graph back as it came (the passes
     rewrite it in place: a half-rewritten graph is not left behind). With `autotune`, each
-    region's config is measured and unprofitable regions stay unfused (`evt.runtime.autotune`)."""
+    region's config is measured and regions slower than the unfused path (as route `rest` runs
+    it) stay unfused (`evt.runtime.autotune`)."""
     keep = None
     if autotune:
         from evt.runtime import autotune as tuner
 
-        keep = tuner.decide
+        keep = functools.partial(tuner.decide, rest=rest)
     before = Graph()
     before.output(before.graph_copy(graph, {}))
     try:
@@ -155,12 +156,12 @@ def _eager(gm, example_inputs, autotune: bool = False):
     from torch._dynamo.backends.common import aot_autograd
 
     def partition_fn(joint, joint_inputs, **kwargs):
-        fuse_graph(joint.graph, autotune)
+        fuse_graph(joint.graph, autotune, rest="eager")
         joint.recompile()
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
     def inference(module, inputs):
-        fuse_graph(module.graph, autotune)
+        fuse_graph(module.graph, autotune, rest="eager")
         module.recompile()
         return make_boxed_func(module.forward)
 

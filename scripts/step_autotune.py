@@ -1,6 +1,9 @@
 """evt's max-autotune on training steps: each region's fused kernel timed against its unfused path
-(EVT_DEBUG=1 prints every decision), then the step timed under CUDA graphs with the default mode
-and with max-autotune's choices, so a region that loses to the unfused path shows by name.
+(the region's ops compiled by Inductor, as the rest of the step runs; EVT_DEBUG=1 prints every
+decision and the unfused path it was timed against: `unfused (inductor) ...`, or
+`unfused (eager, Inductor failed: ...)` where Inductor could not compile it), then the step timed
+under CUDA graphs with the default mode and with max-autotune's choices, so a region that loses to
+the unfused path shows by name.
 
     EVT_DEBUG=1 python scripts/step_autotune.py [--cases step/gpt2,step/bert] [--top 1]
 

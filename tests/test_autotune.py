@@ -10,9 +10,10 @@ import torch
 from evt import ir, pipeline
 from evt.codegen import config as cfgs
 from evt.examples import MLP
-from evt.runtime import autotune, dispatch
+from evt.graph.statistics_ops import SOFTMAX_SUM
+from evt.runtime import autotune, dispatch, unfused
 from tests import specs
-from tests.graphs import LinearAct, capture_joint
+from tests.graphs import LinearAct, LinearStatistics, capture_joint
 
 SHAPES = [(8192, 3072, 768), (8192, 768, 3072), (16384, 4096, 4096), (300, 200, 64), (1, 8, 8)]
 
@@ -121,20 +122,188 @@ def test_veto_leaves_region_in_graph_with_reason():
     assert any(n.target == torch.ops.aten.gelu.default for n in graph.nodes)
 
 
-def test_unfused_runner_runs_the_region_nodes():
-    graph = capture_joint(LinearAct(act="gelu"), torch.randn(16, 32, requires_grad=True))
+def test_region_module_computes_what_the_nodes_do():
+    """The GraphModule Inductor compiles as a region's unfused path returns the region's outputs
+    read outside it, as calling its nodes one by one does (softmax's evt::softmax_sum in aten)."""
     seen = []
 
-    def keep(region, built):
-        run = autotune.unfused_runner(region, device="cpu")
-        values = run()
-        for out in region.outputs():
-            assert values[out].shape == out.meta["val"].shape
-        seen.append(region.anchor.name)
+    def check(region, built) -> bool:  # inside the pipeline: a vetoed region's nodes change later
+        seen.append({n.target for n in region.nodes})
+        gm = unfused.module(region)
+        assert SOFTMAX_SUM not in {n.target for n in gm.graph.nodes}
+        assert len(gm.graph.find_nodes(op="placeholder")) == len(region.inputs())
+        inputs = unfused.random_inputs(region, "cpu")
+        got, want = gm(*inputs), unfused.eager(region, inputs)()
+        assert len(got) == len(want) == len(region.outputs())
+        for g, w, out in zip(got, want, region.outputs()):
+            assert g.shape == w.shape == out.meta["val"].shape and g.dtype == out.meta["val"].dtype
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
         return True
 
-    pipeline.fuse(graph, keep=keep)
-    assert seen
+    for model in (MLP(32, 64), LinearStatistics("softmax")):
+        pipeline.fuse(capture_joint(model, torch.randn(16, 32, requires_grad=True)), keep=check)
+    assert len(seen) >= 5 and any(SOFTMAX_SUM in targets for targets in seen)
+
+
+def _made_up_kernel_timings(built, problem, timer, device) -> dict[str, float]:
+    """1.0 ms for each of the heuristic's first two configs (no kernel is built)."""
+    return {c.label: 1.0 for c in cfgs.heuristic(built.spec, *problem)[:2]}
+
+
+def _measure_on_cpu(monkeypatch, region, built, baseline="inductor"):
+    """`autotune.measure` on the CPU: the kernels' timings made up (1.0 ms each), the unfused
+    path run for real and 'timed' as 0.5 ms; returns the decision and the unfused outputs."""
+    monkeypatch.setattr(autotune, "time_candidates", _made_up_kernel_timings)
+    outputs = []
+    decision = autotune.measure(region, built, _problem(built), lambda fn: outputs.append(fn()) or 0.5,
+                                baseline, device="cpu")  # fmt: skip
+    return decision, outputs[0]
+
+
+def _first_region(model, *args):
+    """The first region of `model`'s graph and its built form (vetoed: its nodes stay as they
+    are in the graph; `model` has no softmax, the one op put back after lowering)."""
+    found = []
+    pipeline.fuse(capture_joint(model, *args), keep=lambda r, b: found.append((r, b)) or False)
+    return found[0]
+
+
+def test_unfused_path_is_timed_compiled_by_inductor(monkeypatch):
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    torch.manual_seed(0)
+    decision, outputs = _measure_on_cpu(monkeypatch, region, built)
+    assert (decision.baseline, decision.unfused_by) == ("inductor", "inductor")
+    assert not decision.fuse and decision.reason == "slower than unfused"
+    assert "unfused (inductor) 0.5000 ms" in autotune.describe(decision)
+    torch.manual_seed(0)  # the inputs the compiled path ran on
+    want = unfused.eager(region, unfused.random_inputs(region, "cpu"))()
+    assert len(outputs) == len(want) == len(region.outputs())
+    for got, w in zip(outputs, want):
+        torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-5)
+
+
+def _no_compiler(gm, inputs):
+    raise RuntimeError("no C++ compiler")
+
+
+def _no_compiler_at_first_call(gm, inputs):
+    def run(*args):
+        raise RuntimeError("no C++ compiler")
+
+    return run
+
+
+@pytest.mark.parametrize("broken", [_no_compiler, _no_compiler_at_first_call])
+def test_unfused_path_falls_back_to_eager_when_inductor_fails(monkeypatch, broken):
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    monkeypatch.setattr(unfused, "compile_inductor", broken)
+    with pytest.warns(UserWarning, match="op by op in eager instead"):
+        decision, outputs = _measure_on_cpu(monkeypatch, region, built)
+    assert decision.baseline == "inductor"  # asked for; what ran:
+    assert decision.unfused_by == "eager, Inductor failed: RuntimeError: no C++ compiler"
+    assert "unfused (eager, Inductor failed: RuntimeError: no C" in autotune.describe(decision)
+    assert [o.shape for o in outputs] == [o.meta["val"].shape for o in region.outputs()]
+    decision, _ = _measure_on_cpu(monkeypatch, region, built, baseline="eager")  # rest="eager"
+    assert decision.unfused_by == "eager"
+    assert "unfused (eager) 0.5000 ms" in autotune.describe(decision)
+
+
+def test_unfused_baseline_follows_the_inductor_mode():
+    from torch._inductor import config
+
+    assert unfused.baseline("inductor") == "inductor" and unfused.baseline("eager") == "eager"
+    with config.patch(max_autotune=True, coordinate_descent_tuning=True):
+        assert unfused.baseline("inductor") == "inductor max_autotune coordinate_descent_tuning"
+
+
+def test_symbolic_inputs_are_not_timed():
+    """With dynamic shapes the unfused path is not run on the sizes' hints."""
+    x = torch.randn(16, 32)
+    torch._dynamo.mark_dynamic(x, 0)
+    region, _ = _first_region(LinearAct(act="gelu"), x)
+    vals = [n.meta["val"] for n in region.inputs()]
+    assert any(isinstance(d, torch.SymInt) for v in vals if isinstance(v, torch.Tensor) for d in v.shape)
+    assert unfused.runner(region, "inductor", "cpu") is None
+
+
+def _decide_on_cpu(monkeypatch, tmp_path):
+    """`autotune.decide` as on an SM90 machine, measuring on the CPU (see `_measure_on_cpu`),
+    with Inductor's compile counted (and replaced by the module itself: fast)."""
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dispatch, "sm90_available", lambda: True)
+    monkeypatch.setattr(autotune.guards, "static_reason", lambda spec: None)
+    monkeypatch.setattr(autotune, "time_candidates", _made_up_kernel_timings)
+    real, compiles = autotune.measure, []
+    monkeypatch.setattr(autotune, "measure", lambda *a, **k: real(
+        *a, **k, timer=lambda fn: (fn(), 0.5)[1], device="cpu"))  # fmt: skip
+    monkeypatch.setattr(unfused, "compile_inductor", lambda gm, inputs: compiles.append(gm) or gm)
+    autotune.reset()
+    return compiles
+
+
+def test_identical_regions_compile_the_unfused_path_once(monkeypatch, tmp_path):
+    """Two identical layers: one measurement, one compile, in this process and the next."""
+    compiles = _decide_on_cpu(monkeypatch, tmp_path)
+    layers = torch.nn.Sequential(LinearAct(32, 32), LinearAct(32, 32))
+    regions = []
+    with torch.no_grad():  # the inference graph: both regions are Linear + GELU on [16, 32]
+        graph = capture_joint(layers, torch.randn(16, 32))
+
+    def decide(region, built) -> bool:
+        regions.append((region, built))
+        return autotune.decide(region, built)
+
+    report = pipeline.fuse(graph, keep=decide)
+    assert len(regions) == 2 and not report.regions and len(compiles) == 1
+    keys = {autotune.decision_key(b.spec, _problem(b)) for _, b in regions}
+    (key,) = keys
+    assert autotune.load(key).unfused_by == "inductor"
+    region, built = regions[0]  # vetoed: its nodes are still in the graph
+    (tmp_path / "autotune" / f"{key}.json").unlink()  # this process remembers without it
+    assert autotune.decide(region, built) is False and len(compiles) == 1
+    autotune.store(key, autotune._decided[key])
+    autotune.reset()  # a later process: the disk cache
+    assert autotune.decide(region, built) is False and len(compiles) == 1
+    # another route's baseline, or an entry made before the unfused path had one: measured again
+    assert autotune.decide(region, built, rest="eager") is False and len(compiles) == 1
+    assert autotune.load(key).unfused_by == "eager"
+    autotune.store(key, dataclasses.replace(autotune.load(key), baseline=""))
+    autotune.reset()
+    assert autotune.decide(region, built) is False and len(compiles) == 2
+    assert autotune.load(key).baseline == "inductor"
+    autotune.reset()
+
+
+def _problem(built):
+    return dispatch.problem_hint(built.spec, [n.meta["val"] for n in built.inputs])
+
+
+def test_autotune_on_the_inductor_route_compiles_the_unfused_path_apart(monkeypatch, tmp_path):
+    """Inside Inductor's compile (evt's pass runs in it), the unfused path compiles in a compile
+    of its own: without evt's pass (it would fuse the region again) and CUDA graphs."""
+    counted = _Counted(unfused.compile_inductor)
+    _decide_on_cpu(monkeypatch, tmp_path)
+    monkeypatch.setattr(unfused, "compile_inductor", counted)
+    model, x = LinearAct(act="gelu"), torch.randn(16, 32)
+    with torch.no_grad():
+        got = torch.compile(model, backend="evt", options={"autotune": True})(x)
+    torch.testing.assert_close(got, model(x))
+    assert counted.calls == 1 and counted.passes == [None]
+    (entry,) = (tmp_path / "autotune").glob("*.json")
+    assert autotune.load(entry.stem).unfused_by == "inductor"
+    autotune.reset()
+
+
+class _Counted:
+    def __init__(self, fn):
+        self.fn, self.calls, self.passes = fn, 0, []
+
+    def __call__(self, gm, inputs):
+        from torch._inductor import config
+
+        self.calls += 1
+        self.passes.append(config.joint_custom_pre_pass)
+        return self.fn(gm, inputs)
 
 
 def test_heuristic_scores_on_the_committed_sweeps():

@@ -8,15 +8,24 @@ for it. For every region, on the problem shape the graph carries:
 2. each kernel runs **with its fused epilogue** on random inputs laid out as the graph's (outputs
    checked against the reference path: a config that computes something else is rejected), and
    is timed with CUDA events;
-3. the unfused path, the region's own aten nodes run one by one (the cuBLAS GEMM and the ops after
-   it, as eager runs them), is timed on the same shapes;
+3. the unfused path is timed on the same shapes as the rest of the graph would run it
+   (`evt.runtime.unfused`): the region's nodes compiled by Inductor with the compile's own
+   settings (cuBLAS, or Inductor's max-autotune GEMM choice, plus one or two fused Triton
+   kernels), without CUDA graphs, as the fused kernel is timed; op by op in eager on
+   `rest="eager"`, or where Inductor fails to compile them (the decision says which ran);
 4. the region is lowered with the fastest config if that is faster than the unfused path, else it
    is left in the graph (where Inductor or eager runs it).
 
 Decisions are cached on disk (`<EVT_CACHE_DIR>/autotune/<key>.json`), keyed by the kernel's
-canonical signature, the problem shape, the GPU's name and evt's version, so identical layers and
-later runs reuse them; `EVT_DEBUG=1` prints each decision. Without an SM90 GPU, or where a shape
-is symbolic without a hint, nothing is measured and regions are lowered as in the default mode.
+canonical signature, the problem shape, the GPU's name, evt's and torch's versions and the cache's
+schema, and kept in memory, so identical layers and later runs reuse them; a decision is measured
+again where the unfused path it was timed against is not the one asked for now (another route or
+Inductor mode). `EVT_DEBUG=1` prints each decision. Cost: the kernels' builds and, per distinct
+region, one Inductor compile of its unfused path (about 2-5 s; longer under Inductor's
+max-autotune, which times GEMM choices of its own). Without an SM90 GPU, or where a size has no
+hint, nothing is measured and regions are lowered as in the default mode. Where a shape is
+symbolic the kernels are timed on its hint but the unfused path is not (it would be compiled
+for a shape that may never run): the fastest kernel is kept, unchecked.
 """
 
 from __future__ import annotations
@@ -26,19 +35,20 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from torch.fx import Node
 from torch.utils._python_dispatch import _disable_current_modes
 
 import evt
 from evt import debug, ir
 from evt.codegen.config import TileConfig, heuristic
-from evt.runtime import build, dispatch, guards, launch, reference
+from evt.runtime import build, dispatch, guards, launch, reference, unfused
 from evt.runtime import cache as kernel_cache
-from evt.runtime.timing import cuda_time_ms
+from evt.runtime.timing import cuda_time_ms, random_like
+
+SCHEMA = 2  # of the cached decisions; 2: the unfused path compiled by Inductor (1: eager)
 
 Timer = Callable[[Callable[[], object]], float]
 
@@ -51,38 +61,49 @@ class Decision:
     unfused_ms: float | None
     timings: dict[str, float] = field(default_factory=dict)  # config label -> ms (inf: failed)
     reason: str = ""
+    baseline: str = ""  # the unfused path asked for: `unfused.baseline` ("inductor ...", "eager")
+    unfused_by: str = ""  # what ran when `unfused_ms` was timed ("" if it was not)
 
 
 def top_k() -> int:
     return max(1, int(os.environ.get("EVT_AUTOTUNE_TOP", "3")))
 
 
-def decide(region, built) -> bool:
-    """`lower_regions`' `keep` hook: whether to lower `region` (built as `built`); records the
-    chosen config for `evt.runtime.dispatch`."""
+def decide(region, built, rest: str = "inductor") -> bool:
+    """`lower_regions`' `keep` hook: whether to lower `region` (built as `built`) on the backend's
+    route `rest`; records the chosen config for `evt.runtime.dispatch`."""
     spec = built.spec
     if guards.static_reason(spec) or not dispatch.sm90_available():
         return True
     problem = dispatch.problem_hint(spec, [n.meta.get("val") for n in built.inputs])
     if problem is None:
         return True
-    key = decision_key(spec, problem)
-    decision = load(key)
-    if decision is None:
+    key, wanted = decision_key(spec, problem), unfused.baseline(rest)
+    decision = _decided.get(key) or load(key)
+    if decision is None or decision.baseline != wanted:
         with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
-            decision = measure(region, built, problem)
+            decision = measure(region, built, problem, baseline=wanted)
         store(key, decision)
+    _decided[key] = decision  # an identical region later in this process is not measured again
     if decision.fuse and decision.config:
         dispatch.set_config(spec, config_of(spec, problem, decision.config))
     debug.log(1, f"autotune {spec.name} {problem}: {describe(decision)}")
     return decision.fuse
 
 
+_decided: dict[str, Decision] = {}
+
+
+def reset() -> None:
+    """Forget this process's decisions (tests); the disk cache stays."""
+    _decided.clear()
+
+
 def describe(d: Decision) -> str:
     times = ", ".join(f"{k} {v:.4f} ms" for k, v in d.timings.items())
     verdict = f"fused with {d.config}" if d.fuse else "left unfused"
-    unfused = f"{d.unfused_ms:.4f} ms" if d.unfused_ms is not None else "n/a"
-    return f"{verdict} ({d.reason}); unfused {unfused}; {times}"
+    timed = f"({d.unfused_by}) {d.unfused_ms:.4f} ms" if d.unfused_ms is not None else "n/a"
+    return f"{verdict} ({d.reason}); unfused {timed}; {times}"
 
 
 def config_of(spec: ir.KernelSpec, problem, label: str) -> TileConfig:
@@ -92,13 +113,23 @@ def config_of(spec: ir.KernelSpec, problem, label: str) -> TileConfig:
     raise KeyError(label)
 
 
-def measure(region, built, problem, timer: Timer | None = None) -> Decision:
+def measure(
+    region, built, problem, timer: Timer | None = None, baseline: str = "inductor", device="cuda"
+) -> Decision:
     """Time the candidates and the unfused path (see the module docstring)."""
     timer = timer or cuda_time_ms
+    timings = time_candidates(built, problem, timer, device)
+    runner = unfused.runner(region, baseline, device)
+    decision = choose(timings, timer(runner.run) if runner is not None else None)
+    return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "")
+
+
+def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[str, float]:
+    """Config label -> ms of the heuristic's top configs' kernels (inf: failed or wrong)."""
     spec = built.spec
     candidates = heuristic(spec, *problem)[: top_k()]
     jobs = {cfg.label: build.prefetch(spec, cfg, compile_fn=dispatch.COMPILE_FN) for cfg in candidates}
-    inputs = [random_like(n.meta["val"]) for n in built.inputs]
+    inputs = [random_like(n.meta["val"], device) for n in built.inputs]
     want = reference.run(spec, inputs)
     timings: dict[str, float] = {}
     for label, job in jobs.items():
@@ -111,8 +142,7 @@ def measure(region, built, problem, timer: Timer | None = None) -> Decision:
         except Exception as e:  # noqa: BLE001 - a failed candidate is just not chosen
             debug.log(1, f"autotune {spec.name}: config {label} rejected: {e}")
             timings[label] = math.inf
-    unfused = unfused_runner(region)
-    return choose(timings, timer(unfused) if unfused is not None else None)
+    return timings
 
 
 def choose(timings: dict[str, float], unfused_ms: float | None) -> Decision:
@@ -123,46 +153,6 @@ def choose(timings: dict[str, float], unfused_ms: float | None) -> Decision:
     if unfused_ms is not None and timings[best] >= unfused_ms:
         return Decision(False, best, timings[best], unfused_ms, timings, "slower than unfused")
     return Decision(True, best, timings[best], unfused_ms, timings, "faster than unfused")
-
-
-def unfused_runner(region, device: str = "cuda") -> Callable[[], object] | None:
-    """The region's own nodes run one by one on random inputs (None if one cannot be made)."""
-    inside = set(region.nodes)
-    env: dict[Node, object] = {}
-    for node in region.inputs():
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or _symbolic(val):
-            return None
-        env[node] = random_like(val, device)
-
-    def run() -> object:
-        values = dict(env)
-        for node in region.nodes:
-            args, kwargs = torch.fx.map_arg((node.args, node.kwargs), lambda a: values[a])
-            values[node] = node.target(*args, **kwargs)
-        return values
-
-    assert all(a in inside or a in env for n in region.nodes for a in n.all_input_nodes)
-    return run
-
-
-def _hint(x) -> int:
-    return int(x.node.hint) if isinstance(x, torch.SymInt) else int(x)
-
-
-def _symbolic(t: torch.Tensor) -> bool:
-    return any(isinstance(x, torch.SymInt) for x in (*t.shape, *t.stride()))
-
-
-def random_like(fake: torch.Tensor, device: str = "cuda") -> torch.Tensor:
-    """A tensor with `fake`'s sizes, strides and dtype on `device`, filled with random values."""
-    shape, stride = [_hint(x) for x in fake.shape], [_hint(x) for x in fake.stride()]
-    t = torch.empty_strided(shape, stride, dtype=fake.dtype, device=device)
-    if fake.dtype == torch.bool:
-        return t.random_(2)
-    if not fake.dtype.is_floating_point:
-        return t.zero_()
-    return t.normal_()
 
 
 def _close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> bool:
@@ -181,7 +171,8 @@ def _close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> bool:
 
 def decision_key(spec: ir.KernelSpec, problem) -> str:
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    parts = (dispatch.identity(spec), repr(tuple(problem)), gpu, evt.__version__)
+    versions = f"evt {evt.__version__}, torch {torch.__version__}, schema {SCHEMA}"
+    parts = (dispatch.identity(spec), repr(tuple(problem)), gpu, versions)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 

@@ -1,0 +1,137 @@
+"""A region's unfused path, run the way the rest of the graph runs, for max-autotune to time
+against the region's fused kernel (`evt.runtime.autotune`).
+
+On evt's default route Inductor compiles everything outside the regions: a region left unfused
+becomes an extern cuBLAS call (or, under Inductor's max-autotune, whichever GEMM it measures
+fastest) and one or two Triton kernels for the ops after it, not one kernel per op. So the
+region's nodes are copied into a small `GraphModule` (`module`: the region's inputs become
+placeholders, its outputs read outside the region become the outputs; `evt::softmax_sum` is turned
+back into aten as `restore_statistics` does for an unfused graph) and compiled with Inductor
+under the settings of the compile that is running (`mode="max-autotune"`'s included), minus evt's
+own pass and CUDA graphs: the fused kernel is timed without graphs, so the unfused path is too.
+If Inductor fails to compile it, the nodes run one by one as eager runs them, with a warning, and
+the baseline says so. On `rest="eager"` the rest does run op by op, so that is the baseline.
+
+Compiling costs about 2-5 s per region (more under max-autotune, which times GEMM choices);
+max-autotune decides each distinct region once per process and caches the decision on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from evt.graph.restore_statistics import restore_statistics
+from evt.runtime.timing import random_like
+
+# Inductor settings that change the kernels of the unfused path (the ones `mode=` sets but
+# CUDA graphs): a decision made under other values is measured again
+INDUCTOR_FLAGS = ("max_autotune", "max_autotune_gemm", "max_autotune_pointwise",
+                  "coordinate_descent_tuning")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Runner:
+    run: Callable[[], tuple[torch.Tensor, ...]]  # the region's outputs on fixed random inputs
+    by: str  # what runs it: "inductor[ flags]", "eager" or "eager, Inductor failed: ..."
+
+
+def baseline(rest: str) -> str:
+    """The unfused path the compile that is running would take: "eager" on `rest="eager"`, else
+    "inductor" followed by the Inductor flags from `INDUCTOR_FLAGS` that are on."""
+    if rest == "eager":
+        return "eager"
+    from torch._inductor import config
+
+    return " ".join(["inductor", *(f for f in INDUCTOR_FLAGS if getattr(config, f))])
+
+
+def runner(region, wanted: str, device: str = "cuda") -> Runner | None:
+    """The region's unfused path as `wanted` (a `baseline`) runs it, on random inputs laid out
+    as the graph's; None where an input is not a tensor of static shape (nothing is timed then)."""
+    inputs = random_inputs(region, device)
+    if inputs is None:
+        return None
+    if wanted.startswith("inductor"):
+        try:
+            return Runner(inductor(region, inputs), wanted)
+        except Exception as e:  # noqa: BLE001 - any failure: time the eager path instead
+            warnings.warn(f"evt: max-autotune: Inductor failed to compile the unfused path of the "
+                          f"region at {region.anchor.format_node()} ({type(e).__name__}: {e}); "
+                          f"timing it op by op in eager instead", stacklevel=2)  # fmt: skip
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
+            return Runner(eager(region, inputs), f"eager, Inductor failed: {why}")
+    return Runner(eager(region, inputs), "eager")
+
+
+def random_inputs(region, device: str) -> list[torch.Tensor] | None:
+    vals = [n.meta.get("val") for n in region.inputs()]
+    if not all(isinstance(v, torch.Tensor) and not _symbolic(v) for v in vals):
+        return None  # a SymInt input, or a symbolic size: its hint is not the shape that runs
+    return [random_like(v, device) for v in vals]
+
+
+def _symbolic(t: torch.Tensor) -> bool:
+    return any(isinstance(x, torch.SymInt) for x in (*t.shape, *t.stride()))
+
+
+def module(region) -> GraphModule:
+    """The region's nodes as a module of its inputs, returning its outputs read outside it."""
+    graph, env = Graph(), {}
+    for node in region.inputs():
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in region.nodes:
+        env[node] = graph.node_copy(node, env.__getitem__)
+    graph.output(tuple(env[n] for n in region.outputs()))
+    restore_statistics(graph)  # traces on the nodes' fake values: metadata dropped after it
+    for node in graph.nodes:
+        node.meta = {k: v for k, v in node.meta.items() if k == "stack_trace"}
+    graph.lint()
+    return GraphModule(torch.nn.Module(), graph)
+
+
+def eager(region, inputs: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """The region's nodes called one by one, as eager runs them."""
+    start: dict[Node, object] = dict(zip(region.inputs(), inputs))
+
+    def run() -> tuple[torch.Tensor, ...]:
+        values = dict(start)
+        for node in region.nodes:
+            args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
+            values[node] = node.target(*args, **kwargs)
+        return tuple(values[n] for n in region.outputs())  # type: ignore[misc]
+
+    return run
+
+
+def compile_inductor(gm: GraphModule, inputs: list[torch.Tensor]) -> Callable:
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, inputs)
+
+
+def inductor(region, inputs: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """`module(region)` compiled by Inductor (`compile_inductor`) for `inputs`, and run once
+    (some of its kernels compile at their first call: a failure there is a compile failure)."""
+    with _apart():
+        compiled = compile_inductor(module(region), inputs)
+    compiled(*inputs)
+    return lambda: tuple(compiled(*inputs))
+
+
+@contextlib.contextmanager
+def _apart() -> Iterator[None]:
+    """A compile of its own inside the one running evt's pass: no tracing context (its fake mode
+    and shape environment are the enclosing graph's), no autograd, the enclosing Inductor settings
+    minus evt's pass (it would fuse the region again) and CUDA graphs."""
+    from torch._inductor import config
+
+    patches = {"joint_custom_pre_pass": None, "triton.cudagraphs": False}
+    with torch._guards.tracing(None), torch.no_grad(), config.patch(patches):
+        yield

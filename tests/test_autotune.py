@@ -223,7 +223,7 @@ def test_symbolic_inputs_are_not_timed():
     region, _ = _first_region(LinearAct(act="gelu"), x)
     vals = [n.meta["val"] for n in region.inputs()]
     assert any(isinstance(d, torch.SymInt) for v in vals if isinstance(v, torch.Tensor) for d in v.shape)
-    assert unfused.runner(region, "inductor", "cpu") is None
+    assert not unfused.timeable(region) and unfused.runner(region, "inductor", "cpu") is None
 
 
 def _decide_on_cpu(monkeypatch, tmp_path):
@@ -271,6 +271,12 @@ def test_identical_regions_compile_the_unfused_path_once(monkeypatch, tmp_path):
     autotune.reset()
     assert autotune.decide(region, built) is False and len(compiles) == 2
     assert autotune.load(key).baseline == "inductor"
+    # one made where the unfused path was not timed (dynamic shapes, same hints): kept fused
+    # there, measured again here, where it can be
+    untimed = autotune.Decision(True, autotune.load(key).config, 1.0, None, baseline="inductor")
+    autotune.store(key, untimed)
+    autotune.reset()
+    assert autotune.decide(region, built) is False and len(compiles) == 3
     autotune.reset()
 
 

@@ -20,7 +20,7 @@ Decisions are cached on disk (`<EVT_CACHE_DIR>/autotune/<key>.json`), keyed by t
 canonical signature, the problem shape, the GPU's name, evt's and torch's versions and the cache's
 schema, and kept in memory, so identical layers and later runs reuse them; a decision is measured
 again where the unfused path it was timed against is not the one asked for now (another route or
-Inductor mode). `EVT_DEBUG=1` prints each decision. Cost: the kernels' builds and, per distinct
+Inductor mode), or where it was not timed (symbolic shapes) and now can be. `EVT_DEBUG=1` prints each decision. Cost: the kernels' builds and, per distinct
 region, one Inductor compile of its unfused path (about 2-5 s; longer under Inductor's
 max-autotune, which times GEMM choices of its own). Without an SM90 GPU, or where a size has no
 hint, nothing is measured and regions are lowered as in the default mode. Where a shape is
@@ -80,7 +80,9 @@ def decide(region, built, rest: str = "inductor") -> bool:
         return True
     key, wanted = decision_key(spec, problem), unfused.baseline(rest)
     decision = _decided.get(key) or load(key)
-    if decision is None or decision.baseline != wanted:
+    if decision is None or decision.baseline != wanted or (
+        not decision.unfused_by and unfused.timeable(region)  # made where it could not be timed
+    ):
         with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
             decision = measure(region, built, problem, baseline=wanted)
         store(key, decision)

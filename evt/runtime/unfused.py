@@ -22,6 +22,7 @@ import contextlib
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch.fx import Graph, GraphModule, Node
@@ -69,11 +70,17 @@ def runner(region, wanted: str, device: str = "cuda") -> Runner | None:
     return Runner(eager(region, inputs), "eager")
 
 
-def random_inputs(region, device: str) -> list[torch.Tensor] | None:
+def timeable(region) -> bool:
+    """Whether every input is a tensor of static shape (a SymInt input, or a symbolic size whose
+    hint need not be the shape that runs, is not timed)."""
     vals = [n.meta.get("val") for n in region.inputs()]
-    if not all(isinstance(v, torch.Tensor) and not _symbolic(v) for v in vals):
-        return None  # a SymInt input, or a symbolic size: its hint is not the shape that runs
-    return [random_like(v, device) for v in vals]
+    return all(isinstance(v, torch.Tensor) and not _symbolic(v) for v in vals)
+
+
+def random_inputs(region, device: str) -> list[torch.Tensor] | None:
+    if not timeable(region):
+        return None
+    return [random_like(n.meta["val"], device) for n in region.inputs()]
 
 
 def _symbolic(t: torch.Tensor) -> bool:
@@ -98,14 +105,14 @@ def module(region) -> GraphModule:
 
 def eager(region, inputs: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor, ...]]:
     """The region's nodes called one by one, as eager runs them."""
-    start: dict[Node, object] = dict(zip(region.inputs(), inputs))
+    start: dict[Node, Any] = dict(zip(region.inputs(), inputs))
 
     def run() -> tuple[torch.Tensor, ...]:
         values = dict(start)
         for node in region.nodes:
             args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
             values[node] = node.target(*args, **kwargs)
-        return tuple(values[n] for n in region.outputs())  # type: ignore[misc]
+        return tuple(values[n] for n in region.outputs())
 
     return run
 
@@ -113,7 +120,7 @@ def eager(region, inputs: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor
 def compile_inductor(gm: GraphModule, inputs: list[torch.Tensor]) -> Callable:
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(gm, inputs)
+    return cast(Callable, compile_fx(gm, inputs))
 
 
 def inductor(region, inputs: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor, ...]]:

@@ -59,22 +59,28 @@ def test_every_candidate_config_matches_the_reference(kernels, name, shape):
             assert err <= tolerance(spec, node, dtype), (label, i, err)
 
 
-def test_max_autotune_training_matches_eager(tmp_path, monkeypatch):
-    """mode="max-autotune": every region is decided (cached on disk) and the step is right."""
+@pytest.mark.parametrize("rest", ["eager", "inductor"])
+def test_max_autotune_training_matches_eager(tmp_path, monkeypatch, rest):
+    """mode="max-autotune": every region is decided (cached on disk) against the unfused path as
+    the route runs it (eager op by op, or compiled by Inductor: no fallback to eager) and the
+    step is right."""
     from evt.examples import MLP
     from evt.runtime import autotune, dispatch
 
     monkeypatch.setenv("EVT_CACHE_DIR", os.environ.get("EVT_CACHE_DIR", str(tmp_path)))
     torch._dynamo.reset()
     dispatch.reset()
+    autotune.reset()
     torch.manual_seed(0)
     model = MLP(1024, 4096).cuda().to(torch.bfloat16)
     x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    compiled = torch.compile(model, backend="evt", options={"rest": "eager", "autotune": True})
+    compiled = torch.compile(model, backend="evt", options={"rest": rest, "autotune": True})
     out = compiled(x)
     out.float().square().mean().backward()
     decisions = list((autotune.kernel_cache.root() / "autotune").glob("*.json"))
     assert decisions, "max-autotune recorded no decision"
+    decided = list(autotune._decided.values())  # this process's, measured or loaded
+    assert decided and all(d.unfused_by == rest and d.unfused_ms for d in decided), decided
     ref_model = MLP(1024, 4096).cuda()
     ref_model.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
     xr = x.detach().float().requires_grad_()

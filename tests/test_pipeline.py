@@ -168,3 +168,36 @@ def test_the_verifier_rejects_a_symbolic_size_written_as_a_literal():
     g.output((v,))
     with pytest.raises(GraphVerifyError, match="symbolic size written as a literal"):
         verify(g, after="test")
+
+
+def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
+    """sink_views builds a symbolic size (M = s0 * s1 * 2) from the SymInt placeholders, so no
+    `sym_size` reads the GEMM or epilogue value being viewed (that user split regions); a size
+    whose symbol is not an input gets None (the caller falls back to `sym_size`)."""
+    import operator
+
+    from torch.fx import Graph
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from evt.graph.sink_views import _size_from_inputs
+
+    env = ShapeEnv()
+    s0, s1, s2 = (env.create_unbacked_symint() for _ in range(3))
+    g = Graph()
+    p0, p1 = g.placeholder("b"), g.placeholder("s")
+    p0.meta["val"], p1.meta["val"] = s0, s1
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4)
+    built = _size_from_inputs(g, (s0 * s1 * 2).node.expr, x)
+    assert built is not None and built.target is operator.mul
+    factors, stack = [], [built]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, torch.fx.Node) and n.target is operator.mul:
+            stack.extend(n.args)
+        else:
+            factors.append(n)
+    assert sorted(map(str, factors)) == ["2", "b", "s"]
+    assert _size_from_inputs(g, s0.node.expr, x) is p0
+    assert _size_from_inputs(g, (s0 * s2).node.expr, x) is None
+    assert _size_from_inputs(g, (s0 + s1).node.expr, x) is None

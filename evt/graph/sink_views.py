@@ -9,12 +9,22 @@ op whose tensor inputs are such views of 2-D [M, N] values (or 3-D values that c
     op(view(x, (B, S, N)), r)  ->  view(op(x, view(r, (M, N))), (B, S, N))
 
 and repeats to a fixed point. Views are free; the graph gains no copies.
+
+With dynamic shapes a view's symbolic sizes must be nodes of the graph. They are computed from
+the graph's SymInt inputs (`M = s0 * s1` becomes `operator.mul(primals_2, primals_3)`), not
+read with `sym_size` from the tensor being viewed: a `sym_size` of a GEMM's output or of an
+epilogue op is a user the partitioner must keep that value for, and it split the region (a
+residual add and part of LayerNorm's backward stayed unfused). `sym_size` of the flat value is
+the fallback where a symbol has no input of its own.
 """
 
 from __future__ import annotations
 
 import math
+import operator
+from contextlib import nullcontext
 
+import sympy
 import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
@@ -202,7 +212,10 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
     with graph.inserting_before(node):
         def size(d):
             if isinstance(d, tuple):  # ("sym_size", x, i): dimension i of x, a node of the graph
-                return _make(graph, aten.sym_size.int, (d[1], d[2]), {}, node)
+                dim = d[1].meta["val"].shape[d[2]]
+                built = _size_from_inputs(graph, dim.node.expr, node)
+                return built if built is not None else _make(
+                    graph, aten.sym_size.int, (d[1], d[2]), {}, node)  # fmt: skip
             return d
 
         def arg(a):
@@ -221,6 +234,25 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
             graph.erase_node(a)
 
 
+def _size_from_inputs(graph: Graph, expr, like: Node):
+    """A node computing the symbolic size `expr` (a product of symbols and integers) from the
+    graph's SymInt placeholders, inserted at the current point; None if it is another kind of
+    expression or a symbol is not an input."""
+    inputs = {}
+    for p in graph.find_nodes(op="placeholder"):
+        v = p.meta.get("val")
+        if isinstance(v, torch.SymInt) and isinstance(v.node.expr, sympy.Symbol):
+            inputs.setdefault(v.node.expr, p)
+    factors = sympy.Mul.make_args(expr)
+    if not all(f in inputs or (f.is_Integer and f > 0) for f in factors):
+        return None
+    out = None
+    for f in sorted(factors, key=lambda f: (f.is_Integer, str(f))):  # symbols first
+        term = inputs[f] if f in inputs else int(f)
+        out = term if out is None else _make(graph, operator.mul, (out, term), {}, like)
+    return out
+
+
 def _value(a):
     """An argument with its nodes replaced by their values (a size list may hold sym_size
     nodes)."""
@@ -234,7 +266,7 @@ def _value(a):
 def _make(graph: Graph, target, args, kwargs, like: Node) -> Node:
     new = graph.call_function(target, args, kwargs)
     vals = [_value(a) for a in args]
-    with detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)]):
+    with detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)]) or nullcontext():
         new.meta["val"] = target(*vals, **kwargs)
     for key in ("evt_side", "stack_trace", "nn_module_stack"):
         if key in like.meta:

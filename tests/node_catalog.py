@@ -1,0 +1,93 @@
+"""Small torch modules that, between them, reach every EVT node kind and every compute op of
+`evt.ir` through the whole pipeline (capture, passes, partition, lowering): the CPU tier checks
+the union and the reference execution against eager (`test_node_coverage.py`), the GPU tier runs
+the same modules with real kernels (`test_gpu_node_coverage.py`).
+
+Each case is a module, its inputs (`dim`-wide rows) and the node kinds and compute ops its regions
+must hold, forward and backward together. The loss is `(out * probe).sum()` with a random probe
+(`tests.graphs.train_compare`), so the incoming gradient is a fresh tensor and the backward's
+epilogues (an activation's derivative, bias gradients as row reductions) land in the dgrad GEMMs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.graphs import Arith, LinearStatistics
+
+
+class Sandwich(nn.Module):
+    """fc2(fn(fc1(x))): `fn` joins fc1's epilogue, its derivative fc2's dgrad, with fc1's bias
+    gradient (a sum over M, `row_reduction`)."""
+
+    def __init__(self, fn: Callable, dim: int, hidden: int):
+        super().__init__()
+        self.fc1, self.fc2, self.fn = nn.Linear(dim, hidden), nn.Linear(hidden, dim), fn
+
+    def forward(self, x):
+        return self.fc2(self.fn(self.fc1(x)))
+
+
+class RowScaled(nn.Module):
+    """A GEMM scaled per row by an M-vector computed outside it (`col_broadcast`; RMSNorm's
+    scale applied after the projection), a `!=` mask, and in the backward a sum over N
+    (`col_reduction`, the scale's gradient)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden, bias=False), nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+        y = self.fc1(x) * scale
+        return self.fc2(torch.where(y != 0, y, 1.0))
+
+
+@dataclass(frozen=True)
+class Case:
+    build: Callable[[int, int], nn.Module]  # (rows, dim) -> module
+    inputs: Callable[[int, int], list[torch.Tensor]]  # (rows, dim) -> inputs
+    kinds: frozenset[str]
+    ops: frozenset[str]
+
+
+def _rows(rows: int, dim: int) -> list[torch.Tensor]:
+    return [torch.randn(rows, dim)]
+
+
+def _sandwich(fn: Callable, ops: set[str], kinds: set[str] = frozenset()) -> Case:
+    return Case(lambda r, d: Sandwich(fn, d, 2 * d), _rows,
+                frozenset({"acc", "row_broadcast", "row_reduction", *kinds}), frozenset(ops))  # fmt: skip
+
+
+CASES: dict[str, Case] = {
+    "gelu": _sandwich(F.gelu, {"gelu", "gelu_backward"}),
+    "gelu_tanh": _sandwich(lambda y: F.gelu(y, approximate="tanh"), {"gelu_tanh", "gelu_tanh_backward"}),
+    "relu": _sandwich(F.relu, {"relu", "threshold_backward"}),
+    "silu": _sandwich(F.silu, {"silu", "silu_backward"}),
+    "sigmoid": _sandwich(torch.sigmoid, {"sigmoid", "sigmoid_backward"}),
+    "tanh": _sandwich(torch.tanh, {"tanh", "tanh_backward"}),
+    "exp": _sandwich(torch.exp, {"exp", "mul"}),
+    "log": _sandwich(lambda y: torch.log(y * y + 1), {"log", "div"}, {"aux_store", "scalar"}),
+    "rsqrt": _sandwich(lambda y: torch.rsqrt(y * y + 1), {"rsqrt"}, {"aux_store", "scalar"}),
+    "clamp": _sandwich(lambda y: y.clamp(-1, 1), {"ge", "le", "where"}, {"aux_store"}),
+    "leaky_max": _sandwich(lambda y: torch.maximum(y, 0.1 * y), {"maximum", "gt", "lt", "eq", "where"}),
+    "leaky_min": _sandwich(lambda y: torch.minimum(y, 0.1 * y), {"minimum", "gt", "lt", "eq"}),
+    "arith": Case(lambda r, d: Arith(d, d), lambda r, d: [torch.randn(r, d), torch.randn(r, d)],
+                  frozenset({"acc", "aux_load", "scalar"}), frozenset({"mul", "sub", "div", "neg", "add"})),
+    "row_scaled": Case(lambda r, d: RowScaled(d, 2 * d), _rows,
+                       frozenset({"col_broadcast", "col_reduction", "aux_store"}), frozenset({"ne", "where"})),
+    "softmax": Case(lambda r, d: LinearStatistics("softmax", d, 2 * d, r), _rows,
+                    frozenset({"softmax_stats"}), frozenset()),
+    "layer_norm": Case(lambda r, d: LinearStatistics("layer_norm", d, 2 * d, r), _rows,
+                       frozenset({"welford", "aux_load"}), frozenset()),
+    "reductions": Case(lambda r, d: LinearStatistics("reductions", d, 2 * d, r), _rows,
+                       frozenset({"col_reduction", "scalar_reduction"}), frozenset()),
+}  # fmt: skip
+# casts are not compute nodes: a cast (`identity`) becomes the dtype of the node it rounds
+NOT_A_NODE = frozenset({"identity"})

@@ -70,6 +70,10 @@ class Gemm:
     b: Operand  # logical [L, K, N]
     dtype: str  # operand dtype; accumulation is always fp32
     batched: bool = False  # inputs carry a leading batch dimension L
+    # a batched GEMM whose batch is two modes L = L1 x L2, each with its own stride (attention's
+    # [B, H] heads read in place from a [B, S, H, D] projection): batched inputs are passed as
+    # [L1, L2, rows, cols] (or [L1 * L2, rows, cols]); outputs stay [L1 * L2, M, N], contiguous
+    nested: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,13 +377,19 @@ class KernelSpec:
                 shapes.append(full)
         return shapes
 
-    def output_strides(self, m, n) -> tuple[int, ...]:
+    def output_strides(self, m, n, l2=1) -> tuple[int, ...]:
         """The (M, N, L) strides of each freshly allocated (contiguous) output: D and aux stores
-        [L,] M, N row-major; stride 0 along the modes a vector or a scalar is reduced over."""
-        full = (n, 1, m * n if self.gemm.batched else 0)
-        by_kind = {"full": full, "row": (0, 1, 0), "col": (1, 0, m if self.gemm.batched else 0),
-                   "scalar": (0, 0, 0)}  # fmt: skip
-        return tuple(s for strides in [full] + [by_kind[o.vector] for o in self.outputs()]
+        [L,] M, N row-major; stride 0 along the modes a vector or a scalar is reduced over. A
+        nested batch (L = L1 x L2) has (M, N, L1, L2) strides: the outputs are the same
+        contiguous [L1 * L2, ...] tensors."""
+        by_kind: dict[str, tuple]
+        if self.gemm.nested:
+            by_kind = {"full": (n, 1, l2 * m * n, m * n), "row": (0, 1, 0, 0),
+                       "col": (1, 0, l2 * m, m), "scalar": (0, 0, 0, 0)}  # fmt: skip
+        else:
+            by_kind = {"full": (n, 1, m * n if self.gemm.batched else 0), "row": (0, 1, 0),
+                       "col": (1, 0, m if self.gemm.batched else 0), "scalar": (0, 0, 0)}  # fmt: skip
+        return tuple(s for strides in [by_kind["full"]] + [by_kind[o.vector] for o in self.outputs()]
                      for s in strides)  # fmt: skip
 
     def node(self, name: str) -> Node:
@@ -413,10 +423,15 @@ def _node_from_dict(d: dict) -> Node:
     return cls(**d)
 
 
+def _gemm_to_dict(gemm: Gemm) -> dict:
+    d = dataclasses.asdict(gemm)
+    return d if gemm.nested else {k: v for k, v in d.items() if k != "nested"}
+
+
 def to_json(spec: KernelSpec) -> str:
     body = {
         "name": spec.name,
-        "gemm": dataclasses.asdict(spec.gemm),
+        "gemm": _gemm_to_dict(spec.gemm),
         "nodes": [_node_to_dict(n) for n in spec.nodes],
         "d": spec.d,
         "d_dtype": spec.d_dtype,
@@ -429,7 +444,7 @@ def to_json(spec: KernelSpec) -> str:
 def from_json(text: str) -> KernelSpec:
     body = json.loads(text)
     g = body["gemm"]
-    gemm = Gemm(Operand(**g["a"]), Operand(**g["b"]), g["dtype"], g["batched"])
+    gemm = Gemm(Operand(**g["a"]), Operand(**g["b"]), g["dtype"], g["batched"], g.get("nested", False))
     nodes = tuple(_node_from_dict(n) for n in body["nodes"])
     return KernelSpec(body["name"], gemm, nodes, body["d"], body["d_dtype"], body["num_inputs"])
 
@@ -458,12 +473,18 @@ def format_tree(spec: KernelSpec) -> str:
         f"kernel {spec.name}",
         f"  gemm  A=in{g.a.input}{'ᵀ' if g.a.transposed else ''} ({g.a.major}-major) "
         f"B=in{g.b.input}{'ᵀ' if g.b.transposed else ''} ({g.b.major}-major) "
-        f"{g.dtype}, fp32 accumulate{', batched' if g.batched else ''}",
+        f"{g.dtype}, fp32 accumulate{_batch_text(g)}",
     ]
     for n in spec.nodes:
         lines.append("  " + _format_node(n))
     lines.append(f"  D = {spec.d} -> out0 ({spec.d_dtype})")
     return "\n".join(lines) + "\n"
+
+
+def _batch_text(g: Gemm) -> str:
+    if g.nested:
+        return ", batched over L = L1 x L2 (two batch strides)"
+    return ", batched" if g.batched else ""
 
 
 def _format_node(n: Node) -> str:

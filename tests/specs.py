@@ -185,6 +185,36 @@ def attention_scores() -> KernelSpec:
     return KernelSpec("attention_scores", gemm, nodes, "add_2", "bf16", 5)
 
 
+def nested_attention_scores() -> KernelSpec:
+    """Attention's scores with q and k read in place from [B, S, H, D] projections: a nested batch
+    L = (B, H), q passed as its [B, H, S, D] view (A, k-major), k likewise (B = kᵀ, k-major).
+    D = acc * 0.125 + mask + bias + pos, with `mask` one [S, S] tensor every batch reads (static
+    zero batch strides), `bias` a full [B, H, S, S] (or [B * H, S, S]) tensor, `pos` an
+    N-vector; the scaled scores are also stored (output 1, [B * H, S, S])."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, True, "k"), "bf16", batched=True, nested=True)
+    nodes = (
+        AccFetch("acc"),
+        ScalarBroadcast("scale", 0.125),
+        Compute("mul", "mul", ("acc", "scale")),
+        AuxStore("scaled", "mul", 1, "bf16"),
+        AuxLoad("mask", 2, "bf16", "n", broadcast_l=True),
+        Compute("add", "add", ("mul", "mask")),
+        AuxLoad("bias", 3, "bf16", "n"),
+        Compute("add_1", "add", ("add", "bias")),
+        RowBroadcast("pos", 4, "bf16"),
+        Compute("add_2", "add", ("add_1", "pos")),
+    )
+    return KernelSpec("nested_attention_scores", gemm, nodes, "add_2", "bf16", 5)
+
+
+def nested_attention_values() -> KernelSpec:
+    """Attention's P·V with v read in place from a [B, S, H, D] projection: A = the probabilities
+    [B * H, S, S] (contiguous), B = v's [B, H, S, D] view (n-major): the nested batch (B, H)
+    comes from B. D = acc, bf16, [B * H, S, D]."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, False, "n"), "bf16", batched=True, nested=True)
+    return KernelSpec("nested_attention_values", gemm, (AccFetch("acc"),), "acc", "bf16", 2)
+
+
 def row_statistics() -> KernelSpec:
     """Every reduction and statistic of bf16 logits = x @ W.T + b (stored as D): softmax's max
     and sum of exp (online softmax), LayerNorm's mean and var (Welford), a sum and a bf16 max over
@@ -240,5 +270,5 @@ ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
-              statistics_edge_cases)
+              statistics_edge_cases, nested_attention_scores, nested_attention_values)
 }  # fmt: skip

@@ -14,6 +14,7 @@ from evt.ir import AccFetch, AuxLoad, AuxStore, Compute, KernelSpec
 from tests import specs
 
 ABI = ("_run(", "_workspace(int M, int N, int K, int L)", "_signature()")
+NESTED_ABI = ("_run(", "_workspace(int M, int N, int K, int L1, int L2)", "_signature()")
 
 
 def _usings(text: str) -> set[str]:
@@ -25,7 +26,7 @@ def test_every_node_has_a_named_using_and_the_abi(name):
     spec = specs.ALL[name]()
     text = render(spec)
     assert {f"evt_{n.name}" for n in spec.nodes} <= _usings(text)
-    for suffix in ABI:
+    for suffix in NESTED_ABI if spec.gemm.nested else ABI:
         assert 'extern "C"' in text and f"evt_{spec.name}{suffix}" in text
     assert "ElementC = void" in text and "StageCountAutoCarveout" in text
     assert "{{ " not in text and "{%" not in text  # no Jinja left over

@@ -30,10 +30,12 @@ pytestmark = [
 # every reduction and statistic (the online-softmax, Welford and plain per-row visitors of
 # evt_statistics.h with their finishing kernels, a max over M, a deterministic sum over
 # everything), in a tree and (batched) in a DAG visitor, an fp32 GEMM on TF32 tensor cores, and
-# LayerNorm's backward (two row and two column reductions in one epilogue)
+# LayerNorm's backward (two row and two column reductions in one epilogue), and attention's scores
+# with a nested batch L = (B, H) (q and k read in place from [B, S, H, D]; GETT strides for A, B,
+# D, the aux loads, the aux store and the row broadcast)
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
            "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
-           "layer_norm_backward")  # fmt: skip
+           "layer_norm_backward", "nested_attention_scores")  # fmt: skip
 PARALLEL = 2  # a CUTLASS kernel takes ~3.5 GB to compile
 
 
@@ -116,18 +118,20 @@ def test_exports_the_abi(built, name):
     assert {f"evt_{spec_name}_{fn}" for fn in ("run", "workspace", "signature")} <= exported
 
 
-def assert_host_functions_answer(so: Path, spec_name: str) -> None:
+def assert_host_functions_answer(so: Path, spec_name: str, nested: bool = False) -> None:
     """The workspace query and the signature are host code: called here (no GPU), they answer.
     (A device-only function called from host code compiles, and nvcc makes the whole host
-    function an `exit(1)`: a kernel whose launcher killed its process, warning nowhere.)"""
+    function an `exit(1)`: a kernel whose launcher killed its process, warning nowhere.) A
+    nested batch's workspace query takes L1, L2 where the others take L."""
+    batch = "2, 3" if nested else "2"
     code = (
         "import ctypes, sys\n"
         "lib = ctypes.CDLL(sys.argv[1])\n"
         f"ws = lib.evt_{spec_name}_workspace\n"
-        "ws.restype, ws.argtypes = ctypes.c_size_t, [ctypes.c_int] * 4\n"
+        f"ws.restype, ws.argtypes = ctypes.c_size_t, [ctypes.c_int] * {5 if nested else 4}\n"
         f"sig = lib.evt_{spec_name}_signature\n"
         "sig.restype = ctypes.c_char_p\n"
-        "print(ws(256, 256, 128, 2), len(sig()))\n"
+        f"print(ws(256, 256, 128, {batch}), len(sig()))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
@@ -137,4 +141,5 @@ def assert_host_functions_answer(so: Path, spec_name: str) -> None:
 @pytest.mark.parametrize("name", KERNELS)
 def test_host_functions_run_without_a_gpu(built, name):
     so, _ = built[name]
-    assert_host_functions_answer(so, specs.ALL[name]().name)
+    spec = specs.ALL[name]()
+    assert_host_functions_answer(so, spec.name, spec.gemm.nested)

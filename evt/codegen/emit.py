@@ -55,6 +55,23 @@ STRIDE_AUX_EVERY_L = {
     "n": "cute::Stride<int64_t, cute::_1, cute::_0>",
     "m": "cute::Stride<cute::_1, int64_t, cute::_0>",
 }
+# a nested batch L = (L1, L2): every L stride is a pair, and A, B and D take CuTe strides in place
+# of layout tags (CUTLASS's GETT, example 51)
+NESTED_L = "cute::Stride<int64_t, int64_t>"
+STRIDE_A_NESTED = {"k": f"cute::Stride<int64_t, cute::_1, {NESTED_L}>",
+                   "m": f"cute::Stride<cute::_1, int64_t, {NESTED_L}>"}  # fmt: skip
+STRIDE_B_NESTED = {"k": f"cute::Stride<int64_t, cute::_1, {NESTED_L}>",
+                   "n": f"cute::Stride<cute::_1, int64_t, {NESTED_L}>"}  # fmt: skip
+STRIDE_AUX_NESTED = {
+    "n": f"cute::Stride<int64_t, cute::_1, {NESTED_L}>",
+    "m": f"cute::Stride<cute::_1, int64_t, {NESTED_L}>",
+}
+STRIDE_AUX_EVERY_L_NESTED = {
+    "n": "cute::Stride<int64_t, cute::_1, cute::Stride<cute::_0, cute::_0>>",
+    "m": "cute::Stride<cute::_1, int64_t, cute::Stride<cute::_0, cute::_0>>",
+}
+STRIDE_ROW_NESTED = f"cute::Stride<cute::_0, cute::_1, {NESTED_L}>"
+STRIDE_COL_NESTED = f"cute::Stride<cute::_1, cute::_0, {NESTED_L}>"
 STRIDE_ROW = "cute::Stride<cute::_0, cute::_1, int64_t>"
 STRIDE_COL = "cute::Stride<cute::_1, cute::_0, int64_t>"
 STRIDE_ROW_SUM = "cute::Stride<cute::_0, cute::_1, cute::_0>"  # an N-vector, summed over M and L
@@ -87,6 +104,9 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
     order = {n.name: i for i, n in enumerate(plan.nodes)}
     kernel_schedule, epilogue_schedule, _ = SCHEDULES[config.schedule]
     g = spec.gemm
+    if g.nested and (statistic := next((n for n in plan.nodes if isinstance(n, STATISTICS)), None)):
+        raise CodegenError(f"node {statistic.name}: a nested batch (L1 x L2) has no reductions or "
+                           "statistics yet; read the batch's contiguous copy")  # fmt: skip
     return _template().render(
         kernel=c_identifier(spec.name),
         signature=json.dumps(signature(spec, config)),
@@ -96,8 +116,8 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         epilogue_tile=_epilogue_tile(config),
         element_ab=DTYPES[g.dtype][1],
         element_d=DTYPES[spec.d_dtype][1],
-        a=g.a, b=g.b, layout_a=LAYOUT_A[g.a.major], layout_b=LAYOUT_B[g.b.major],
-        nodes=[_node_view(n, names, order) for n in plan.nodes],
+        a=g.a, b=g.b, nested=g.nested, **_layouts(spec),
+        nodes=[_node_view(n, names, order, g.nested) for n in plan.nodes],
         root=names[plan.root],
         dag=plan.dag,
         num_inputs=spec.num_inputs,
@@ -106,6 +126,17 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         deferred=any(isinstance(n, DEFERRED) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip
+
+
+def _layouts(spec: KernelSpec) -> dict:
+    """A, B and D's layout tags, or with a nested batch their CuTe strides; the launcher's batch
+    parameters and how many strides each tensor has in the ABI."""
+    g = spec.gemm
+    if not g.nested:
+        return dict(layout_a=LAYOUT_A[g.a.major], layout_b=LAYOUT_B[g.b.major],
+                    layout_d="cutlass::layout::RowMajor", batch=["L"], strides_per_tensor=3)  # fmt: skip
+    return dict(layout_a=STRIDE_A_NESTED[g.a.major], layout_b=STRIDE_B_NESTED[g.b.major],
+                layout_d=STRIDE_AUX_NESTED["n"], batch=["L1", "L2"], strides_per_tensor=4)  # fmt: skip
 
 
 def _epilogue_tile(config: TileConfig) -> str:
@@ -127,7 +158,7 @@ def _type_names(nodes: tuple[Node, ...]) -> dict[str, str]:
     return out
 
 
-def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
+def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bool) -> dict:
     args = node_args(n)
     view: dict = {
         "kind": n.kind,
@@ -148,7 +179,9 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
     if isinstance(n, (SoftmaxStats, WelfordStats)):
         view.update(_statistic(n))
     view["deferred"] = isinstance(n, DEFERRED)
-    if isinstance(n, AuxLoad) and n.broadcast_l:
+    if nested and isinstance(n, (AuxLoad, AuxStore, RowBroadcast, ColBroadcast)):
+        view["stride"] = _nested_stride(n)
+    elif isinstance(n, AuxLoad) and n.broadcast_l:
         view["stride"] = STRIDE_AUX_EVERY_L[n.major]
     elif isinstance(n, (AuxLoad, AuxStore)):
         view["stride"] = STRIDE_AUX[n.major]
@@ -163,6 +196,15 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int]) -> dict:
     elif isinstance(n, Compute):
         view["functor"] = _functor(n)
     return view
+
+
+def _nested_stride(n: AuxLoad | AuxStore | RowBroadcast | ColBroadcast) -> str:
+    """The CuTe stride type of a load or store in a kernel with a nested batch L = (L1, L2)."""
+    if isinstance(n, AuxLoad) and n.broadcast_l:
+        return STRIDE_AUX_EVERY_L_NESTED[n.major]
+    if isinstance(n, (AuxLoad, AuxStore)):
+        return STRIDE_AUX_NESTED[n.major]
+    return STRIDE_ROW_NESTED if isinstance(n, RowBroadcast) else STRIDE_COL_NESTED
 
 
 def _statistic(n: SoftmaxStats | WelfordStats) -> dict:

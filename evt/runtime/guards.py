@@ -2,7 +2,8 @@
 
 `check(spec, infos)` is a pure function of the inputs' shapes, strides, dtypes, data pointers and
 devices (`TensorInfo`), so it is tested without a GPU. It returns the `Problem` the launcher
-passes to the kernel (M, N, K, L and 3 strides per input in CUTLASS mode order), or raises
+passes to the kernel (M, N, K, L and 3 strides per input in CUTLASS mode order; a nested batch:
+M, N, K, L1, L2 and 4 strides per tensor, (M, N, L1, L2) or (M, K, L1, L2)), or raises
 `LaunchError` whose message is the reason (the dispatcher then runs the region unfused).
 """
 
@@ -42,11 +43,11 @@ class Role:
     what: str  # "A", "B", "aux load x", "row broadcast b", "col broadcast s"
     input: int
     dtype: str
-    modes: str  # one letter per mode, e.g. "MKL"
-    extents: tuple[int, int, int]
-    strides: tuple[int, int, int]
+    modes: tuple[str, ...]  # e.g. ("M", "K", "L"); a nested batch ("M", "K", "L1", "L2")
+    extents: tuple[int, ...]
+    strides: tuple[int, ...]
     unit: int  # the mode that must have unit stride
-    zero: int | None  # a broadcast mode (stride 0 by construction)
+    zero: tuple[int, ...]  # broadcast modes (stride 0 by construction)
     tma: bool  # read through TMA: the unit mode must span whole 16-byte vectors
 
 
@@ -56,14 +57,21 @@ class Problem:
     N: int
     K: int
     L: int
-    input_strides: tuple[int, ...]  # 3 per input, CUTLASS mode order
-    output_strides: tuple[int, ...] = ()  # 3 per output (contiguous outputs), CUTLASS mode order
+    input_strides: tuple[int, ...]  # 3 per input (4 nested), CUTLASS mode order
+    output_strides: tuple[int, ...] = ()  # 3 (4) per output (contiguous outputs), CUTLASS order
+    nested: tuple[int, int] | None = None  # a nested batch's (L1, L2), L = L1 * L2
+
+    @property
+    def abi_shape(self) -> tuple[int, ...]:
+        """The launcher's problem arguments: (M, N, K, L), or (M, N, K, L1, L2) nested."""
+        return (self.M, self.N, self.K, *(self.nested or (self.L,)))
 
 
-def output_strides(spec: ir.KernelSpec, M: int, N: int) -> tuple[int, ...]:
+def output_strides(spec: ir.KernelSpec, M: int, N: int, L2: int = 1) -> tuple[int, ...]:
     """The (M, N, L) strides of each freshly allocated output: [L, M, N] row-major, or a vector
-    or scalar a reduction writes (stride 0 along the reduced modes): `KernelSpec.output_strides`."""
-    return spec.output_strides(M, N)
+    or scalar a reduction writes (stride 0 along the reduced modes): `KernelSpec.output_strides`
+    ((M, N, L1, L2) for a nested batch)."""
+    return spec.output_strides(M, N, L2)
 
 
 def static_reason(spec: ir.KernelSpec) -> str | None:
@@ -73,6 +81,9 @@ def static_reason(spec: ir.KernelSpec) -> str | None:
     for n in spec.nodes:
         if isinstance(n, ir.AuxStore) and n.major != "n":
             return f"aux store {n.name} is {n.major}-major; outputs are allocated N-major"
+        if spec.gemm.nested and isinstance(n, ir.REDUCTIONS):
+            return (f"{n.name}: a nested batch (L1 x L2) has no reductions or statistics yet; "
+                    "the region reads the batch's contiguous copy instead")  # fmt: skip
     return None
 
 
@@ -127,81 +138,114 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> Problem:
     M, N, K, L = (int(x) for x in reference.problem_shape(spec, infos))  # type: ignore[arg-type]
     if min(M, N, K, L) <= 0:
         raise LaunchError(f"empty problem (M, N, K, L) = {(M, N, K, L)}")
-    roles = _roles(spec, infos, (M, N, K, L))
-    strides = [(0, 0, 0)] * spec.num_inputs
+    batch = tuple(int(x) for x in reference.batch_extents(spec, infos))
+    roles = _roles(spec, infos, (M, N, K), batch)
+    none = (0,) * (4 if spec.gemm.nested else 3)
+    strides = [none] * spec.num_inputs
     for r in roles:
         _check_role(r, infos[r.input])
-        triple = _passed_strides(r)
-        if strides[r.input] != (0, 0, 0) and strides[r.input] != triple:
+        passed = _passed_strides(r)
+        if strides[r.input] != none and strides[r.input] != passed:
             raise LaunchError(f"input {r.input} is read in two roles with different strides")
-        strides[r.input] = triple
+        strides[r.input] = passed
     for i, dtype in enumerate(spec.output_dtypes()):
         _check_extent(f"output {i}", "N", N, dtype)
     inputs = tuple(s for t in strides for s in t)
-    return Problem(M, N, K, L, inputs, output_strides(spec, M, N))
+    nested = (batch[0], batch[1]) if spec.gemm.nested else None
+    return Problem(M, N, K, L, inputs, output_strides(spec, M, N, batch[-1]), nested)
 
 
-def _roles(spec: ir.KernelSpec, infos: Sequence[TensorInfo], mnkl) -> list[Role]:
-    M, N, K, L = mnkl
+def _roles(spec: ir.KernelSpec, infos: Sequence[TensorInfo], mnk, batch) -> list[Role]:
+    M, N, K = mnk
     g = spec.gemm
     a, b = infos[g.a.input], infos[g.b.input]
-    _expect_dim(a, 3 if g.batched else 2, "A", g.a.input)
-    _expect_dim(b, 3 if g.batched else 2, "B", g.b.input)
+    dims = (3, 4) if g.nested else (3,) if g.batched else (2,)
+    _expect_dim(a, dims, "A", g.a.input)
+    _expect_dim(b, dims, "B", g.b.input)
     s_a = _logical(a, g.a.transposed)
     s_b = _logical(b, g.b.transposed)[::-1]  # CUTLASS's B is N x K
     b_ext = _logical_shape(b, g.b.transposed)[::-1]
-    if b_ext != (N, K) or (g.batched and b.shape[0] != L):
-        raise LaunchError(f"input {g.b.input} (B) has shape {b.shape}; A implies K={K}, L={L}")
-    if g.batched and L > 1 and 0 in (a.stride[0], b.stride[0]):
+    l_a, l_b = _batch_strides(a, g, batch), _batch_strides(b, g, batch)
+    if b_ext != (N, K) or l_b is None:
+        raise LaunchError(f"input {g.b.input} (B) has shape {b.shape}; A implies K={K}, "
+                          f"L={' x '.join(map(str, batch))}")  # fmt: skip
+    if l_a is None:
+        raise LaunchError(f"input {g.a.input} (A) has shape {a.shape}; B implies L={batch}")
+    if g.batched and any(e > 1 and 0 in (sa, sb) for e, sa, sb in zip(batch, l_a, l_b)):
         raise LaunchError("an operand has L stride 0 (an expanded batch); the kernel needs a "
                           "real batch stride")  # fmt: skip
-    lstride = (lambda t: t.stride[0]) if g.batched else (lambda t: 0)
+    ls = _batch_modes(g)
     roles = [
-        Role("A", g.a.input, g.dtype, "MKL", (M, K, L), (*s_a, lstride(a)), "mk".index(g.a.major),
-             None, True),
-        Role("B", g.b.input, g.dtype, "NKL", (N, K, L), (*s_b, lstride(b)), "nk".index(g.b.major),
-             None, True),
+        Role("A", g.a.input, g.dtype, ("M", "K", *ls), (M, K, *batch), (*s_a, *l_a),
+             "mk".index(g.a.major), (), True),
+        Role("B", g.b.input, g.dtype, ("N", "K", *ls), (N, K, *batch), (*s_b, *l_b),
+             "nk".index(g.b.major), (), True),
     ]  # fmt: skip
     for n in spec.nodes:
         if isinstance(n, (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)):
-            roles.append(_load_role(n, infos[n.input], (M, N, L), g.batched))
+            roles.append(_load_role(n, infos[n.input], (M, N), batch, g))
     return roles
 
 
-def _load_role(n, t: TensorInfo, mnl, batched: bool) -> Role:
-    M, N, L = mnl
-    ext = (M, N, L)
+def _batch_modes(g: ir.Gemm) -> tuple[str, ...]:
+    return ("L1", "L2") if g.nested else ("L",)
+
+
+def _batch_strides(t: TensorInfo, g: ir.Gemm, batch) -> tuple[int, ...] | None:
+    """The strides of a batched tensor's batch modes: (L,) ((0,) unbatched), or a nested
+    batch's (L1, L2), from [L1, L2, ...] or from [L1 * L2, ...] (L1 steps L2 of its L stride);
+    None where its batch is not `batch`."""
+    if not g.batched:
+        return (0,)
+    if g.nested and len(t.shape) == 4:
+        return tuple(t.stride[:2]) if tuple(t.shape[:2]) == batch else None
+    if t.shape[0] != math.prod(batch):
+        return None
+    return (t.stride[0] * batch[1], t.stride[0]) if g.nested else (t.stride[0],)
+
+
+def _load_role(n, t: TensorInfo, mn, batch, g: ir.Gemm) -> Role:
+    M, N = mn
+    ext, modes, flat = (M, N, *batch), ("M", "N", *_batch_modes(g)), (0,) * len(batch)
     if isinstance(n, ir.AuxLoad):
-        ok = _aux_shape_ok(n, t, (M, N, L), batched)
+        s_l = flat if n.broadcast_l else _aux_batch_strides(n, t, (M, N), batch, g)
         s_m, s_n = t.stride[-2:] if len(t.shape) >= 2 else (0, 0)
-        s_l = t.stride[0] if len(t.shape) == 3 and not n.broadcast_l else 0
-        role = Role(f"aux load {n.name}", n.input, n.dtype, "MNL", ext, (s_m, s_n, s_l),
-                    "mn".index(n.major), 2 if n.broadcast_l else None, True)  # fmt: skip
+        zero = tuple(range(2, len(ext))) if n.broadcast_l else ()
+        role = Role(f"aux load {n.name}", n.input, n.dtype, modes, ext, (s_m, s_n, *(s_l or flat)),
+                    "mn".index(n.major), zero, True)  # fmt: skip
+        ok = s_l is not None
     elif isinstance(n, ir.RowBroadcast):
         ok = len(t.shape) >= 1 and t.shape[-1] == N and math.prod(t.shape[:-1]) == 1
-        role = Role(f"row broadcast {n.name}", n.input, n.dtype, "MNL", ext,
-                    (0, t.stride[-1] if t.shape else 0, 0), 1, 0, False)  # fmt: skip
+        role = Role(f"row broadcast {n.name}", n.input, n.dtype, modes, ext,
+                    (0, t.stride[-1] if t.shape else 0, *flat), 1, (0,), False)  # fmt: skip
     else:  # an M-vector stored as [M] or [..., M, 1]
         ok = t.shape == (M,) or (len(t.shape) >= 2 and t.shape[-2:] == (M, 1)
                                  and math.prod(t.shape[:-2]) == 1)  # fmt: skip
         s_m = t.stride[0] if len(t.shape) == 1 else t.stride[-2] if t.shape else 0
         role = Role(
-            f"col broadcast {n.name}", n.input, n.dtype, "MNL", ext, (s_m, 0, 0), 0, 1, False
+            f"col broadcast {n.name}", n.input, n.dtype, modes, ext, (s_m, 0, *flat), 0, (1,), False
         )
     if not ok:
-        raise LaunchError(f"input {n.input} ({role.what}) has shape {t.shape}; (M, N, L) = {mnl}")
+        raise LaunchError(f"input {n.input} ({role.what}) has shape {t.shape}; "
+                          f"(M, N, {', '.join(modes[2:])}) = {ext}")  # fmt: skip
     return role
 
 
-def _aux_shape_ok(n: ir.AuxLoad, t: TensorInfo, mnl, batched: bool) -> bool:
-    """[M, N] (unbatched, or read by every batch), or [L, M, N] with a real L stride (a stride-0
-    L needs the kernel built with a static zero: `broadcast_l`)."""
-    M, N, L = mnl
+def _aux_batch_strides(n: ir.AuxLoad, t: TensorInfo, mn, batch, g: ir.Gemm):
+    """An aux tensor's batch strides, or None where its shape does not fit: [M, N] (read by
+    every batch: `broadcast_l`; or unbatched), or [L, M, N] (a nested batch also [L1, L2, M, N])
+    with real batch strides (a stride-0 L needs the kernel built with a static zero:
+    `broadcast_l`)."""
     if n.broadcast_l:
-        return t.shape in ((M, N), (1, M, N))
-    if not batched:
-        return t.shape == (M, N)
-    return t.shape == (L, M, N) and (L == 1 or t.stride[0] != 0)
+        return (0,) * len(batch) if t.shape in (mn, (1, *mn)) else None
+    if not g.batched:
+        return (0,) if t.shape == mn else None
+    if tuple(t.shape[-2:]) != mn or len(t.shape) not in ((3, 4) if g.nested else (3,)):
+        return None
+    strides = _batch_strides(t, g, batch)
+    if strides is None or any(e > 1 and s == 0 for e, s in zip(batch, strides)):
+        return None
+    return strides
 
 
 def _logical_shape(t: TensorInfo, transposed: bool) -> tuple[int, int]:
@@ -214,9 +258,10 @@ def _logical(t: TensorInfo, transposed: bool) -> tuple[int, int]:
     return (cols, rows) if transposed else (rows, cols)
 
 
-def _expect_dim(t: TensorInfo, dim: int, what: str, index: int) -> None:
-    if len(t.shape) != dim:
-        raise LaunchError(f"input {index} ({what}) has shape {t.shape}, expected {dim} dims")
+def _expect_dim(t: TensorInfo, dims: tuple[int, ...], what: str, index: int) -> None:
+    if len(t.shape) not in dims:
+        raise LaunchError(f"input {index} ({what}) has shape {t.shape}, expected "
+                          f"{' or '.join(map(str, dims))} dims")  # fmt: skip
 
 
 def _check_role(r: Role, t: TensorInfo) -> None:
@@ -232,7 +277,7 @@ def _check_role(r: Role, t: TensorInfo) -> None:
         raise LaunchError(f"{where}: stride along {unit} is {r.strides[r.unit]}; the kernel was "
                           f"built {unit.lower()}-major and needs it to be 1")  # fmt: skip
     for i, mode in enumerate(r.modes):
-        if i not in (r.unit, r.zero) and r.extents[i] > 1 and (r.strides[i] * size) % ALIGN:
+        if i != r.unit and i not in r.zero and r.extents[i] > 1 and (r.strides[i] * size) % ALIGN:
             raise LaunchError(f"{where}: stride along {mode} is {r.strides[i]} elements "
                               f"({r.strides[i] * size} bytes), not a multiple of 16 bytes")  # fmt: skip
     if r.tma:
@@ -246,10 +291,10 @@ def _check_extent(where: str, mode: str, extent: int, dtype: str) -> None:
                           f"{dtype} elements (16 bytes), which TMA needs")  # fmt: skip
 
 
-def _passed_strides(r: Role) -> tuple[int, int, int]:
+def _passed_strides(r: Role) -> tuple[int, ...]:
     """The strides handed to the kernel: unit and broadcast modes fixed, size-1 modes 0."""
     out = [0 if r.extents[i] <= 1 else s for i, s in enumerate(r.strides)]
     out[r.unit] = 1
-    if r.zero is not None:
-        out[r.zero] = 0
-    return (out[0], out[1], out[2])
+    for i in r.zero:
+        out[i] = 0
+    return tuple(out)

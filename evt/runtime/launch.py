@@ -7,6 +7,9 @@ The library's ABI (rendered by `evt.codegen.emit`):
     size_t evt_<name>_workspace(M, N, K, L)
     char const* evt_<name>_signature()
 
+A kernel with a nested batch (L = L1 x L2) takes `L1, L2` where the others take `L`, and 4
+strides per tensor (M, N, L1, L2) where the others take 3.
+
 A launch allocates its outputs and workspace from torch's caching allocator, enqueues the kernel on
 `torch.cuda.current_stream()` and never synchronizes, so a step stays capturable in CUDA graphs.
 """
@@ -39,6 +42,7 @@ RETURN_CODES = {
 }
 _I, _P = ctypes.c_int, ctypes.c_void_p
 RUN_ARGTYPES = [_P, _P, _P, _P, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]
+RUN_ARGTYPES_NESTED = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Library:
     handle: ctypes.CDLL
     run: Any
     workspace: Any
+    nested: bool = False  # its ABI takes a nested batch's L1, L2 (and 4 strides per tensor)
 
 
 _libraries: dict[str, Library] = {}
@@ -72,13 +77,25 @@ def _load(path: Path) -> Library:
         )
     except (OSError, ValueError, KeyError, AttributeError) as e:
         raise LaunchError(f"cannot load kernel library {path}: {e}") from e
-    run.argtypes, run.restype = RUN_ARGTYPES, ctypes.c_int
-    workspace.argtypes, workspace.restype = [_I, _I, _I, _I], ctypes.c_size_t
     signature.argtypes, signature.restype = [], ctypes.c_char_p
     got = signature().decode()
     if meta.get("signature") and got != meta["signature"]:
         raise LaunchError(f"{path} says it is {got!r}, its cache entry says {meta['signature']!r}")
-    return Library(path, name, handle, run, workspace)
+    nested = _nested(got)
+    run.argtypes, run.restype = RUN_ARGTYPES_NESTED if nested else RUN_ARGTYPES, ctypes.c_int
+    workspace.argtypes, workspace.restype = [_I] * (5 if nested else 4), ctypes.c_size_t
+    return Library(path, name, handle, run, workspace, nested)
+
+
+def _nested(signature: str) -> bool:
+    """Whether the library's kernel has a nested batch (its ABI takes L1, L2): from the spec
+    its signature carries (`evt.codegen.emit.signature`: name;config;spec JSON). A signature
+    without one is flat; `Kernel` checks the answer against its own spec before any launch."""
+    parts = signature.split(";", 2)
+    try:
+        return len(parts) == 3 and ir.from_json(parts[2]).gemm.nested
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 @cache
@@ -150,7 +167,7 @@ class Kernel:
         workspace = empty((ws,), (1,), torch.uint8) if ws else None
         rc = self.library.run(
             _pointers(inputs), plan.input_strides, _pointers(outputs), plan.output_strides,
-            p.M, p.N, p.K, p.L, None if workspace is None else workspace.data_ptr(), ws,
+            *p.abi_shape, None if workspace is None else workspace.data_ptr(), ws,
             stream_handle(device),
         )  # fmt: skip
         if rc != 0:
@@ -160,13 +177,17 @@ class Kernel:
 
     def _plan(self, p: guards.Problem) -> LaunchPlan:
         """What a launch at problem `p` needs besides the tensors, computed once per problem."""
+        if self.library.nested != self.spec.gemm.nested:
+            raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): its library "
+                              f"{'has' if self.library.nested else 'has no'} nested batch, the "
+                              "region's spec disagrees")  # fmt: skip
         dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
         shapes = self.output_shapes(p)
         plan = LaunchPlan(
             outputs=tuple(zip(shapes, map(make_contiguous_strides_for, shapes), dtypes)),
             input_strides=_int64s(p.input_strides),
             output_strides=_int64s(p.output_strides),
-            workspace_bytes=int(self.library.workspace(p.M, p.N, p.K, p.L)),
+            workspace_bytes=int(self.library.workspace(*p.abi_shape)),
         )
         if len(self._plans) < 1024:
             self._plans[p] = plan

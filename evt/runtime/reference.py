@@ -76,15 +76,26 @@ COMPUTE_REFERENCE = {
 
 
 def problem_shape(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> tuple[int, int, int, int]:
-    """(M, N, K, L) from the operand tensors as passed."""
+    """(M, N, K, L) from the operand tensors as passed (L = L1 * L2 for a nested batch)."""
     a, b = inputs[spec.gemm.a.input], inputs[spec.gemm.b.input]
     m, k = (a.shape[-1], a.shape[-2]) if spec.gemm.a.transposed else (a.shape[-2], a.shape[-1])
     n = b.shape[-2] if spec.gemm.b.transposed else b.shape[-1]
-    batch = a.shape[0] if spec.gemm.batched else 1
-    return m, n, k, batch  # plain ints, or SymInts under fake tensors
+    return m, n, k, math.prod(batch_extents(spec, inputs))  # ints, or SymInts under fake tensors
+
+
+def batch_extents(spec: ir.KernelSpec, inputs: Sequence) -> tuple:
+    """The batch: (L,) (1 unbatched), or a nested batch's (L1, L2), from the first operand passed
+    as [L1, L2, rows, cols] (A, then B; both [L, rows, cols]: (L, 1))."""
+    g = spec.gemm
+    a, b = inputs[g.a.input], inputs[g.b.input]
+    if not g.nested:
+        return (a.shape[0] if g.batched else 1,)
+    four = [t for t in (a, b) if len(t.shape) == 4]
+    return tuple(four[0].shape[:2]) if four else (a.shape[0], 1)
 
 
 def _operand(t: torch.Tensor, op: ir.Operand, batched: bool) -> torch.Tensor:
+    t = t.flatten(0, 1) if t.dim() == 4 else t  # a nested batch [L1, L2, rows, cols]
     t = t.mT if op.transposed else t
     return t if batched else t.unsqueeze(0)
 
@@ -92,6 +103,8 @@ def _operand(t: torch.Tensor, op: ir.Operand, batched: bool) -> torch.Tensor:
 def _load(node: ir.Node, t: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
     """Read an input as [L, M, N] through the strides its node kind implies."""
     L, M, N = shape
+    if isinstance(node, ir.AuxLoad) and t.dim() == 4 and not node.broadcast_l:  # [L1, L2, M, N]
+        return t.reshape(L, M, N).to(F32)
     if isinstance(node, ir.AuxLoad):
         s = t.stride()
         strides = (s[0] if t.dim() == 3 and not node.broadcast_l else 0, s[-2], s[-1])

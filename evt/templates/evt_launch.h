@@ -34,31 +34,48 @@ inline T* out_ptr(void* const* ptrs, int i) {
   return ptrs ? static_cast<T*>(ptrs[i]) : nullptr;
 }
 
-// The 3 strides of tensor i, or none (the workspace query).
-inline int64_t const* strides_of(int64_t const* strides, int i) {
-  return strides ? strides + 3 * i : nullptr;
+// The 3 strides of tensor i (a nested batch: 4), or none (the workspace query).
+inline int64_t const* strides_of(int64_t const* strides, int i, int per_tensor = 3) {
+  return strides ? strides + per_tensor * i : nullptr;
 }
 
-// Copy the caller's 3 strides into a CuTe stride. A static mode (cute::_1 or cute::_0) keeps its
-// value, which the caller's must equal wherever that mode's extent is above 1. No strides leaves
-// the defaults.
+// Copy the caller's stride `s` into one mode of a CuTe stride. A static mode (cute::_1 or
+// cute::_0, which cute::get returns by value) keeps its value, which the caller's must equal
+// where the mode's extent is above 1.
+template <class Mode>
+inline bool load_mode(int64_t s, int extent, Mode&& mode) {
+  using Static = cute::remove_cvref_t<Mode>;
+  if constexpr (cute::is_static<Static>::value) {
+    return extent <= 1 || s == int64_t(Static::value);
+  } else {
+    mode = s;
+    return true;
+  }
+}
+
+// Copy the caller's 3 strides into a CuTe stride (load_mode per mode). No strides leaves the
+// defaults.
 template <class Stride>
 inline bool load_stride(int64_t const* s, int e0, int e1, int e2, Stride& out) {
   if (s == nullptr) {
     return true;
   }
-  int const extent[3] = {e0, e1, e2};
-  bool ok = true;
-  cute::for_each(cute::make_seq<3>{}, [&](auto i) {
-    constexpr int I = decltype(i)::value;
-    using Mode = cute::remove_cvref_t<decltype(cute::get<I>(out))>;
-    if constexpr (cute::is_static<Mode>::value) {
-      ok = ok && (extent[I] <= 1 || s[I] == int64_t(Mode::value));
-    } else {
-      cute::get<I>(out) = s[I];
-    }
-  });
-  return ok;
+  bool ok = load_mode(s[0], e0, cute::get<0>(out));
+  ok = load_mode(s[1], e1, cute::get<1>(out)) && ok;
+  return load_mode(s[2], e2, cute::get<2>(out)) && ok;
+}
+
+// A nested batch L = (L1, L2): the caller's 4 strides (M|N, K|N, L1, L2) into a CuTe stride whose
+// third mode is a pair, as load_stride does for 3.
+template <class Stride>
+inline bool load_stride(int64_t const* s, int e0, int e1, int l1, int l2, Stride& out) {
+  if (s == nullptr) {
+    return true;
+  }
+  bool ok = load_mode(s[0], e0, cute::get<0>(out));
+  ok = load_mode(s[1], e1, cute::get<1>(out)) && ok;
+  ok = load_mode(s[2], l1, cute::get<2, 0>(out)) && ok;
+  return load_mode(s[3], l2, cute::get<2, 1>(out)) && ok;
 }
 
 // The current device and its SM count (cached per device); the count is 0 when unavailable.
@@ -99,31 +116,32 @@ inline cudaError_t configure_shared_memory_once(int device, int bytes) {
 }
 
 // The key of a launch: everything the kernel parameters are built from (device, problem shape,
-// workspace, pointers and strides of NI inputs and NO outputs).
-template <int NI, int NO>
-using LaunchKey = std::array<int64_t, 7 + 4 * (NI + NO)>;
+// workspace, pointers and S strides each of NI inputs and NO outputs; a nested batch L = (L1, L2)
+// has S = 4 and passes L1 as L).
+template <int NI, int NO, int S = 3>
+using LaunchKey = std::array<int64_t, 8 + (S + 1) * (NI + NO)>;
 
-template <int NI, int NO>
-inline LaunchKey<NI, NO> launch_key(void const* const* inputs, int64_t const* input_strides,
-                                    void* const* outputs, int64_t const* output_strides, int M,
-                                    int N, int K, int L, void* workspace, size_t workspace_bytes,
-                                    int device) {
-  LaunchKey<NI, NO> key{};
+template <int NI, int NO, int S = 3>
+inline LaunchKey<NI, NO, S> launch_key(void const* const* inputs, int64_t const* input_strides,
+                                       void* const* outputs, int64_t const* output_strides,
+                                       int M, int N, int K, int L, void* workspace,
+                                       size_t workspace_bytes, int device, int L2 = 1) {
+  LaunchKey<NI, NO, S> key{};
   int i = 0;
-  for (int64_t v : {int64_t(device), int64_t(M), int64_t(N), int64_t(K), int64_t(L),
+  for (int64_t v : {int64_t(device), int64_t(M), int64_t(N), int64_t(K), int64_t(L), int64_t(L2),
                     reinterpret_cast<int64_t>(workspace), int64_t(workspace_bytes)}) {
     key[i++] = v;
   }
   for (int t = 0; t < NI; ++t) {
     key[i++] = reinterpret_cast<int64_t>(inputs[t]);
   }
-  for (int t = 0; t < 3 * NI; ++t) {
+  for (int t = 0; t < S * NI; ++t) {
     key[i++] = input_strides[t];
   }
   for (int t = 0; t < NO; ++t) {
     key[i++] = reinterpret_cast<int64_t>(outputs[t]);
   }
-  for (int t = 0; t < 3 * NO; ++t) {
+  for (int t = 0; t < S * NO; ++t) {
     key[i++] = output_strides[t];
   }
   return key;

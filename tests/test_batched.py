@@ -59,7 +59,7 @@ def test_scores_fuse_the_scale_and_the_mask():
         ("backward", ["aten.mul"]),
     ]
     scores = bmm[0].spec
-    assert scores.gemm.batched  # the [B*H, S, D] copies the graph already makes are read
+    assert scores.gemm.nested  # q and k read in place from their projections (B x H batch)
     (mask,) = [n for n in scores.nodes if isinstance(n, ir.AuxLoad)]
     assert mask.broadcast_l  # the [S, S] causal mask: one tensor every batch reads
 

@@ -220,6 +220,7 @@ def test_gpt2_scores_fuse_the_scale_and_the_causal_mask(dtype):
     assert (SMALL.dim // SMALL.heads) ** -0.5 in scale
     (mask,) = [n for n in scores.spec.nodes if isinstance(n, ir.AuxLoad) and n.dtype == "b8"]
     assert mask.broadcast_l  # one [S, S] bool mask read by every batch
+    assert scores.spec.gemm.nested  # q and k read in place from their projections
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
@@ -237,7 +238,8 @@ def test_gpt2_mlp(dtype):
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
 def test_gpt2_attention_backward(dtype):
     r = run("gpt2", dtype)
-    assert regions(r, "backward", "bmm", "mul")  # softmax's backward: dP * P
+    dp = regions(r, "backward", "bmm", "mul")  # softmax's backward: dP * P
+    assert dp and all(x.spec.gemm.nested for x in dp)  # dY and v read in place
     # the input gradient of ln1 sums the q, k and v dgrads: two GEMM results loaded and added
     (dx,) = [x for x in regions(r, "backward", "mm", "add") if x.fused.count("aten.add") >= 2]
     loads = [n.name for n in dx.spec.nodes if isinstance(n, ir.AuxLoad)]
@@ -253,6 +255,7 @@ def test_gpt2_lm_head_fuses_the_fp32_cast_of_the_logits():
 def test_bert_layer(dtype):
     r = run("bert", dtype)
     (scores,) = regions(r, "forward", "bmm", "div")
+    assert scores.spec.gemm.nested  # q and k read in place from their projections
     assert any(n.value == (SMALL.dim // SMALL.heads) ** 0.5 for n in scores.spec.nodes
                if isinstance(n, ir.ScalarBroadcast))  # fmt: skip
     gelus = regions(r, "forward", "addmm", "gelu")  # the FFN's fc1 and the MLM head's transform

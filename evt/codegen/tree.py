@@ -112,7 +112,7 @@ class _Builder:
             bias: object = g.bias if g.beta == 1 else Expr("mul", (g.bias, g.beta))
             value = self.expr(Expr("add", (_Ref(value), bias)), a_node, [0])
         self.value[a_node] = value
-        return ir.Gemm(a, b, ir.dtype_name(g.a.meta["val"].dtype), g.batched)
+        return ir.Gemm(a, b, ir.dtype_name(g.a.meta["val"].dtype), g.batched, g.nested)
 
 
 class _Ref(str):

@@ -5,8 +5,9 @@ Writes `node.meta["evt_gemm"]` (a `GemmOperands`) on every GEMM; the graph itsel
 aten. A chain of `permute`/`t`/`transpose` of the last two dimensions on an operand becomes a
 `transposed` flag on the base tensor, so a transposed weight (or attention's Kᵀ) is read in
 place, without a copy. A batched operand is then read as [L, rows, cols] with one L stride: the
-`clone` Inductor's decomposition puts before a `bmm` of attention's heads is the tensor read (a
-[B, H] batch of a [B, S, H, D] projection needs two batch strides, so the copy stays).
+`clone` Inductor's decomposition puts before a `bmm` of attention's heads is the tensor read here
+(a [B, H] batch of a [B, S, H, D] projection needs two batch strides: `read_heads_in_place`, the
+next pass, reads the projection instead where a kernel can).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class GemmOperands:
     alpha: float = 1.0
     beta: float = 1.0
     batched: bool = False  # bmm/baddbmm: operands and result carry a leading L
+    nested: bool = False  # batched, L = L1 x L2: an operand is [L1, L2, rows, cols] (read in place)
 
 
 def _is_transpose(node: Node, dim: int) -> bool:

@@ -19,8 +19,10 @@ LOAD_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.bool)  # bool
 def operand_major(
     val: torch.Tensor, transposed: bool, rows: str, cols: str, dim: int = 2
 ) -> str | None:
-    """Which logical dimension of a `dim`-D operand ([L,] rows, cols) has unit stride, if any."""
-    if val.dim() != dim or (dim == 3 and val.shape[0] > 1 and val.stride(0) == 0):
+    """Which logical dimension of a `dim`-D operand ([L,] rows, cols; a nested batch [L1, L2,
+    rows, cols]) has unit stride, if any."""
+    batch = range(dim - 2)
+    if val.dim() != dim or any(val.shape[i] > 1 and val.stride(i) == 0 for i in batch):
         return None  # an expanded batch (L stride 0) is left to torch: TMA wants a real stride
     s_rows, s_cols = val.stride()[-2:][::-1] if transposed else val.stride()[-2:]
     if s_cols == 1:
@@ -32,9 +34,10 @@ def operand_major(
 
 def gemm_majors(g: GemmOperands) -> tuple[str, str] | None:
     """(A major, B major) for a GEMM whose operands TMA can read, else None."""
+    va, vb = g.a.meta["val"], g.b.meta["val"]
     dim = 3 if g.batched else 2
-    a = operand_major(g.a.meta["val"], g.a_transposed, "m", "k", dim)
-    b = operand_major(g.b.meta["val"], g.b_transposed, "k", "n", dim)
+    a = operand_major(va, g.a_transposed, "m", "k", 4 if g.nested and va.dim() == 4 else dim)
+    b = operand_major(vb, g.b_transposed, "k", "n", 4 if g.nested and vb.dim() == 4 else dim)
     return None if a is None or b is None else (a, b)
 
 

@@ -1,7 +1,7 @@
 """The pipeline: the one place that lists evt's passes, in order.
 
-    graph passes -> partition -> narrow outputs -> validate -> lower regions -> cleanup passes
-    -> verify
+    graph passes -> partition -> narrow outputs -> free head copies -> validate -> lower regions
+    -> cleanup passes -> verify
 
 Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
 """
@@ -30,6 +30,7 @@ from evt.graph.sink_views import sink_views
 from evt.graph.split_full_means import split_full_means
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
+from evt.partition.free_head_copies import free_head_copies
 from evt.partition.narrow_outputs import narrow_outputs
 from evt.report import (
     GraphReport,
@@ -84,7 +85,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     regions = partition(graph)
     narrowed = narrow_outputs(graph, regions)
     casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
-    regions = narrowed
+    regions = free_head_copies(graph, narrowed)
     validate(graph, regions)
     drawing = _draw(graph, regions) if draw else None
     gemms = [n for n in graph.nodes if GEMM in n.meta]

@@ -215,6 +215,14 @@ def nested_attention_values() -> KernelSpec:
     return KernelSpec("nested_attention_values", gemm, (AccFetch("acc"),), "acc", "bf16", 2)
 
 
+def nested_attention_key_grad() -> KernelSpec:
+    """Attention's dK = dSᵀ·Q with q read in place: A = the scores' gradient [B * H, S, S]
+    passed untransposed (A = its transpose, m-major), B = q's [B, H, S, D] view (n-major): a
+    GEMM without an epilogue, as `free_head_copies` adds. D = acc, bf16, [B * H, S, D]."""
+    gemm = Gemm(Operand(0, True, "m"), Operand(1, False, "n"), "bf16", batched=True, nested=True)
+    return KernelSpec("nested_attention_key_grad", gemm, (AccFetch("acc"),), "acc", "bf16", 2)
+
+
 def row_statistics() -> KernelSpec:
     """Every reduction and statistic of bf16 logits = x @ W.T + b (stored as D): softmax's max
     and sum of exp (online softmax), LayerNorm's mean and var (Welford), a sum and a bf16 max over
@@ -270,5 +278,6 @@ ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
-              statistics_edge_cases, nested_attention_scores, nested_attention_values)
+              statistics_edge_cases, nested_attention_scores, nested_attention_values,
+              nested_attention_key_grad)
 }  # fmt: skip

@@ -52,7 +52,9 @@ def test_heads_cut_from_one_qkv_projection_match_eager():
 def test_scores_fuse_the_scale_and_the_mask():
     model = Attention(D, softmax=True)
     report = evt.explain(step(model), torch.randn(B, S, D, requires_grad=True), causal())
-    bmm = [r for r in report.regions if r.anchor == "aten.bmm"]
+    bmm = [r for r in report.regions if r.anchor == "aten.bmm" and r.fused]
+    alone = [r.side for r in report.regions if r.anchor == "aten.bmm" and not r.fused]
+    assert sorted(alone) == ["backward"] * 3 + ["forward"]  # P·V, dV, dQ, dK: free head copies
     # forward: Q·Kᵀ * scale + mask; backward: dP * P (softmax's backward up to its row sum)
     assert [(r.side, r.fused) for r in bmm] == [
         ("forward", ["aten.mul", "aten.add"]),

@@ -1,6 +1,7 @@
-"""Attention's scores with a nested batch (L = B x H) on an SM90 GPU: q and k read in place from
-one [B, S, 3, H, D] qkv projection (no copy), against eager torch, with NaN-poisoned outputs, on
-fresh random data: whole tiles, residues, and heads whose rows are padded."""
+"""Attention's GEMMs with a nested batch (L = B x H) on an SM90 GPU: q, k (the scores) and v
+(P·V) read in place from one [B, S, 3, H, D] qkv projection (no copy), against eager torch, with
+NaN-poisoned outputs, on fresh random data: whole tiles, residues, and heads whose rows are
+padded."""
 
 from __future__ import annotations
 
@@ -19,12 +20,15 @@ BF16 = torch.bfloat16
 
 
 @pytest.fixture(scope="module")
-def spec(tmp_path_factory) -> ir.KernelSpec:
+def kernels(tmp_path_factory) -> dict[str, ir.KernelSpec]:
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    s = specs.nested_attention_scores()
-    build.prefetch(s).result()
-    return s
+    nested = (specs.nested_attention_scores(), specs.nested_attention_values(),
+              specs.nested_attention_key_grad())  # fmt: skip
+    built = {s.name: s for s in nested}
+    for future in [build.prefetch(s) for s in built.values()]:
+        future.result()
+    return built
 
 
 def projection_inputs(b, s, h, d, pad=0) -> list[torch.Tensor]:
@@ -48,7 +52,8 @@ def eager(q, k, mask, bias, pos) -> tuple[torch.Tensor, torch.Tensor]:
     "shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 0), (2, 128, 2, 32, 8)],
     ids=["tiles", "residues", "padded-heads"],
 )  # fmt: skip
-def test_nested_kernel_reads_heads_in_place_like_eager(spec, shape):
+def test_scores_read_heads_in_place_like_eager(kernels, shape):
+    spec = kernels["nested_attention_scores"]
     torch.manual_seed(sum(shape))
     inputs = projection_inputs(*shape)
     assert not inputs[0].is_contiguous()  # the kernel reads the projection, not a copy
@@ -59,3 +64,35 @@ def test_nested_kernel_reads_heads_in_place_like_eager(spec, shape):
         assert verify.relative_error(out, want.to(BF16)) <= verify.TOLERANCE["bf16"]
         assert verify.relative_error(out, ref) <= verify.TOLERANCE["bf16"]
 
+
+
+@pytest.mark.parametrize(
+    "shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 0), (2, 128, 2, 32, 8)],
+    ids=["tiles", "residues", "padded-heads"],
+)  # fmt: skip
+def test_values_read_heads_in_place_like_eager(kernels, shape):
+    """P·V: A the probabilities [B * H, S, S] (contiguous), B = v's [B, H, S, D] view."""
+    spec = kernels["nested_attention_values"]
+    b, s, h, d, pad = shape
+    torch.manual_seed(sum(shape))
+    qkv = torch.randn(b, s, 3, h, d + pad, device="cuda").to(BF16)[..., :d]
+    v = qkv[:, :, 2].transpose(1, 2)
+    p = torch.softmax(torch.randn(b * h, s, s, device="cuda"), -1).to(BF16)
+    (got,) = poisoned_launch(spec, [p, v])
+    want = torch.matmul(p.float().reshape(b, h, s, s), v.float()).reshape(b * h, s, d)
+    assert got.shape == want.shape and not got.float().isnan().any(), "elements left unwritten"
+    assert verify.relative_error(got, want.to(BF16)) <= verify.TOLERANCE["bf16"]
+
+
+@pytest.mark.parametrize("shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 8)], ids=["tiles", "residues"])
+def test_key_grad_reads_q_in_place_like_eager(kernels, shape):
+    """dK = dSᵀ·Q: A the scores' gradient passed untransposed (m-major), B = q's view."""
+    spec = kernels["nested_attention_key_grad"]
+    b, s, h, d, pad = shape
+    torch.manual_seed(sum(shape))
+    q = torch.randn(b, s, 3, h, d + pad, device="cuda").to(BF16)[..., :d][:, :, 0].transpose(1, 2)
+    ds = torch.randn(b * h, s, s, device="cuda").to(BF16)
+    (got,) = poisoned_launch(spec, [ds, q])
+    want = torch.matmul(ds.float().mT.reshape(b, h, s, s), q.float()).reshape(b * h, s, d)
+    assert got.shape == want.shape and not got.float().isnan().any(), "elements left unwritten"
+    assert verify.relative_error(got, want.to(BF16)) <= verify.TOLERANCE["bf16"]

@@ -246,6 +246,18 @@ def test_gpt2_attention_backward(dtype):
     assert sum(name.startswith("mm") for name in loads) == 2, ir.format_tree(dx.spec)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_attention_gemms_read_their_heads_in_place(name):
+    """Q·Kᵀ and P·V, and the backward's dV, dP, dQ and dK: each a region reading q, k, v (and
+    the attention output's gradient) from their projections, with no copy before it (the ones
+    without an epilogue join to free those copies); their inputs pass the kernel guards."""
+    r = run(name, BF16)
+    bmm = [x for x in r.report.regions if x.anchor == "aten.bmm"]
+    assert sorted(x.side for x in bmm) == ["backward"] * 4 + ["forward"] * 2
+    assert all(x.spec.gemm.nested for x in bmm)
+    assert not r.guard_failures and {x.spec.name for x in bmm} <= r.guarded
+
+
 def test_gpt2_lm_head_fuses_the_fp32_cast_of_the_logits():
     (head,) = [x for x in run("gpt2", BF16).report.regions if x.side == "forward" and x.anchor == "aten.mm"]
     assert "prims.convert_element_type" in head.fused

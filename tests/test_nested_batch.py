@@ -65,6 +65,18 @@ def test_reference_takes_the_nested_batch_from_b():
     torch.testing.assert_close(out, want.to(BF16), rtol=1e-2, atol=1e-2)
 
 
+def test_reference_reads_a_transposed_flat_a_and_heads_as_b():
+    q, _ = heads(2)
+    ds = torch.randn(B * H, S, S).to(BF16)  # dK = dSᵀ·Q
+    spec = specs.nested_attention_key_grad()
+    (dk,) = reference.run(spec, [ds, q])
+    want = (ds.float().mT.reshape(B, H, S, S) @ q.float()).reshape(B * H, S, D)
+    torch.testing.assert_close(dk, want.to(BF16), rtol=1e-2, atol=1e-2)
+    p = guards.check(spec, infos([ds, q]))
+    assert p.input_strides[:4] == (1, S, H * S * S, S * S)  # dSᵀ: m-major, (M, K, L1, L2)
+    assert p.input_strides[4:8] == (1, 3 * H * D, S * 3 * H * D, D)  # q as N x K: n-major
+
+
 def test_json_keeps_flat_specs_as_they_were():
     nested = specs.nested_attention_scores()
     assert ir.from_json(ir.to_json(nested)) == nested

@@ -1,6 +1,7 @@
 """`read_heads_in_place`: attention's batched GEMMs read q, k and v from their projections (a
 nested batch, two batch strides) instead of the copies Inductor's decomposition makes before each
-`bmm`, where a kernel can read them; the copies stay where it cannot (CPU)."""
+`bmm`, where a kernel can read them; the copies stay where it cannot. `free_head_copies`: the
+GEMMs without an epilogue get a region of their own where that leaves a copy unread (CPU)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from evt import ir, pipeline
 from evt.graph.capture import capture_joint
 from evt.graph.fold_gemm_operands import GEMM
 from evt.graph.lower_regions import FUSED_GEMM
+from evt.partition.free_head_copies import PASS_THROUGH, copies_skipped, free_head_copies
 from tests.graphs import Attention, train_compare
 
 aten = torch.ops.aten
@@ -65,14 +67,36 @@ def test_every_attention_bmm_reads_the_projection_in_place(qkv):
     assert all(aten.clone.default not in path_to_projection(n) for n in read)
 
 
+def gemm_copies(graph: Graph) -> list:
+    """The clones a GEMM (a bmm, or a region's call) reads through views."""
+    gemms = (aten.bmm.default, FUSED_GEMM)
+    out = []
+    for c in (n for n in graph.nodes if n.target == aten.clone.default):
+        todo, seen = list(c.users), set()
+        while todo:
+            u = todo.pop()
+            if u.target in gemms:
+                out.append(c)
+                break
+            if u not in seen and u.target in PASS_THROUGH:
+                seen.add(u)
+                todo.extend(u.users)
+    return out
+
+
 def test_fused_regions_read_the_projections(monkeypatch):
     fused = attention_graph()
     report = pipeline.fuse(fused, check=True)
-    before = fused_without_the_pass(monkeypatch, attention_graph())
-    assert [r.name for r in report.regions] == [r.name for r in before.regions]
+    copied = attention_graph()
+    before = fused_without_the_pass(monkeypatch, copied)
     assert not any(r.spec.gemm.nested for r in before.regions)
+    assert len(gemm_copies(copied)) == 4  # q, k, v (read twice each) and dY (twice)
+    assert gemm_copies(fused) == []  # every attention GEMM reads its heads in place
     nested = [r for r in report.regions if r.spec.gemm.nested]
-    assert {r.anchor for r in nested} == {"aten.bmm"} and len(nested) == 2  # scores, dP
+    assert {r.anchor for r in nested} == {"aten.bmm"} and len(nested) == 6
+    assert sorted(r.fused for r in nested if r.fused) == [["aten.add"], ["aten.mul"]]  # scores, dP
+    # the bmms without an epilogue joined only to free the copies: their regions are new
+    assert len(report.regions) == len(before.regions) + 4
     calls = [n for n in fused.nodes if n.target is FUSED_GEMM and n.meta["evt_spec"].gemm.nested]
     for call in calls:
         spec: ir.KernelSpec = call.meta["evt_spec"]
@@ -95,3 +119,20 @@ def test_attention_read_in_place_trains_like_eager(dtype, qkv):
     model = Attention(32, 2, softmax=True, qkv=qkv)
     errs = train_compare(model, [torch.randn(B, S, 32), causal()], dtype)
     assert max(errs.values()) < {torch.float32: 1e-4, torch.bfloat16: 2e-2}[dtype], errs
+
+
+def test_a_copy_still_read_elsewhere_keeps_its_gemm_with_cublas():
+    def step(x, w):
+        k = (x @ w).view(B, S, 2, 16).transpose(1, 2)
+        return k @ k.transpose(-1, -2)
+
+    graph = capture_joint(step, torch.randn(B, S, 32), torch.randn(32, 32))
+    pipeline.run_passes(graph, pipeline.GRAPH_PASSES, check=True)
+    (bmm,) = [n for n in graph.nodes if n.target == aten.bmm.default]
+    copies = copies_skipped(bmm)
+    assert len(copies) == 2 and bmm.meta[GEMM].nested  # k and kᵀ, both read in place
+    assert [r.anchor for r in free_head_copies(graph, [])] == [bmm]
+    for c in copies:  # each copy gets another reader: freeing none, the bmm stays with cuBLAS
+        with graph.inserting_after(c):
+            graph.call_function(aten.neg.default, (c,))
+    assert free_head_copies(graph, []) == []

@@ -123,6 +123,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         num_inputs=spec.num_inputs,
         num_outputs=spec.num_outputs,
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
+        rounds=any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),  # they use kRound
         deferred=any(isinstance(n, DEFERRED) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """The pipeline: the one place that lists evt's passes, in order.
 
-    graph passes -> partition -> narrow outputs -> free head copies -> validate -> lower regions
-    -> cleanup passes -> verify
+    graph passes -> partition -> narrow outputs -> restore head copies -> free head copies
+    -> validate -> lower regions -> cleanup passes -> verify
 
 Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
 """
@@ -32,6 +32,7 @@ from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
 from evt.partition.free_head_copies import free_head_copies
 from evt.partition.narrow_outputs import narrow_outputs
+from evt.partition.restore_head_copies import restore_head_copies
 from evt.report import (
     GraphReport,
     RegionReport,
@@ -85,7 +86,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     regions = partition(graph)
     narrowed = narrow_outputs(graph, regions)
     casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
-    regions = free_head_copies(graph, narrowed)
+    regions = free_head_copies(graph, restore_head_copies(graph, narrowed))
     validate(graph, regions)
     drawing = _draw(graph, regions) if draw else None
     gemms = [n for n in graph.nodes if GEMM in n.meta]

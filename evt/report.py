@@ -132,6 +132,14 @@ def _why(gemm: str, why: str, read_by: dict[str, str]) -> str:
     return why
 
 
+def _epilogue_text(r: RegionReport) -> str:
+    if r.fused:
+        return op_list(r.fused)
+    if r.spec.gemm.nested:  # evt/partition/free_head_copies.py
+        return "(none: reads its heads in place, freeing their copy)"
+    return "(none: the GEMM alone)"
+
+
 def format_table(
     regions: list[RegionReport], unfused_gemms: int, unfused: list | None = None
 ) -> str:
@@ -145,7 +153,7 @@ def format_table(
         )
         rows = [("  GEMM", "kernel", "fused into its epilogue", "bytes saved", "kept for bwd")]
         rows += [
-            ("  " + r.gemm, r.name, op_list(r.fused) or "(none: the GEMM alone)",
+            ("  " + r.gemm, r.name, _epilogue_text(r),
              f"{r.bytes_saved:,}", f"{r.saved_for_backward:,}")
             for r in c.fused
         ]  # fmt: skip

@@ -9,11 +9,14 @@ import pytest
 import torch
 from torch.fx import Graph
 
+import evt
 from evt import ir, pipeline
+from evt.backend import evt_backend
 from evt.graph.capture import capture_joint
 from evt.graph.fold_gemm_operands import GEMM
 from evt.graph.lower_regions import FUSED_GEMM
 from evt.partition.free_head_copies import PASS_THROUGH, copies_skipped, free_head_copies
+from evt.report import format_table
 from tests.graphs import Attention, train_compare
 
 aten = torch.ops.aten
@@ -97,6 +100,7 @@ def test_fused_regions_read_the_projections(monkeypatch):
     assert sorted(r.fused for r in nested if r.fused) == [["aten.add"], ["aten.mul"]]  # scores, dP
     # the bmms without an epilogue joined only to free the copies: their regions are new
     assert len(report.regions) == len(before.regions) + 4
+    assert format_table(report.regions, 0).count("reads its heads in place, freeing") == 4
     calls = [n for n in fused.nodes if n.target is FUSED_GEMM and n.meta["evt_spec"].gemm.nested]
     for call in calls:
         spec: ir.KernelSpec = call.meta["evt_spec"]
@@ -136,3 +140,25 @@ def test_a_copy_still_read_elsewhere_keeps_its_gemm_with_cublas():
         with graph.inserting_after(c):
             graph.call_function(aten.neg.default, (c,))
     assert free_head_copies(graph, []) == []
+
+
+def softmax_of_scores(x, w):
+    """softmax(Q·Kᵀ) with q and k cut from one projection: its statistics (the row max and sum of
+    exp) join the scores' GEMM."""
+    qk = (x @ w).view(B, S, 2, 2, 16)
+    q = qk[:, :, 0].transpose(1, 2).reshape(B * 2, S, 16)
+    k = qk[:, :, 1].transpose(1, 2).reshape(B * 2, S, 16)
+    return torch.softmax(torch.bmm(q, k.transpose(1, 2)), -1)
+
+
+def test_a_region_with_statistics_reads_the_copies():
+    x, w = torch.randn(B, S, 32), torch.randn(32, 64)
+    graph = capture_joint(softmax_of_scores, x, w)
+    pipeline.run_passes(graph, pipeline.GRAPH_PASSES, check=True)
+    (bmm,) = [n for n in graph.nodes if n.target == aten.bmm.default]
+    assert bmm.meta[GEMM].nested  # readable in place, until statistics join its region
+    report = evt.explain(softmax_of_scores, x, w)
+    (scores,) = [r for r in report.regions if r.anchor == "aten.bmm"]
+    assert scores.fused == ["aten.amax", "evt.softmax_sum"] and not scores.spec.gemm.nested
+    compiled = torch.compile(softmax_of_scores, backend=evt_backend, options={"rest": "eager"})
+    torch.testing.assert_close(compiled(x, w), softmax_of_scores(x, w), rtol=1e-5, atol=1e-6)

@@ -22,7 +22,6 @@ from torch.fx import Graph, Node
 
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr, is_reduction, tensor_args
-from evt.graph.fold_gemm_operands import GEMM
 from evt.graph.layouts import gemm_shape, load_kind
 
 
@@ -58,7 +57,7 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
     seen = set(anchor.users)
     while heap:
         _, node = heapq.heappop(heap)
-        if not _eligible(node, anchor, shape) or (is_reduction(node) and _nested(anchor)):
+        if not _eligible(node, anchor, shape):
             continue
         args = tensor_args(epilogue_expr(node))
         unloadable = [a for a in args if load_kind(a.meta.get("val"), *shape) is None]
@@ -74,13 +73,6 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
                 seen.add(u)
                 heapq.heappush(heap, (order[u], u))
     return c
-
-
-def _nested(anchor: Node) -> bool:
-    """A GEMM reading a nested batch in place (`read_heads_in_place`): its kernels have no
-    reductions or statistics yet."""
-    g = anchor.meta.get(GEMM)
-    return g is not None and g.nested
 
 
 def _eligible(node: Node, anchor: Node, shape: tuple[int, ...]) -> bool:

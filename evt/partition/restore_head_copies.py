@@ -1,0 +1,25 @@
+"""A region whose GEMM would read its heads in place (`read_heads_in_place`) but whose epilogue
+holds a reduction or statistic reads the graph's copies instead.
+
+Kernels with a nested batch have no reductions or statistics yet, and a statistic kept on chip is
+worth more than the copies: softmax's max and sum of the scores read an [B·H, S, S] value, the
+copies of q and k are [B·H, S, D]. The GEMM gets back the operands `fold_gemm_operands` gave it;
+`free_head_copies`, next, then leaves those copies to their other readers.
+"""
+
+from __future__ import annotations
+
+from torch.fx import Graph
+
+from evt.graph.epilogue_rules import is_reduction
+from evt.graph.fold_gemm_operands import GEMM
+from evt.graph.read_heads_in_place import COPIED
+from evt.partition.region import Region
+
+
+def restore_head_copies(graph: Graph, regions: list[Region]) -> list[Region]:
+    for r in regions:
+        copied = r.anchor.meta.get(COPIED)
+        if copied is not None and r.anchor.meta[GEMM].nested and any(map(is_reduction, r.epilogue)):
+            r.anchor.meta[GEMM] = copied
+    return regions

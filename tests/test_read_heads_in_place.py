@@ -162,3 +162,11 @@ def test_a_region_with_statistics_reads_the_copies():
     assert scores.fused == ["aten.amax", "evt.softmax_sum"] and not scores.spec.gemm.nested
     compiled = torch.compile(softmax_of_scores, backend=evt_backend, options={"rest": "eager"})
     torch.testing.assert_close(compiled(x, w), softmax_of_scores(x, w), rtol=1e-5, atol=1e-6)
+
+
+def test_free_head_copies_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("EVT_FREE_HEAD_COPIES", "0")
+    graph = attention_graph()
+    report = pipeline.fuse(graph, check=True)
+    assert all(r.fused for r in report.regions)  # no GEMM-only regions
+    assert len(gemm_copies(graph)) == 4  # q, k, v and dY: their unfused bmms still read them

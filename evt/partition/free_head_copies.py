@@ -7,10 +7,13 @@ dK = dSᵀ·Q. Reading q in place in the scores' region alone leaves the copy to
 cuBLAS `bmm`. A copy all of whose readers are GEMMs reading it in place is dead once they are
 lowered: those GEMMs without a region get one (their kernel replaces cuBLAS's `bmm` plus the
 copy kernel, and the copy no longer takes memory between forward and backward). A GEMM that would
-free no copy stays with cuBLAS.
+free no copy stays with cuBLAS, and so do all of them with `EVT_FREE_HEAD_COPIES=0` (to time
+both: whether evt's GEMM alone beats cuBLAS's plus the copy has not been measured yet).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch.fx import Graph, Node
@@ -27,6 +30,8 @@ PASS_THROUGH = (*VIEWS, aten.permute.default, aten.transpose.int, aten.t.default
 
 
 def free_head_copies(graph: Graph, regions: list[Region]) -> list[Region]:
+    if os.environ.get("EVT_FREE_HEAD_COPIES", "1") == "0":
+        return regions
     anchored = {r.anchor for r in regions}
     alone = [n for n in graph.nodes if _reads_in_place(n) and n not in anchored
              and gemm_shape(n) is not None]  # fmt: skip

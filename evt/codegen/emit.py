@@ -130,14 +130,18 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
 
 
 def _layouts(spec: KernelSpec) -> dict:
-    """A, B and D's layout tags, or with a nested batch their CuTe strides; the launcher's batch
-    parameters and how many strides each tensor has in the ABI."""
+    """A, B and D's layout tags, or with a nested batch their CuTe strides; the batch: the
+    launcher's parameters, its type and value in the problem shape, the number of batches, and
+    how many strides each tensor has in the ABI."""
     g = spec.gemm
     if not g.nested:
         return dict(layout_a=LAYOUT_A[g.a.major], layout_b=LAYOUT_B[g.b.major],
-                    layout_d="cutlass::layout::RowMajor", batch=["L"], strides_per_tensor=3)  # fmt: skip
+                    layout_d="cutlass::layout::RowMajor", batch=["L"], batch_type="int",
+                    batch_value="L", batch_count="L", strides_per_tensor=3)  # fmt: skip
     return dict(layout_a=STRIDE_A_NESTED[g.a.major], layout_b=STRIDE_B_NESTED[g.b.major],
-                layout_d=STRIDE_AUX_NESTED["n"], batch=["L1", "L2"], strides_per_tensor=4)  # fmt: skip
+                layout_d=STRIDE_AUX_NESTED["n"], batch=["L1", "L2"],
+                batch_type="cute::Shape<int, int>", batch_value="cute::make_shape(L1, L2)",
+                batch_count="L1 * L2", strides_per_tensor=4)  # fmt: skip
 
 
 def _epilogue_tile(config: TileConfig) -> str:

@@ -444,7 +444,9 @@ def to_json(spec: KernelSpec) -> str:
 def from_json(text: str) -> KernelSpec:
     body = json.loads(text)
     g = body["gemm"]
-    gemm = Gemm(Operand(**g["a"]), Operand(**g["b"]), g["dtype"], g["batched"], g.get("nested", False))
+    gemm = Gemm(
+        Operand(**g["a"]), Operand(**g["b"]), g["dtype"], g["batched"], g.get("nested", False)
+    )
     nodes = tuple(_node_from_dict(n) for n in body["nodes"])
     return KernelSpec(body["name"], gemm, nodes, body["d"], body["d_dtype"], body["num_inputs"])
 

@@ -65,7 +65,6 @@ def test_scores_read_heads_in_place_like_eager(kernels, shape):
         assert verify.relative_error(out, ref) <= verify.TOLERANCE["bf16"]
 
 
-
 @pytest.mark.parametrize(
     "shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 0), (2, 128, 2, 32, 8)],
     ids=["tiles", "residues", "padded-heads"],
@@ -84,7 +83,9 @@ def test_values_read_heads_in_place_like_eager(kernels, shape):
     assert verify.relative_error(got, want.to(BF16)) <= verify.TOLERANCE["bf16"]
 
 
-@pytest.mark.parametrize("shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 8)], ids=["tiles", "residues"])
+@pytest.mark.parametrize(
+    "shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 8)], ids=["tiles", "residues"]
+)
 def test_key_grad_reads_q_in_place_like_eager(kernels, shape):
     """dK = dSᵀ·Q: A the scores' gradient passed untransposed (m-major), B = q's view."""
     spec = kernels["nested_attention_key_grad"]

@@ -179,7 +179,9 @@ def test_codegen_describes_the_batch_as_two_modes():
     source = render(specs.nested_attention_scores())
     assert "cute::Shape<int, int, int, cute::Shape<int, int>>" in source
     assert "{M, N, K, cute::make_shape(L1, L2)}" in source
-    assert "using LayoutA = cute::Stride<int64_t, cute::_1, cute::Stride<int64_t, int64_t>>;" in source
+    assert (
+        "using LayoutA = cute::Stride<int64_t, cute::_1, cute::Stride<int64_t, int64_t>>;" in source
+    )
     assert "load_stride(strides_of(input_strides, 0, 4), M, K, L1, L2, stride_a)" in source
     assert "cute::Stride<int64_t, cute::_1, cute::Stride<cute::_0, cute::_0>>" in source  # mask
     assert "cute::Stride<cute::_0, cute::_1, cute::Stride<int64_t, int64_t>>" in source  # pos

@@ -76,8 +76,9 @@ def train(model: torch.nn.Module, inputs: tuple) -> tuple[torch.Tensor, dict[str
 
 
 @functools.cache
-def run(name: str, dtype: torch.dtype) -> Run:
-    """One evt training step of model `name` (seeded), with what `evt.explain` reports."""
+def run(name: str, dtype: torch.dtype, nested: bool = False) -> Run:
+    """One evt training step of model `name` (seeded), with what `evt.explain` reports; `nested`:
+    with attention's heads read in place (`EVT_NESTED_BATCH=1`, experimental)."""
     build, inputs = MODELS[name]
     torch.manual_seed(0)
     model = build().to(dtype)
@@ -102,6 +103,7 @@ def run(name: str, dtype: torch.dtype) -> Run:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reference, "run", checked)
+        mp.setenv("EVT_NESTED_BATCH", "1" if nested else "0")
         report = evt.explain(lambda *args: out.append(train(model, args)), *inputs())
     (loss, grads), = out
     return Run(report, loss, grads, failures, guarded)
@@ -213,14 +215,15 @@ def test_fused_region_counts_do_not_shrink(name, dtype):
     assert all(why for _, why in fwd.unfused + bwd.unfused)
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["copies", "in-place"])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
-def test_gpt2_scores_fuse_the_scale_and_the_causal_mask(dtype):
-    (scores,) = regions(run("gpt2", dtype), "forward", "bmm", "mul", "where")
+def test_gpt2_scores_fuse_the_scale_and_the_causal_mask(dtype, nested):
+    (scores,) = regions(run("gpt2", dtype, nested), "forward", "bmm", "mul", "where")
     scale = [n.value for n in scores.spec.nodes if isinstance(n, ir.ScalarBroadcast)]
     assert (SMALL.dim // SMALL.heads) ** -0.5 in scale
     (mask,) = [n for n in scores.spec.nodes if isinstance(n, ir.AuxLoad) and n.dtype == "b8"]
     assert mask.broadcast_l  # one [S, S] bool mask read by every batch
-    assert scores.spec.gemm.nested  # q and k read in place from their projections
+    assert scores.spec.gemm.nested == nested  # q and k read in place from their projections
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
@@ -235,11 +238,12 @@ def test_gpt2_mlp(dtype):
     assert bias_gradients(dgrad) == [gelu_bwd.name]
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["copies", "in-place"])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
-def test_gpt2_attention_backward(dtype):
-    r = run("gpt2", dtype)
+def test_gpt2_attention_backward(dtype, nested):
+    r = run("gpt2", dtype, nested)
     dp = regions(r, "backward", "bmm", "mul")  # softmax's backward: dP * P
-    assert dp and all(x.spec.gemm.nested for x in dp)  # dY and v read in place
+    assert dp and all(x.spec.gemm.nested == nested for x in dp)  # dY and v read in place
     # the input gradient of ln1 sums the q, k and v dgrads: two GEMM results loaded and added
     (dx,) = [x for x in regions(r, "backward", "mm", "add") if x.fused.count("aten.add") >= 2]
     loads = [n.name for n in dx.spec.nodes if isinstance(n, ir.AuxLoad)]
@@ -251,7 +255,7 @@ def test_attention_gemms_read_their_heads_in_place(name):
     """Q·Kᵀ and P·V, and the backward's dV, dP, dQ and dK: each a region reading q, k, v (and
     the attention output's gradient) from their projections, with no copy before it (the ones
     without an epilogue join to free those copies); their inputs pass the kernel guards."""
-    r = run(name, BF16)
+    r = run(name, BF16, nested=True)
     bmm = [x for x in r.report.regions if x.anchor == "aten.bmm"]
     assert sorted(x.side for x in bmm) == ["backward"] * 4 + ["forward"] * 2
     assert all(x.spec.gemm.nested for x in bmm)
@@ -263,11 +267,12 @@ def test_gpt2_lm_head_fuses_the_fp32_cast_of_the_logits():
     assert "prims.convert_element_type" in head.fused
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["copies", "in-place"])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
-def test_bert_layer(dtype):
-    r = run("bert", dtype)
+def test_bert_layer(dtype, nested):
+    r = run("bert", dtype, nested)
     (scores,) = regions(r, "forward", "bmm", "div")
-    assert scores.spec.gemm.nested  # q and k read in place from their projections
+    assert scores.spec.gemm.nested == nested  # q and k read in place from their projections
     assert any(n.value == (SMALL.dim // SMALL.heads) ** 0.5 for n in scores.spec.nodes
                if isinstance(n, ir.ScalarBroadcast))  # fmt: skip
     gelus = regions(r, "forward", "addmm", "gelu")  # the FFN's fc1 and the MLM head's transform

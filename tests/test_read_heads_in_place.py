@@ -23,6 +23,17 @@ aten = torch.ops.aten
 B, S = 2, 16
 
 
+@pytest.fixture(autouse=True)
+def nested_batches_on(monkeypatch):
+    """The pass is opt-in until the nested kernels have run on a GPU (`EVT_NESTED_BATCH=1`)."""
+    monkeypatch.setenv("EVT_NESTED_BATCH", "1")
+
+
+def test_the_pass_is_off_without_evt_nested_batch(monkeypatch):
+    monkeypatch.setenv("EVT_NESTED_BATCH", "0")
+    assert not any(g.nested for g in bmm_operands(attention_graph()))
+
+
 def causal(s=S):
     return torch.triu(torch.full((s, s), float("-inf")), 1)
 

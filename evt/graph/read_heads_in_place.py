@@ -9,11 +9,16 @@ region with statistics); the graph keeps its clone, which dead-code elimination 
 GEMM reads it (`free_head_copies`). `x` is taken only where a kernel can read it: static sizes and strides, a unit-stride
 last or second-last dimension, every other stride (and the start) a whole 16-byte multiple, no
 expanded batch; anything else keeps the copy.
+
+Experimental: the nested kernels compile (nvcc tier) and match the reference path on the CPU,
+but have not run on a GPU yet, so the pass runs only with `EVT_NESTED_BATCH=1` (as `EVT_TF32`
+gates TF32 kernels); by default the GEMMs read the copies, as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 from torch.fx import Graph, Node
@@ -26,7 +31,13 @@ ALIGN = 16  # bytes: TMA strides and base addresses
 COPIED = "evt_gemm_copied"  # the GemmOperands reading the copies, where heads are read in place
 
 
+def enabled() -> bool:
+    return os.environ.get("EVT_NESTED_BATCH", "0") not in ("", "0")
+
+
 def read_heads_in_place(graph: Graph) -> Graph:
+    if not enabled():
+        return graph
     for node in graph.nodes:
         g = node.meta.get(GEMM)
         if isinstance(g, GemmOperands) and g.batched and not g.nested:

@@ -97,3 +97,41 @@ def test_key_grad_reads_q_in_place_like_eager(kernels, shape):
     want = torch.matmul(ds.float().mT.reshape(b, h, s, s), q.float()).reshape(b * h, s, d)
     assert got.shape == want.shape and not got.float().isnan().any(), "elements left unwritten"
     assert verify.relative_error(got, want.to(BF16)) <= verify.TOLERANCE["bf16"]
+
+
+@pytest.fixture(scope="module")
+def model_regions(tmp_path_factory) -> dict[str, list[tuple]]:
+    """GPT-2's and BERT's regions with heads read in place (`EVT_NESTED_BATCH=1`, captured on the
+    CPU at the GPU sizes), all their kernels built in one parallel batch."""
+    from evt.runtime import dispatch
+    from tests.test_gpu_models import capture
+
+    if not os.environ.get("EVT_CACHE_DIR"):
+        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVT_NESTED_BATCH", "1")
+        captured = {name: capture(name) for name in ("gpt2", "bert")}
+    assert all(any(s.gemm.nested for s, _ in seen) for seen in captured.values())
+    dispatch.reset()
+    for future in [dispatch.prefetch(s, p) for seen in captured.values() for s, p in seen]:
+        assert future is not None
+        future.result()
+    return captured
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_models_train_with_heads_in_place(model_regions, monkeypatch, name):
+    """A bf16 training step with the attention GEMMs reading their heads in place, on evt's
+    `rest="eager"` route (every region a launch), against fp32 eager."""
+    from evt.runtime import dispatch
+    from tests.test_gpu_models import MODELS, check_against_fp32, make_model, step
+
+    monkeypatch.setenv("EVT_NESTED_BATCH", "1")
+    dispatch.reset()
+    model = make_model(name, "cuda")
+    inputs = MODELS[name][1]("cuda", 5)
+    got = step(model, torch.compile(model, backend="evt", options={"rest": "eager"}), inputs)
+    assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+    nested = {s.name for s, _ in model_regions[name] if s.gemm.nested}
+    assert nested <= set(dispatch.LAUNCHES), (sorted(nested), dict(dispatch.LAUNCHES))
+    check_against_fp32(name, got, model, inputs)

@@ -1,6 +1,9 @@
 """Where a training step's host time goes, per baseline: the host's time per step (steps enqueued
 back to back) and a cProfile of those steps (functions by own time and by cumulative time), so a
-step that is host-bound shows which Python runs between its kernels.
+step that is host-bound shows which Python runs between its kernels. One step also runs under
+`torch.cuda.set_sync_debug_mode("warn")`: every call that synchronizes the host with the GPU
+(a copy to the host, `.item()`, a blocking allocation) is listed with the line that made it, since
+a step that syncs cannot run ahead of its kernels (as-run time = host + GPU).
 
     python scripts/step_host.py [--steps step/mlp] [--baselines eager,evt,compile] [--top 25]
 """
@@ -11,6 +14,8 @@ import argparse
 import cProfile
 import io
 import pstats
+import traceback
+import warnings
 
 import torch
 
@@ -39,6 +44,7 @@ def main() -> None:
             for _ in range(5):
                 call()
             print(f"\n== {name} {b}: host {measure.host_ms(call, 'cuda', args.n) * 1e3:7.1f} us per step")
+            print_syncs(call)
             prof = cProfile.Profile()
             torch.cuda.synchronize()
             prof.enable()
@@ -51,6 +57,29 @@ def main() -> None:
                 pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
                 text = out.getvalue()
                 print(text[text.find("   ncalls"):])
+
+
+def print_syncs(call) -> None:
+    """The synchronizing calls of one step, each with the innermost frames that made it."""
+    torch.cuda.synchronize()
+    seen: list[str] = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        stack = "".join(traceback.format_stack(limit=8)[:-1])
+        seen.append(f"{message}\n{stack}")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    print(f"synchronizing calls in one step: {len(seen)}")
+    for text in seen[:5]:
+        print(text)
 
 
 if __name__ == "__main__":

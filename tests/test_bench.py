@@ -352,6 +352,23 @@ def test_cuda_graph_times_have_their_own_ratios():
     assert "| eager | 0.71 (2) | — (0) | 0.50 (1) | 1.50 (1) | — (0) | 0.53 (1) |" in md
 
 
+def test_step_charts_plot_as_run_and_under_cuda_graphs():
+    """steps.png plots each baseline's speedup over eager as run, steps_graphs.png under CUDA
+    graphs; a record without a graph time leaves its bar out."""
+    from evt.bench import charts
+
+    results = [_rec("S", "eager", ms=2.0, kind="step"), _rec("S", "evt", ms=4.0, kind="step"),
+               _rec("T", "eager", ms=1.0, kind="step"), _rec("T", "evt", ms=1.0, kind="step")]  # fmt: skip
+    for r, g in zip(results, (1.6, 0.8, None, 0.5)):
+        r.update(graph_ms=g)
+    def bars(field):
+        cases, values = charts.series(results, "step", "eager", field)
+        return {b: dict(zip(cases, ys)) for b, ys in values.items()}
+
+    assert bars("time_ms") == {"evt": {"S": 0.5, "T": 1.0}}
+    assert bars("graph_ms") == {"evt": {"S": 2.0, "T": None}}
+
+
 def test_training_steps_have_graph_ratios_and_host_times():
     """Steps replayed from CUDA graphs get their own geomean column and table, and the host's
     time per step its table (a step slower than its graph replay is paced by the host)."""

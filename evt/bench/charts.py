@@ -2,7 +2,8 @@
 
 ops.png    GEMM suite: each baseline's TFLOP/s as a fraction of the bare cuBLAS GEMM, per case
            (speedup over eager when the bare GEMM was not measured)
-steps.png  training steps: each baseline's speedup over eager, per step
+steps.png  training steps: each baseline's speedup over eager, per step, as run (host included)
+steps_graphs.png  the same replayed from CUDA graphs (the GPU's time alone), where measured
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from pathlib import Path
 from evt.bench import report as R
 
 
-def series(results: list[dict], kind: str, against: str) -> tuple[list[str], dict[str, list]]:
-    """Case names and, per baseline, speedup over `against` per case (None where missing)."""
+def series(
+    results: list[dict], kind: str, against: str, field: str = "time_ms"
+) -> tuple[list[str], dict[str, list]]:
+    """Case names and, per baseline, speedup over `against` per case (None where missing), by
+    `field` (`time_ms` as run, `graph_ms` under CUDA graphs)."""
     cases = [c["case"] for c in R.cases_in(results, kind)]
     out = {}
     for b in R.baselines_in(results, kind):
-        s = R.speedup(results, b, against, kind)
+        s = R.speedup(results, b, against, kind, field)
         if s and b != against:
             out[b] = [s.get(c) for c in cases]
     return cases, out
@@ -60,6 +64,12 @@ def write(out: Path, data: dict) -> tuple[list[Path], str | None]:
     cases, values = series(res, "step", "eager")
     if values:
         path = out / "steps.png"
-        _bars(plt, cases, values, "speedup over eager", f"training steps, {gpu}", path)
+        _bars(plt, cases, values, "speedup over eager", f"training steps as run, {gpu}", path)
+        written.append(path)
+    cases, values = series(res, "step", "eager", "graph_ms")
+    if values:
+        path = out / "steps_graphs.png"
+        title = f"training steps under CUDA graphs (GPU time), {gpu}"
+        _bars(plt, cases, values, "speedup over eager", title, path)
         written.append(path)
     return written, None

@@ -60,7 +60,7 @@ class Attention(nn.Module):
     def forward(self, x, mask):
         b, s, d = x.shape
         heads = lambda t: t.view(b, s, self.heads, -1).transpose(1, 2)  # noqa: E731
-        if self.qkv is not None:  # heads cut from one projection: read in place (a nested batch)
+        if self.qkv is not None:  # heads cut from one projection (EVT_NESTED_BATCH=1: in place)
             q, k, v = (heads(t) for t in self.qkv(x).split(d, dim=-1))
             return (F.softmax(q @ k.transpose(-1, -2) + mask, -1) @ v).transpose(1, 2).flatten(2)
         q, k = heads(self.q(x)), heads(self.k(x))

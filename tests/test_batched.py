@@ -49,19 +49,22 @@ def test_heads_cut_from_one_qkv_projection_match_eager():
     assert ("forward", "aten.bmm", ["aten.add"]) in [(r.side, r.anchor, r.fused) for r in report.regions]
 
 
-def test_scores_fuse_the_scale_and_the_mask():
+@pytest.mark.parametrize("nested", [False, True], ids=["copies", "in-place"])
+def test_scores_fuse_the_scale_and_the_mask(monkeypatch, nested):
+    monkeypatch.setenv("EVT_NESTED_BATCH", "1" if nested else "0")
     model = Attention(D, softmax=True)
     report = evt.explain(step(model), torch.randn(B, S, D, requires_grad=True), causal())
     bmm = [r for r in report.regions if r.anchor == "aten.bmm" and r.fused]
     alone = [r.side for r in report.regions if r.anchor == "aten.bmm" and not r.fused]
-    assert sorted(alone) == ["backward"] * 3 + ["forward"]  # P·V, dV, dQ, dK: free head copies
+    # in place: P·V, dV, dQ, dK alone (they free the head copies); else they stay with cuBLAS
+    assert sorted(alone) == (["backward"] * 3 + ["forward"] if nested else [])
     # forward: Q·Kᵀ * scale + mask; backward: dP * P (softmax's backward up to its row sum)
     assert [(r.side, r.fused) for r in bmm] == [
         ("forward", ["aten.mul", "aten.add"]),
         ("backward", ["aten.mul"]),
     ]
     scores = bmm[0].spec
-    assert scores.gemm.nested  # q and k read in place from their projections (B x H batch)
+    assert scores.gemm.batched and scores.gemm.nested == nested  # q, k in place: a B x H batch
     (mask,) = [n for n in scores.nodes if isinstance(n, ir.AuxLoad)]
     assert mask.broadcast_l  # the [S, S] causal mask: one tensor every batch reads
 

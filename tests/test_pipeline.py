@@ -96,8 +96,10 @@ def test_bad_option_is_a_clear_error():
         torch.compile(MLP(8, 8), backend="evt", options={"rest": "nope"})(torch.randn(2, 8))
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["copies", "in-place"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_3d_activations_sink_views_and_match_eager(dtype):
+def test_3d_activations_sink_views_and_match_eager(dtype, nested, monkeypatch):
+    monkeypatch.setenv("EVT_NESTED_BATCH", "1" if nested else "0")
     from evt.examples import BertLayer
 
     torch.manual_seed(5)
@@ -110,8 +112,8 @@ def test_3d_activations_sink_views_and_match_eager(dtype):
     fused = [op for r in report.regions for op in r.fused]
     assert "aten.gelu" in fused and "aten.gelu_backward" in fused
     forward = [(r.anchor, r.fused) for r in report.regions if r.side == "forward"]
-    # Q·Kᵀ / sqrt(d), P·V (alone: reading v in place frees its copy), proj+res, fc1+gelu, fc2+res
-    assert len(forward) == 5 and ("aten.bmm", []) in forward
+    # Q·Kᵀ / sqrt(d), proj+res, fc1+gelu, fc2+res; in place also P·V (alone: it frees v's copy)
+    assert len(forward) == 4 + nested and (("aten.bmm", []) in forward) == nested
     assert forward[0][0] == "aten.bmm" and "aten.div" in forward[0][1]  # bf16: + softmax's upcast
 
 

@@ -2,6 +2,11 @@
 and run against the reference path at every shape of `evt.testing.compare.SHAPES`.
 
     python scripts/fuzz_gpu.py --count 100 --seed 0 --out fuzz-out
+    python scripts/fuzz_gpu.py --nested-only --count 30 --seed 0 --out fuzz-nested
+
+With --nested-only the run takes the first COUNT seeds from SEED on whose spec has a nested batch
+(L = L1 x L2, `fuzz.NESTED` of all seeds), each run on the inputs of `evt.testing.inputs` (operands
+as strided views of larger tensors, batch `inputs.NESTED_BATCH`).
 
 Specs are generated from seeds seed..seed+count-1 and built in parallel (`build.prefetch`, one
 build per distinct signature, `EVT_COMPILE_JOBS` at a time). Every case is logged, one JSON line
@@ -36,6 +41,19 @@ def prefetch_all(specs: list[ir.KernelSpec]) -> None:
         if sig not in seen:
             seen.add(sig)
             build.prefetch(s)
+
+
+def pick(first: int, count: int, nested_only: bool) -> dict[int, ir.KernelSpec]:
+    """Seed -> spec for `count` seeds from `first` on (with `nested_only`, the first `count`
+    whose spec has a nested batch)."""
+    out: dict[int, ir.KernelSpec] = {}
+    seed = first
+    while len(out) < count:
+        spec = fuzz.generate(seed)
+        if spec.gemm.nested or not nested_only:
+            out[seed] = spec
+        seed += 1
+    return out
 
 
 def first_failure(spec: ir.KernelSpec, seed: int) -> tuple[tuple, Failure] | None:
@@ -94,6 +112,8 @@ def handle_failure(args, seed: int, spec, shape, failure: Failure, keys: dict, n
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--count", type=int, default=100)
+    p.add_argument("--nested-only", action="store_true",
+                   help="run COUNT seeds whose spec has a nested batch (L1 x L2), skipping others")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("fuzz-out"))
     p.add_argument("--budget", type=float, default=420.0, help="seconds before no new seed starts")
@@ -105,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     start = args.start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
-    seeds = list(range(args.seed, args.seed + args.count))
-    specs = {s: fuzz.generate(s) for s in seeds}
+    specs = pick(args.seed, args.count, args.nested_only)
+    seeds = list(specs)
     print(f"fuzz: seeds {seeds[0]}..{seeds[-1]}, {len({canonical(s).signature() for s in specs.values()})} "
           f"distinct kernels, shapes {SHAPES}", flush=True)  # fmt: skip
     prefetch_all(list(specs.values()))

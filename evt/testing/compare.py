@@ -20,7 +20,8 @@ from evt.testing.inputs import make_inputs
 from evt.testing.spec_check import facts_of
 
 # (M, N, K): whole 128x256 tiles, then residues in M, N and K (N and M multiples of 16: bool
-# outputs and m-major bool loads need 16-byte rows for TMA)
+# outputs and m-major bool loads need 16-byte rows for TMA); a nested spec runs each over the
+# batch `evt.testing.inputs.NESTED_BATCH` = (L1, L2)
 SHAPES = ((512, 1024, 256), (208, 144, 72), (64, 48, 24))
 
 

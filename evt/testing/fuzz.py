@@ -7,6 +7,10 @@ stores of comparisons, row reductions, [N] or [1, N]), some read through by late
 `evt.codegen.tree` emits them; and stores D as bf16, f32, f16 (f16 GEMMs) or bool (a mask).
 Then, from a stream of their own (so older seeds keep their specs), 0-2 more reductions of any
 kind: row/col/scalar sum or max, softmax statistics, Welford statistics.
+A fraction (`NESTED`) of seeds, decided by a stream of their own (the other seeds keep their
+specs), get a GEMM with a nested batch (L = L1 x L2, `ir.Gemm.nested`) instead: drawn without
+reductions or statistics (a nested kernel has none), some aux loads read by every batch
+(`broadcast_l`, an [M, N] tensor).
 Domain safety and mask stability come from `evt.testing.facts`; `check` verifies a spec.
 """
 
@@ -24,6 +28,8 @@ __all__ = ["COMPARE", "check", "facts_of", "generate", "live"]
 SCALARS = (0.0, 0.5, 1.0, -1.0, 2.0, 3.0, -0.25, 0.1)
 WEIGHTS = {op: 1.0 for op in ir.COMPUTE_OPS} | {"add": 3.0, "mul": 2.0, "where": 2.0, "sub": 1.5}
 REPAIR = {"log": 0, "rsqrt": 0, "div": 1, "exp": 0}  # op -> argument to make positive/small
+NESTED = 0.15  # the fraction of seeds with a nested batch
+EVERY_BATCH = 0.4  # the chance that a nested spec's aux load is one [M, N] tensor every batch reads
 
 
 class _Gen:
@@ -109,8 +115,10 @@ class _Gen:
 def generate(seed: int, max_ops: int = 12) -> ir.KernelSpec:
     """The spec of `seed`: the first draw that `check` accepts (a draw that only hits a known
     codegen limit is drawn again from a derived seed)."""
+    nested = random.Random(f"{seed}/nested").random() < NESTED
     for attempt in range(100):
-        spec = _draw(random.Random(seed if attempt == 0 else f"{seed}/{attempt}"), max_ops, seed)
+        rng = random.Random(seed if attempt == 0 else f"{seed}/{attempt}")
+        spec = _draw(rng, max_ops, seed, nested)
         problems = check(spec)
         if not problems:
             return spec
@@ -118,14 +126,14 @@ def generate(seed: int, max_ops: int = 12) -> ir.KernelSpec:
     raise AssertionError(f"seed {seed}: no valid draw in 100 attempts")
 
 
-def _draw(rng: random.Random, max_ops: int, seed: int) -> ir.KernelSpec:
+def _draw(rng: random.Random, max_ops: int, seed: int, nested: bool) -> ir.KernelSpec:
     gemm_dtype = rng.choice(("bf16", "bf16", "f16"))
     g = _Gen(rng, gemm_dtype)
     for _ in range(rng.randint(1, max_ops)):
         for _ in range(10):  # an op that is unsafe on the arguments drawn: draw again
             if g.step() is not None:
                 break
-    _add_outputs(g)
+    _add_outputs(g, reductions=not nested)
     d = _fold_dead(g)
     reduces = any(isinstance(n, ir.RowReduction) for n in g.nodes)  # see spec_check's known limits
     mask = g.facts[d].mask and not reduces and rng.random() < 0.8
@@ -133,8 +141,20 @@ def _draw(rng: random.Random, max_ops: int, seed: int) -> ir.KernelSpec:
     a_in, b_in = (0, 1) if rng.random() < 0.8 else (1, 0)
     gemm = ir.Gemm(ir.Operand(a_in, rng.random() < 0.5, rng.choice("km")),
                    ir.Operand(b_in, rng.random() < 0.5, rng.choice("kn")), gemm_dtype)  # fmt: skip
+    if nested:
+        spec = ir.KernelSpec(f"fuzz_{seed}", gemm, tuple(g.nodes), d, d_dtype, g.inputs)
+        return _nest(spec, random.Random(f"{rng.random()}/nested"))
     _add_reductions(g, random.Random(f"{rng.random()}/reductions"), row=d_dtype != "b8")
     return ir.KernelSpec(f"fuzz_{seed}", gemm, tuple(g.nodes), d, d_dtype, g.inputs)
+
+
+def _nest(spec: ir.KernelSpec, r: random.Random) -> ir.KernelSpec:
+    """`spec` with a nested batch: its GEMM batched over L = L1 x L2, some aux loads read by
+    every batch."""
+    gemm = dataclasses.replace(spec.gemm, batched=True, nested=True)
+    nodes = tuple(dataclasses.replace(n, broadcast_l=r.random() < EVERY_BATCH)
+                  if isinstance(n, ir.AuxLoad) else n for n in spec.nodes)  # fmt: skip
+    return dataclasses.replace(spec, gemm=gemm, nodes=nodes)
 
 
 def _add_reductions(g: _Gen, r: random.Random, row: bool) -> None:
@@ -164,9 +184,9 @@ def _add_reductions(g: _Gen, r: random.Random, row: bool) -> None:
         g.facts[w.name] = g.facts[v]
 
 
-def _add_outputs(g: _Gen) -> None:
-    """0-2 aux stores and 0-2 row reductions, each right after its value; later readers read
-    through some of them."""
+def _add_outputs(g: _Gen, reductions: bool = True) -> None:
+    """0-2 aux stores and 0-2 row reductions (with `reductions`), each right after its value;
+    later readers read through some of them."""
     r, out = g.rng, 1
     values = [n.name for n in g.nodes if isinstance(n, (ir.Compute, ir.AccFetch))]
     writers: list[ir.AuxStore | ir.RowReduction] = []
@@ -175,7 +195,7 @@ def _add_outputs(g: _Gen) -> None:
         dtype = "b8" if g.facts[v].mask and r.random() < 0.7 else r.choice(("bf16", "f32"))
         writers.append(ir.AuxStore(f"out{out}", v, out, dtype))
         out += 1
-    for _ in range(r.randint(0, 2)):
+    for _ in range(r.randint(0, 2) if reductions else 0):
         v = r.choice(values)
         writers.append(ir.RowReduction(f"sum{out}", v, out, r.choice(("f32", "bf16")),
                                        r.random() < 0.5))  # fmt: skip

@@ -1,6 +1,8 @@
-"""GPU tier of the differential fuzzer: 20 generated specs, and every minimized failure in
+"""GPU tier of the differential fuzzer: 20 generated specs (3 with a nested batch), 8 more with a
+nested batch (L = L1 x L2, operands read as strided views), and every minimized failure in
 tests/fuzz_regressions/, run at each fuzz shape against the reference path with NaN-poisoned
-outputs (`evt.testing.compare`). The full fuzz run is scripts/fuzz_gpu.py."""
+outputs (`evt.testing.compare`). The full fuzz run is scripts/fuzz_gpu.py (`--nested-only` for
+nested seeds only)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ from evt import ir
 from evt.runtime import build, dispatch
 from evt.testing import fuzz
 from evt.testing.compare import SHAPES, run_case
+from scripts.fuzz_gpu import pick
 
 pytestmark = pytest.mark.gpu
 
-SEEDS = range(1000, 1020)
+SEEDS = [*range(1000, 1020), *pick(1020, 8, nested_only=True)]
 REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("*.json"))
 
 

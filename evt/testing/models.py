@@ -1,0 +1,163 @@
+"""Random small training programs for the graph-level differential fuzzer: a seed picks a chain of
+transformer-ish blocks on a [B, S, D] activation (Linears with and without bias, activations,
+residual adds, LayerNorm, RMSNorm, softmax, scaling, attention with a causal mask, views), which
+runs through the whole pipeline (`backend="evt"`, regions on the reference path) and is compared
+with eager, forward and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
+
+Where `evt.testing.fuzz` generates kernel specs, this generates torch code: it exercises capture,
+the graph passes, the partitioner and lowering on graphs AOTAutograd really produces.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "leaky": lambda x: torch.maximum(x, 0.1 * x),
+}
+BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class Block(nn.Module):
+    """One block of kind `kind` on [B, S, D] (the same shape out)."""
+
+    def __init__(self, kind: str, d: int, rng: random.Random):
+        super().__init__()
+        self.kind, self.d = kind, d
+        self.act = rng.choice(sorted(ACTIVATIONS))
+        self.pre_norm = rng.random() < 0.5
+        hidden = rng.choice((d, 2 * d))
+        bias = rng.random() < 0.7
+        self.fc1 = nn.Linear(d, hidden, bias=bias) if kind in ("mlp", "gated") else None
+        self.fc2 = nn.Linear(hidden, d, bias=rng.random() < 0.7) if kind in ("mlp", "gated") else None
+        self.gate = nn.Linear(d, hidden, bias=False) if kind == "gated" else None
+        self.lin = nn.Linear(d, d, bias=bias) if kind == "residual_linear" else None
+        self.norm = nn.LayerNorm(d) if kind in ("norm", "mlp", "attention") else None
+        self.rms = RMSNorm(d) if kind == "rms_norm" else None
+        self.heads = rng.choice((1, 2))
+        self.qkv = nn.Linear(d, 3 * d, bias=bias) if kind == "attention" else None
+        self.proj = nn.Linear(d, d) if kind == "attention" else None
+        self.scale = rng.choice((0.5, 2.0, -1.0))
+
+    def forward(self, x):
+        act = ACTIVATIONS[self.act]
+        if self.kind == "mlp":
+            h = self.norm(x) if self.pre_norm else x
+            y = x + self.fc2(act(self.fc1(h)))
+            return y if self.pre_norm else self.norm(y)
+        if self.kind == "gated":  # SwiGLU-style: act(gate(x)) * fc1(x)
+            return x + self.fc2(act(self.gate(x)) * self.fc1(x))
+        if self.kind == "residual_linear":
+            return act(self.lin(x)) + x
+        if self.kind == "norm":
+            return self.norm(x)
+        if self.kind == "rms_norm":
+            return self.rms(x)
+        if self.kind == "scale":
+            return x * self.scale + 1.0
+        if self.kind == "softmax":
+            return F.softmax(x * self.scale, -1) * self.d
+        b, s, d = x.shape  # attention, causal
+        h = self.norm(x) if self.pre_norm else x
+        q, k, v = self.qkv(h).split(d, dim=-1)
+        heads = lambda t: t.view(b, s, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(q), heads(k), heads(v)
+        scores = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+        out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
+        y = x + self.proj(out)
+        return y if self.pre_norm else self.norm(y)
+
+
+class Program(nn.Module):
+    """A seed's chain of blocks, then a head: a Linear to `classes` logits with cross-entropy, or
+    the mean of squares of a last Linear."""
+
+    def __init__(self, seed: int, d: int = 16, classes: int = 24):
+        super().__init__()
+        rng = random.Random(seed)
+        self.kinds = [rng.choice(BLOCKS) for _ in range(rng.randint(1, 3))]
+        self.blocks = nn.ModuleList(Block(k, d, rng) for k in self.kinds)
+        self.loss = rng.choice(("cross_entropy", "mse"))
+        self.head = nn.Linear(d, classes if self.loss == "cross_entropy" else d, bias=rng.random() < 0.5)
+        self.classes = classes
+
+    def forward(self, x, target):
+        for block in self.blocks:
+            x = block(x)
+        out = self.head(x)
+        if self.loss == "cross_entropy":
+            return F.cross_entropy(out.flatten(0, 1).float(), target.flatten())
+        return out.float().pow(2).mean()
+
+
+def program(seed: int, b: int = 2, s: int = 8, d: int = 16) -> tuple[Program, list[torch.Tensor]]:
+    """The seed's program (initialized from the seed) and its inputs: x [B, S, D], targets [B, S]."""
+    torch.manual_seed(seed)
+    model = Program(seed, d)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, s, d, generator=g)
+    target = torch.randint(0, model.classes, (b, s), generator=g)
+    return model, [x, target]
+
+
+def describe(model: Program) -> str:
+    parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''})" for blk in model.blocks]
+    return " -> ".join([*parts, f"head+{model.loss}"])
+
+
+def compare(seed: int, dtype: torch.dtype = torch.float32) -> tuple[dict[str, float], int]:
+    """The seed's training step with evt (`rest="eager"`: regions on the reference path, or real
+    kernels on a GPU) against eager: the relative error of the loss and of every gradient (to the
+    tensor's largest element), and how many regions evt formed."""
+    import copy
+
+    import evt
+    from evt.backend import evt_backend
+
+    model, (x, target) = program(seed)
+    model = model.to(dtype)
+    fused = copy.deepcopy(model)
+    want = model(x.to(dtype), target)
+    want.backward()
+    reports: list = []
+    evt.backend._listeners.append(reports.append)
+    try:
+        torch._dynamo.reset()
+        got = torch.compile(fused, backend=evt_backend, options={"rest": "eager"})(x.to(dtype), target)
+        got.backward()
+    finally:
+        evt.backend._listeners.remove(reports.append)
+        torch._dynamo.reset()
+    errs = {"loss": _rel(got, want)}
+    for (name, p), q in zip(model.named_parameters(), fused.parameters()):
+        errs[name] = _rel(q.grad, p.grad)
+    return errs, sum(len(r.regions) for r in reports)
+
+
+def _rel(got: torch.Tensor | None, want: torch.Tensor | None) -> float:
+    if got is None or want is None:
+        return 0.0 if got is None and want is None else float("inf")
+    got, want = got.double(), want.double()
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()

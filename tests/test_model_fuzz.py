@@ -18,6 +18,13 @@ def test_program_trains_like_eager(seed):
     assert regions > 0
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_program_with_dynamic_shapes_trains_like_eager(seed):
+    errs, regions = compare(seed, dynamic=True)
+    assert max(errs.values()) < 1e-4, (seed, errs)
+    assert regions > 0
+
+
 def test_the_seeds_cover_every_block_kind():
     kinds = {k for s in SEEDS for k in program(s)[0].kinds}
     assert kinds == set(BLOCKS), sorted(set(BLOCKS) - kinds)

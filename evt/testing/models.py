@@ -127,10 +127,12 @@ def describe(model: Program) -> str:
     return " -> ".join([*parts, f"head+{model.loss}"])
 
 
-def compare(seed: int, dtype: torch.dtype = torch.float32) -> tuple[dict[str, float], int]:
+def compare(
+    seed: int, dtype: torch.dtype = torch.float32, dynamic: bool | None = None
+) -> tuple[dict[str, float], int]:
     """The seed's training step with evt (`rest="eager"`: regions on the reference path, or real
-    kernels on a GPU) against eager: the relative error of the loss and of every gradient (to the
-    tensor's largest element), and how many regions evt formed."""
+    kernels on a GPU; `dynamic` as torch.compile's) against eager: the relative error of the loss
+    and of every gradient (to the tensor's largest element), and how many regions evt formed."""
     import copy
 
     import evt
@@ -145,7 +147,8 @@ def compare(seed: int, dtype: torch.dtype = torch.float32) -> tuple[dict[str, fl
     evt.backend._listeners.append(reports.append)
     try:
         torch._dynamo.reset()
-        got = torch.compile(fused, backend=evt_backend, options={"rest": "eager"})(x.to(dtype), target)
+        compiled = torch.compile(fused, backend=evt_backend, options={"rest": "eager"}, dynamic=dynamic)
+        got = compiled(x.to(dtype), target)
         got.backward()
     finally:
         evt.backend._listeners.remove(reports.append)

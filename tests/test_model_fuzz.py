@@ -6,7 +6,7 @@ seeds: `python scripts/model_fuzz.py --count 400` (400 seeds passed when it was 
 import pytest
 
 from evt.runtime import reference
-from evt.testing.models import BLOCKS, compare, program
+from evt.testing.models import BLOCKS, against_fp32, compare, kernels_of, program
 
 SEEDS = range(16)
 
@@ -35,3 +35,14 @@ def test_a_wrong_region_is_caught(monkeypatch):
     monkeypatch.setitem(reference.COMPUTE_REFERENCE, "add", lambda a, b: a - b)
     worst = max(max(compare(s)[0].values()) for s in range(4))
     assert worst > 1e-2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bf16_against_fp32_within_eagers_error(seed):
+    """The GPU mode's criterion (`scripts/model_fuzz.py --device cuda`), here on the reference
+    path: evt in bf16 is within max(2e-2, 2 x bf16 eager's error) of fp32 eager, and the kernels
+    to prebuild are captured, one per region."""
+    errs = against_fp32(seed, device="cpu")
+    assert all(got <= max(2e-2, 2 * eager) for got, eager in errs.values()), errs
+    captured = kernels_of(seed)
+    assert captured and all(problem is not None for _, problem in captured)

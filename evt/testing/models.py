@@ -26,6 +26,9 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,
     "leaky": lambda x: torch.maximum(x, 0.1 * x),
 }
+# smooth activations only: on a GPU the bf16 kernels are compared with fp32 eager, and a ReLU's
+# mask flipped by one rounding moves a small model's gradients more than any kernel error would
+SMOOTH = ("gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated")
 
 
@@ -41,10 +44,10 @@ class RMSNorm(nn.Module):
 class Block(nn.Module):
     """One block of kind `kind` on [B, S, D] (the same shape out)."""
 
-    def __init__(self, kind: str, d: int, rng: random.Random):
+    def __init__(self, kind: str, d: int, rng: random.Random, smooth: bool = False):
         super().__init__()
         self.kind, self.d = kind, d
-        self.act = rng.choice(sorted(ACTIVATIONS))
+        self.act = rng.choice(SMOOTH if smooth else sorted(ACTIVATIONS))
         self.pre_norm = rng.random() < 0.5
         hidden = rng.choice((d, 2 * d))
         bias = rng.random() < 0.7
@@ -94,11 +97,11 @@ class Program(nn.Module):
     """A seed's chain of blocks, then a head: a Linear to `classes` logits with cross-entropy, or
     the mean of squares of a last Linear."""
 
-    def __init__(self, seed: int, d: int = 16, classes: int = 24):
+    def __init__(self, seed: int, d: int = 16, classes: int = 24, smooth: bool = False):
         super().__init__()
         rng = random.Random(seed)
         self.kinds = [rng.choice(BLOCKS) for _ in range(rng.randint(1, 3))]
-        self.blocks = nn.ModuleList(Block(k, d, rng) for k in self.kinds)
+        self.blocks = nn.ModuleList(Block(k, d, rng, smooth) for k in self.kinds)
         self.loss = rng.choice(("cross_entropy", "mse"))
         self.head = nn.Linear(d, classes if self.loss == "cross_entropy" else d, bias=rng.random() < 0.5)
         self.classes = classes
@@ -112,10 +115,13 @@ class Program(nn.Module):
         return out.float().pow(2).mean()
 
 
-def program(seed: int, b: int = 2, s: int = 8, d: int = 16) -> tuple[Program, list[torch.Tensor]]:
-    """The seed's program (initialized from the seed) and its inputs: x [B, S, D], targets [B, S]."""
+def program(
+    seed: int, b: int = 2, s: int = 8, d: int = 16, smooth: bool = False
+) -> tuple[Program, list[torch.Tensor]]:
+    """The seed's program (initialized from the seed) and its inputs: x [B, S, D], targets [B, S];
+    `smooth`: activations from `SMOOTH` only."""
     torch.manual_seed(seed)
-    model = Program(seed, d)
+    model = Program(seed, d, smooth=smooth)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(b, s, d, generator=g)
     target = torch.randint(0, model.classes, (b, s), generator=g)
@@ -164,3 +170,63 @@ def _rel(got: torch.Tensor | None, want: torch.Tensor | None) -> float:
         return 0.0 if got is None and want is None else float("inf")
     got, want = got.double(), want.double()
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
+
+
+def _step(model: nn.Module, fn, x: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Loss and parameter gradients of one training step through `fn` (the model or its compile)."""
+    loss = fn(x, target)
+    loss.backward()
+    return {"loss": loss.detach(), **{n: p.grad for n, p in model.named_parameters()}}
+
+
+def against_fp32(
+    seed: int, device: str = "cuda", dtype: torch.dtype = torch.bfloat16
+) -> dict[str, tuple[float, float]]:
+    """The seed's smooth program in `dtype` on `device`, with evt (`rest="eager"`: every region a
+    launch) and eagerly, each against fp32 eager: name -> (evt's error, eager's error), relative
+    to the tensor's largest element. A kernel is right when its error is about eager's."""
+    import copy
+
+    from evt.backend import evt_backend
+
+    model, (x, target) = program(seed, smooth=True)
+    x, target = x.to(device), target.to(device)
+    ref = copy.deepcopy(model).to(device)
+    want = _step(ref, ref, x, target)
+    low = copy.deepcopy(model).to(device, dtype)
+    eager = _step(low, low, x.to(dtype), target)
+    fused = copy.deepcopy(model).to(device, dtype)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(fused, backend=evt_backend, options={"rest": "eager"})
+        got = _step(fused, compiled, x.to(dtype), target)
+    finally:
+        torch._dynamo.reset()
+    return {n: (_rel(got[n], want[n]), _rel(eager[n], want[n])) for n in want}
+
+
+def kernels_of(seed: int, dtype: torch.dtype = torch.bfloat16) -> list[tuple]:
+    """(spec, problem shape) of every region the seed's smooth program launches in `dtype`,
+    captured on the CPU (the reference path runs them): what to build before `against_fp32`."""
+    import copy
+
+    from evt.backend import evt_backend
+    from evt.runtime import dispatch, reference
+
+    model, (x, target) = program(seed, smooth=True)
+    model = copy.deepcopy(model).to(dtype)
+    seen, original = [], reference.run
+
+    def recording(spec, tensors):
+        seen.append((spec, dispatch.problem_hint(spec, tensors)))
+        return original(spec, tensors)
+
+    reference.run = recording
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend=evt_backend, options={"rest": "eager"})
+        _step(model, compiled, x.to(dtype), target)
+    finally:
+        reference.run = original
+        torch._dynamo.reset()
+    return seen

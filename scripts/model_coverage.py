@@ -5,7 +5,7 @@ kernels fuse; then every GEMM left unfused with the reason.
 Models: the built-in examples (`evt.examples`: mlp, gpt2, bert) at their CPU-test sizes and the
 benchmark's training steps (`evt.bench.steps`) at their small sizes.
 
-    python scripts/model_coverage.py [--dtype bf16|f16|f32] [--only GLOB]
+    python scripts/model_coverage.py [--dtype bf16|f16|f32] [--only GLOB[,GLOB...]]
 """
 
 from __future__ import annotations
@@ -56,11 +56,13 @@ def measure(make: Callable[[], tuple]) -> list[SideCoverage]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    p.add_argument("--only", default="*", help="models to run, a glob (e.g. 'examples/*')")
+    p.add_argument("--only", default="*",
+                   help="models to run: comma-separated globs (e.g. 'examples/*,bench/mlp')")  # fmt: skip
     args = p.parse_args()
     dtype = DTYPES[args.dtype]
     models = {**example_steps(dtype), **bench_steps(dtype)}
-    results = {n: measure(m) for n, m in models.items() if fnmatch.fnmatch(n, args.only)}
+    globs = args.only.split(",")
+    results = {n: measure(m) for n, m in models.items() if any(fnmatch.fnmatch(n, g) for g in globs)}
 
     head = ("model", "side", "GEMMs", "fused", "unfused", "ops fused")
     rows = [head] + [

@@ -6,9 +6,9 @@ seeds: `python scripts/model_fuzz.py --count 400` (400 seeds passed when it was 
 import pytest
 
 from evt.runtime import reference
-from evt.testing.models import BLOCKS, against_fp32, compare, kernels_of, program
+from evt.testing.models import BLOCKS, PipelineFailed, against_fp32, compare, kernels_of, program
 
-SEEDS = range(16)
+SEEDS = range(24)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -28,6 +28,19 @@ def test_program_with_dynamic_shapes_trains_like_eager(seed):
 def test_the_seeds_cover_every_block_kind():
     kinds = {k for s in SEEDS for k in program(s)[0].kinds}
     assert kinds == set(BLOCKS), sorted(set(BLOCKS) - kinds)
+
+
+def test_a_failing_pass_is_caught(monkeypatch):
+    """A pass that raises leaves the graph unfused (right answers, no fusion): the fuzzer reports
+    it (`PipelineFailed`) instead of passing a program with no regions."""
+    from evt import pipeline
+
+    def breaks(graph):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(pipeline, "GRAPH_PASSES", [*pipeline.GRAPH_PASSES, ("breaks", breaks)])
+    with pytest.raises(PipelineFailed, match="injected"):
+        compare(0)
 
 
 def test_a_wrong_region_is_caught(monkeypatch):

@@ -204,3 +204,25 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     assert _size_from_inputs(g, s0.node.expr, x) is p0
     assert _size_from_inputs(g, (s0 * s2).node.expr, x) is None
     assert _size_from_inputs(g, (s0 + s1).node.expr, x) is None
+
+
+def test_a_linear_on_a_transposed_activation_fuses():
+    """`silu(linear(x.transpose(0, 1))).transpose(0, 1) + x`: the residual add's [B, S, D] input
+    cannot be viewed as the GEMM's [S·B, D] in place, so sink_views must leave that add (torch's
+    fake `view` raised ValueError, which the pass did not catch: the whole graph was left
+    unfused, found by the model fuzzer), and the activation still joins the GEMM."""
+    import warnings
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 16)
+    x = torch.randn(2, 8, 16, requires_grad=True)
+
+    def step(x):
+        y = torch.nn.functional.silu(lin(x.transpose(0, 1))).transpose(0, 1) + x
+        (y * torch.linspace(-1, 1, 16)).sum().backward()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = evt.explain(step, x)
+    assert not [w for w in caught if "graph left unfused" in str(w.message)]
+    assert any("aten.silu" in r.fused for r in report.regions), str(report)

@@ -203,7 +203,7 @@ def _viewable(val: torch.Tensor, shape: tuple) -> bool:
         with detect_fake_mode([val]) or torch._subclasses.FakeTensorMode():
             val.view(*shape)
         return True
-    except RuntimeError:
+    except (RuntimeError, ValueError):  # torch raises either, by version and tensor kind
         return False
 
 

@@ -1,6 +1,7 @@
 """Random small training programs for the graph-level differential fuzzer: a seed picks a chain of
 transformer-ish blocks on a [B, S, D] activation (Linears with and without bias, activations,
-residual adds, LayerNorm, RMSNorm, softmax, scaling, attention with a causal mask, views), which
+residual adds, LayerNorm with and without affine, RMSNorm, softmax, scaling, attention with a
+causal mask, GLU halves of one projection, a Linear on a transposed activation, views), which
 runs through the whole pipeline (`backend="evt"`, regions on the reference path) and is compared
 with eager, forward and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
 
@@ -11,6 +12,7 @@ the graph passes, the partitioner and lowering on graphs AOTAutograd really prod
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -29,7 +31,8 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 # smooth activations only: on a GPU the bf16 kernels are compared with fp32 eager, and a ReLU's
 # mask flipped by one rounding moves a small model's gradients more than any kernel error would
 SMOOTH = ("gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
-BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated")
+BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated",
+          "glu", "transposed", "plain_norm")  # fmt: skip
 
 
 class RMSNorm(nn.Module):
@@ -54,8 +57,10 @@ class Block(nn.Module):
         self.fc1 = nn.Linear(d, hidden, bias=bias) if kind in ("mlp", "gated") else None
         self.fc2 = nn.Linear(hidden, d, bias=rng.random() < 0.7) if kind in ("mlp", "gated") else None
         self.gate = nn.Linear(d, hidden, bias=False) if kind == "gated" else None
-        self.lin = nn.Linear(d, d, bias=bias) if kind == "residual_linear" else None
+        self.lin = nn.Linear(d, d, bias=bias) if kind in ("residual_linear", "transposed") else None
+        self.glu = nn.Linear(d, 2 * d, bias=bias) if kind == "glu" else None
         self.norm = nn.LayerNorm(d) if kind in ("norm", "mlp", "attention") else None
+        self.plain = nn.LayerNorm(d, elementwise_affine=False) if kind == "plain_norm" else None
         self.rms = RMSNorm(d) if kind == "rms_norm" else None
         self.heads = rng.choice((1, 2))
         self.qkv = nn.Linear(d, 3 * d, bias=bias) if kind == "attention" else None
@@ -72,6 +77,13 @@ class Block(nn.Module):
             return x + self.fc2(act(self.gate(x)) * self.fc1(x))
         if self.kind == "residual_linear":
             return act(self.lin(x)) + x
+        if self.kind == "glu":  # the two halves of one projection: strided views of its output
+            a, b = self.glu(x).chunk(2, dim=-1)
+            return x + a * act(b)
+        if self.kind == "transposed":  # a [S, B, D] activation: the GEMM reads a permuted view
+            return act(self.lin(x.transpose(0, 1))).transpose(0, 1) + x
+        if self.kind == "plain_norm":
+            return self.plain(x) * self.scale
         if self.kind == "norm":
             return self.norm(x)
         if self.kind == "rms_norm":
@@ -154,15 +166,25 @@ def compare(
     try:
         torch._dynamo.reset()
         compiled = torch.compile(fused, backend=evt_backend, options={"rest": "eager"}, dynamic=dynamic)
-        got = compiled(x.to(dtype), target)
-        got.backward()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = compiled(x.to(dtype), target)
+            got.backward()
     finally:
         evt.backend._listeners.remove(reports.append)
         torch._dynamo.reset()
+    # a pass that raised leaves the whole graph unfused (correct, but a bug to report)
+    failed = [str(w.message) for w in caught if "graph left unfused" in str(w.message)]
+    if failed:
+        raise PipelineFailed(failed[0])
     errs = {"loss": _rel(got, want)}
     for (name, p), q in zip(model.named_parameters(), fused.parameters()):
         errs[name] = _rel(q.grad, p.grad)
     return errs, sum(len(r.regions) for r in reports)
+
+
+class PipelineFailed(Exception):
+    """evt warned that a pass failed and left a graph unfused."""
 
 
 def _rel(got: torch.Tensor | None, want: torch.Tensor | None) -> float:

@@ -190,21 +190,14 @@ def nested_attention_scores() -> KernelSpec:
     L = (B, H), q passed as its [B, H, S, D] view (A, k-major), k likewise (B = kᵀ, k-major).
     D = acc * 0.125 + mask + bias + pos, with `mask` one [S, S] tensor every batch reads (static
     zero batch strides), `bias` a full [B, H, S, S] (or [B * H, S, S]) tensor, `pos` an
-    N-vector; the scaled scores are also stored (output 1, [B * H, S, S])."""
-    gemm = Gemm(Operand(0, False, "k"), Operand(1, True, "k"), "bf16", batched=True, nested=True)
-    nodes = (
-        AccFetch("acc"),
-        ScalarBroadcast("scale", 0.125),
-        Compute("mul", "mul", ("acc", "scale")),
-        AuxStore("scaled", "mul", 1, "bf16"),
-        AuxLoad("mask", 2, "bf16", "n", broadcast_l=True),
-        Compute("add", "add", ("mul", "mask")),
-        AuxLoad("bias", 3, "bf16", "n"),
-        Compute("add_1", "add", ("add", "bias")),
-        RowBroadcast("pos", 4, "bf16"),
-        Compute("add_2", "add", ("add_1", "pos")),
-    )
-    return KernelSpec("nested_attention_scores", gemm, nodes, "add_2", "bf16", 5)
+    N-vector; the scaled scores are also stored (output 1, [B * H, S, S]): `attention_scores`
+    with a nested batch and that store."""
+    flat = attention_scores()
+    nodes = list(flat.nodes)
+    nodes.insert(3, AuxStore("scaled", "mul", 1, "bf16"))  # after the scale
+    gemm = dataclasses.replace(flat.gemm, nested=True)
+    return KernelSpec("nested_attention_scores", gemm, tuple(nodes), flat.d, flat.d_dtype,
+                      flat.num_inputs)  # fmt: skip
 
 
 def nested_attention_values() -> KernelSpec:

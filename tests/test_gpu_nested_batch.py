@@ -31,6 +31,11 @@ def kernels(tmp_path_factory) -> dict[str, ir.KernelSpec]:
     return built
 
 
+# (B, S, H, D, pad): whole tiles, residues, and heads whose rows are padded in the projection
+SHAPES = [(2, 256, 4, 64, 0), (3, 200, 3, 72, 0), (2, 128, 2, 32, 8)]
+SHAPE_IDS = ["tiles", "residues", "padded-heads"]
+
+
 def projection_inputs(b, s, h, d, pad=0) -> list[torch.Tensor]:
     """q, k as [B, H, S, D] views of a qkv projection [B, S, 3, H, D + pad] (k starts H * (D +
     pad) elements in), a causal mask every batch reads, a full [B, H, S, S] bias, an N-vector."""
@@ -48,10 +53,7 @@ def eager(q, k, mask, bias, pos) -> tuple[torch.Tensor, torch.Tensor]:
     return d.reshape(b * h, s, s), scaled.reshape(b * h, s, s)
 
 
-@pytest.mark.parametrize(
-    "shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 0), (2, 128, 2, 32, 8)],
-    ids=["tiles", "residues", "padded-heads"],
-)  # fmt: skip
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_scores_read_heads_in_place_like_eager(kernels, shape):
     spec = kernels["nested_attention_scores"]
     torch.manual_seed(sum(shape))
@@ -65,10 +67,7 @@ def test_scores_read_heads_in_place_like_eager(kernels, shape):
         assert verify.relative_error(out, ref) <= verify.TOLERANCE["bf16"]
 
 
-@pytest.mark.parametrize(
-    "shape", [(2, 256, 4, 64, 0), (3, 200, 3, 72, 0), (2, 128, 2, 32, 8)],
-    ids=["tiles", "residues", "padded-heads"],
-)  # fmt: skip
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_values_read_heads_in_place_like_eager(kernels, shape):
     """P·V: A the probabilities [B * H, S, S] (contiguous), B = v's [B, H, S, D] view."""
     spec = kernels["nested_attention_values"]

@@ -61,7 +61,12 @@ def regions(tmp_path_factory) -> dict[str, list[tuple]]:
     """Each model's regions (from CPU captures), all their kernels built in one parallel batch."""
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    captured = {name: capture(name) for name in MODELS}
+    return build_all({name: capture(name) for name in MODELS})
+
+
+def build_all(captured: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
+    """Build every (spec, problem) of `captured` in one parallel batch, each kernel's config
+    picked for its problem shape; returns `captured`."""
     dispatch.reset()
     futures = [dispatch.prefetch(spec, problem) for seen in captured.values() for spec, problem in seen]
     for future in futures:

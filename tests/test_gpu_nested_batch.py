@@ -102,8 +102,7 @@ def test_key_grad_reads_q_in_place_like_eager(kernels, shape):
 def model_regions(tmp_path_factory) -> dict[str, list[tuple]]:
     """GPT-2's and BERT's regions with heads read in place (`EVT_NESTED_BATCH=1`, captured on the
     CPU at the GPU sizes), all their kernels built in one parallel batch."""
-    from evt.runtime import dispatch
-    from tests.test_gpu_models import capture
+    from tests.test_gpu_models import build_all, capture
 
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
@@ -111,11 +110,7 @@ def model_regions(tmp_path_factory) -> dict[str, list[tuple]]:
         mp.setenv("EVT_NESTED_BATCH", "1")
         captured = {name: capture(name) for name in ("gpt2", "bert")}
     assert all(any(s.gemm.nested for s, _ in seen) for seen in captured.values())
-    dispatch.reset()
-    for future in [dispatch.prefetch(s, p) for seen in captured.values() for s, p in seen]:
-        assert future is not None
-        future.result()
-    return captured
+    return build_all(captured)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert"])

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 import evt
-from evt.runtime import dispatch, reference
+from evt.runtime import dispatch
 from tests.graphs import rel_err
 from tests.node_catalog import CASES
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
+from tests.test_gpu_models import build_all
 
 pytestmark = pytest.mark.gpu
 
@@ -51,31 +52,19 @@ def step(model, fn, inputs, probe) -> dict[str, torch.Tensor]:
 
 
 def capture(name: str) -> list[tuple]:
+    """(spec, (M, N, K, L)) of each region of `name`'s bf16 training step, captured on the CPU at
+    the GPU's sizes."""
     model, inputs, probe = make(name, "cpu")
-    seen, original = [], reference.run
-
-    def recording(spec, tensors):
-        seen.append((spec, dispatch.problem_hint(spec, tensors)))
-        return original(spec, tensors)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reference, "run", recording)
-        report = evt.explain(lambda *a: step(model, model, list(a), probe), *inputs)
-    assert report.regions and len(seen) == len(report.regions), str(report)
-    return seen
+    report = evt.explain(lambda *a: step(model, model, list(a), probe), *inputs)
+    assert report.regions, str(report)
+    return [(r.spec, r.problem) for r in report.regions]
 
 
 @pytest.fixture(scope="module")
 def regions(tmp_path_factory) -> dict[str, list[tuple]]:
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    captured = {name: capture(name) for name in CASES}
-    dispatch.reset()
-    futures = [dispatch.prefetch(s, p) for seen in captured.values() for s, p in seen]
-    for future in futures:
-        assert future is not None  # an SM90 GPU and no static reason against the kernel
-        future.result()
-    return captured
+    return build_all({name: capture(name) for name in CASES})
 
 
 @pytest.mark.parametrize("name", list(CASES))

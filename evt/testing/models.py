@@ -228,27 +228,13 @@ def against_fp32(
 
 
 def kernels_of(seed: int, dtype: torch.dtype = torch.bfloat16) -> list[tuple]:
-    """(spec, problem shape) of every region the seed's smooth program launches in `dtype`,
-    captured on the CPU (the reference path runs them): what to build before `against_fp32`."""
+    """(spec, problem shape) of every region the seed's smooth program forms in `dtype`, captured
+    on the CPU (`evt.explain`, the reference path runs them): what to build before `against_fp32`."""
     import copy
 
-    from evt.backend import evt_backend
-    from evt.runtime import dispatch, reference
+    import evt
 
     model, (x, target) = program(seed, smooth=True)
     model = copy.deepcopy(model).to(dtype)
-    seen, original = [], reference.run
-
-    def recording(spec, tensors):
-        seen.append((spec, dispatch.problem_hint(spec, tensors)))
-        return original(spec, tensors)
-
-    reference.run = recording
-    torch._dynamo.reset()
-    try:
-        compiled = torch.compile(model, backend=evt_backend, options={"rest": "eager"})
-        _step(model, compiled, x.to(dtype), target)
-    finally:
-        reference.run = original
-        torch._dynamo.reset()
-    return seen
+    report = evt.explain(lambda x, target: model(x, target).backward(), x.to(dtype), target)
+    return [(r.spec, r.problem) for r in report.regions]

@@ -33,6 +33,7 @@ from evt.partition import Region, partition, validate
 from evt.partition.free_head_copies import free_head_copies
 from evt.partition.narrow_outputs import narrow_outputs
 from evt.partition.restore_head_copies import restore_head_copies
+from evt.partition.trim_for_inductor import trim_for_inductor
 from evt.report import (
     GraphReport,
     RegionReport,
@@ -86,14 +87,19 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     regions = partition(graph)
     narrowed = narrow_outputs(graph, regions)
     casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
-    regions = free_head_copies(graph, restore_head_copies(graph, narrowed))
+    trimmed = trim_for_inductor(graph, narrowed)
+    given_back = {r.anchor for r in narrowed} - {r.anchor for r in trimmed}
+    regions = free_head_copies(graph, restore_head_copies(graph, trimmed))
     validate(graph, regions)
     drawing = _draw(graph, regions) if draw else None
     gemms = [n for n in graph.nodes if GEMM in n.meta]
     why = {n: _why_unfused(n) for n in gemms}  # before lowering erases the fused ones
     for n in casts_only:
         why[n] = "only widening casts after it: cheaper outside (Inductor folds them into readers)"
+    for n in given_back:
+        why[n] = "its epilogue moves fewer bytes in Inductor's kernel with the ops after it"
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
+
     def keep_region(region, built) -> bool:
         vals = [n.meta.get("val") for n in built.inputs]
         if reason := guards.shape_reason(built.spec, vals):

@@ -43,7 +43,14 @@ def test_suite_covers_the_issue():
     ks = {k for _, _, k in gemms}
     assert {768, 1024, 4096} <= ks
     assert any(m % 128 for m, _, _ in gemms)
-    assert {c.group for c in cases if c.kind == "step"} == {"mlp", "gpt2", "bert", "vit", "lm_head"}
+    assert {c.group for c in cases if c.kind == "step"} == {
+        "mlp",
+        "gpt2",
+        "gpt2_math",
+        "bert",
+        "vit",
+        "lm_head",
+    }
 
 
 def test_quick_plan_is_a_subset_in_stage_order():
@@ -347,7 +354,9 @@ def test_cuda_graph_times_have_their_own_ratios():
     assert rows["eager"]["op"] == (pytest.approx(math.sqrt(0.5 * 1.0)), 2)
     assert rows["eager"]["op_graph"] == (pytest.approx(1.5), 1)
     assert rows["evt"]["vs_mm_graph"] == (pytest.approx(0.8), 1)
-    md = markdown.render({"config": {"dtype": "bf16", "device": "cpu"}, "env": {}, "results": results})
+    md = markdown.render(
+        {"config": {"dtype": "bf16", "device": "cpu"}, "env": {}, "results": results}
+    )
     assert "## GEMM+epilogue suite under CUDA graphs" in md
     assert "| eager | 0.71 (2) | — (0) | 0.50 (1) | 1.50 (1) | — (0) | 0.53 (1) |" in md
 
@@ -361,6 +370,7 @@ def test_step_charts_plot_as_run_and_under_cuda_graphs():
                _rec("T", "eager", ms=1.0, kind="step"), _rec("T", "evt", ms=1.0, kind="step")]  # fmt: skip
     for r, g in zip(results, (1.6, 0.8, None, 0.5)):
         r.update(graph_ms=g)
+
     def bars(field):
         cases, values = charts.series(results, "step", "eager", field)
         return {b: dict(zip(cases, ys)) for b, ys in values.items()}
@@ -378,7 +388,9 @@ def test_training_steps_have_graph_ratios_and_host_times():
     rows = dict(report.summary(results))
     assert rows["eager"]["step"] == (pytest.approx(2 / 3), 1)
     assert rows["eager"]["step_graph"] == (pytest.approx(1.6 / 1.2), 1)
-    md = markdown.render({"config": {"dtype": "bf16", "device": "cpu"}, "env": {}, "results": results})
+    md = markdown.render(
+        {"config": {"dtype": "bf16", "device": "cpu"}, "env": {}, "results": results}
+    )
     assert "| eager | — (0) | 0.67 (1) | — (0) | — (0) | 1.33 (1) | — (0) |" in md
     assert "## Training steps under CUDA graphs" in md and "| S | s | 1.60 | 1.20 | 1.33× |" in md
     assert "## Training steps: host time per step (ms)" in md and "| S | s | 1.90 | 2.90 |" in md
@@ -406,9 +418,9 @@ def test_report_says_what_was_not_measured_and_why():
     assert "**bias/vit / evt**: timeout: ran past --item-timeout 240 s" in md
     cover = md[md.index("## Coverage") :]
     assert (
-        "| max-autotune | 52 | 0 | 0 | 1 | 0 | 0 | 1 not measured (stage time limit), 50 " in cover
+        "| max-autotune | 53 | 0 | 0 | 1 | 0 | 0 | 1 not measured (stage time limit), 51 " in cover
     )
-    assert "| compile | 52 | 0 | 0 | 0 | 0 | 0 | 52 not run |" in cover
+    assert "| compile | 53 | 0 | 0 | 0 | 0 | 0 | 53 not run |" in cover
     assert "Merged" not in md and "## Sessions" not in md
 
 
@@ -443,7 +455,7 @@ def test_the_committed_h200_results_still_render():
     md = markdown.render(data)
     assert "**Warning: merged results.** These results were measured in 2 sessions" in md
     assert "5078929" in md and "3c96695" in md
-    assert "| max-autotune | 52 | 0 | 0 | 0 | 0 | 0 | 52 not run |" in md
+    assert "| max-autotune | 53 | 0 | 0 | 0 | 0 | 0 | 53 not run |" in md
     assert "| step/mlp | batch=16 seq=512 dim=1024 hidden=4096 | 1.18 | 1.29 | 1.04 |" in md
 
 
@@ -475,7 +487,8 @@ def test_evt_max_autotune_is_a_stage_of_its_own(tmp_path):
     full = plan.make_plan(device="cuda")
     assert full.stages()[-1] == "evt-max-autotune" and "4" in plan.PARTS
     assert {i.case.name for i in full.items if i.baseline == "evt-max-autotune"} == {
-        c.name for c in full.cases}
+        c.name for c in full.cases
+    }
     argv = ["--baselines", "evt-max-autotune", "--only", "bias_gelu_tanh/gpt2"]
     assert run([*argv, "--out", str(tmp_path)]) == 0
     (rec,) = json.loads((tmp_path / "results.json").read_text())["results"]

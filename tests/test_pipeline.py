@@ -35,8 +35,14 @@ def test_mlp_regions_forward_and_backward():
 def test_mlp_training_matches_eager(dtype):
     torch.manual_seed(0)
     errs = train_compare(MLP(64, 256), [torch.randn(128, 64)], dtype)
-    assert set(errs) == {"out", "grad_in0", "grad_fc1.weight", "grad_fc1.bias",
-                         "grad_fc2.weight", "grad_fc2.bias"}
+    assert set(errs) == {
+        "out",
+        "grad_in0",
+        "grad_fc1.weight",
+        "grad_fc1.bias",
+        "grad_fc2.weight",
+        "grad_fc2.bias",
+    }
     assert max(errs.values()) < TOL[dtype], errs
 
 
@@ -46,7 +52,9 @@ def test_linear_activation(act):
     model = LinearAct(act=act)
     errs = train_compare(model, [torch.randn(40, 32)], torch.float32)
     assert max(errs.values()) < TOL[torch.float32], errs
-    report = evt.explain(lambda x: model(x).sum().backward(), torch.randn(40, 32, requires_grad=True))
+    report = evt.explain(
+        lambda x: model(x).sum().backward(), torch.randn(40, 32, requires_grad=True)
+    )
     forward = [r.fused for r in report.regions if r.side == "forward"]
     # the loss, `sum()` of the output, is a scalar reduction of the same kernel
     assert forward == [([] if act == "none" else [f"aten.{act.split('_')[0]}"]) + ["aten.sum"]]
@@ -206,13 +214,16 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     assert _size_from_inputs(g, (s0 + s1).node.expr, x) is None
 
 
-def test_a_linear_on_a_transposed_activation_fuses():
+def test_a_linear_on_a_transposed_activation_fuses(monkeypatch):
     """`silu(linear(x.transpose(0, 1))).transpose(0, 1) + x`: the residual add's [B, S, D] input
     cannot be viewed as the GEMM's [S·B, D] in place, so sink_views must leave that add (torch's
     fake `view` raised ValueError, which the pass did not catch: the whole graph was left
     unfused, found by the model fuzzer), and the activation still joins the GEMM."""
     import warnings
 
+    # the ILP's choice (the activation's only reader is the add, so trim_for_inductor would give
+    # it to Inductor: the pre-activation is saved for the backward anyway)
+    monkeypatch.setenv("EVT_TRIM", "0")
     torch.manual_seed(0)
     lin = torch.nn.Linear(16, 16)
     x = torch.randn(2, 8, 16, requires_grad=True)

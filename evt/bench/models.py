@@ -32,17 +32,26 @@ class MLPBlock(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention: one qkv Linear, SDPA, an output projection."""
+    """Multi-head self-attention: one qkv Linear, SDPA, an output projection. With
+    `math=True` the attention is written out as Hugging Face's "eager" attention does it
+    (Q·Kᵀ, scale, causal mask by `where`, softmax, P·V), which is what evt can fuse."""
 
-    def __init__(self, dim: int, heads: int, causal: bool):
+    def __init__(self, dim: int, heads: int, causal: bool, math: bool = False):
         super().__init__()
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.heads, self.causal = heads, causal
+        self.heads, self.causal, self.math = heads, causal, math
 
     def forward(self, x):  # x: B x S x dim
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        if self.math:
+            scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+            if self.causal:
+                keep = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+                scores = torch.where(keep, scores, torch.finfo(scores.dtype).min)
+            y = torch.softmax(scores, dim=-1) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).reshape(b, s, d))
 
 
@@ -50,10 +59,12 @@ class PreLNBlock(nn.Module):
     """GPT-2 (causal, tanh GELU) and ViT (bidirectional, exact GELU) blocks:
     x + attn(ln1(x)), then + mlp(ln2(.))."""
 
-    def __init__(self, dim: int, heads: int, hidden: int, causal: bool, approximate: str):
+    def __init__(
+        self, dim: int, heads: int, hidden: int, causal: bool, approximate: str, math: bool = False
+    ):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = SelfAttention(dim, heads, causal)
+        self.attn = SelfAttention(dim, heads, causal, math)
         self.mlp = MLP(dim, hidden, approximate)
 
     def forward(self, x):

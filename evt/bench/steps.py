@@ -26,8 +26,8 @@ class Step:
     small: dict[str, int]  # the CPU-test sizes (same keys, same order)
 
 
-def _block(causal: bool, approximate: str):
-    return lambda dim, heads, hidden, **_: PreLNBlock(dim, heads, hidden, causal, approximate)
+def _block(causal: bool, approximate: str, math: bool = False):
+    return lambda dim, heads, hidden, **_: PreLNBlock(dim, heads, hidden, causal, approximate, math)
 
 
 _TINY_BLOCK = dict(batch=2, seq=16, dim=32, heads=2, hidden=64)
@@ -42,6 +42,14 @@ STEPS: dict[str, Step] = {
     "gpt2": Step(
         "GPT-2 small block (pre-LN, causal attention, tanh GELU), 8 x 1024 tokens",
         _block(True, "tanh"),
+        "mse",
+        dict(batch=8, seq=1024, dim=768, heads=12, hidden=3072),
+        _TINY_BLOCK,
+    ),
+    "gpt2_math": Step(
+        "GPT-2 small block with attention written out (Q·Kᵀ, scale, causal mask, softmax, P·V, as "
+        "Hugging Face's eager attention), 8 x 1024 tokens",
+        _block(True, "tanh", math=True),
         "mse",
         dict(batch=8, seq=1024, dim=768, heads=12, hidden=3072),
         _TINY_BLOCK,

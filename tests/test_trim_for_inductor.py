@@ -1,0 +1,86 @@
+"""Epilogue ops that Inductor runs with less traffic go back to it
+(`evt.partition.trim_for_inductor`): softmax backward's `dP * P` stays out of the dP GEMM, while
+epilogues that do save a pass (GELU, the bias gradient, LayerNorm's backward statistics) stay."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import evt
+from evt.bench import plan, steps
+from evt.partition import trim_for_inductor as trim
+
+BF16 = dict(dtype=torch.bfloat16)
+
+
+def explain(f, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return evt.explain(f, *args)
+
+
+def product_read_again(x, w, p):
+    """(x @ w) * p, read by an op no epilogue computes (atan2) that reads p too, as softmax's
+    backward reads P beside dP * P."""
+    return torch.atan2(torch.mm(x, w) * p, p)
+
+
+def test_a_product_that_inductor_reads_again_goes_back():
+    args = torch.randn(64, 32, **BF16), torch.randn(32, 48, **BF16), torch.rand(64, 48, **BF16)
+    report = explain(product_read_again, *args)
+    assert report.regions == [], str(report)
+    (why,) = [why for _, _, why in report.unfused]
+    assert why.startswith("its epilogue moves fewer bytes in Inductor's kernel"), why
+
+
+def test_an_activation_and_a_bias_gradient_stay():
+    def f(x, w, b):
+        return torch.nn.functional.gelu(torch.addmm(b, x, w))
+
+    args = torch.randn(64, 32, **BF16), torch.randn(32, 48, **BF16), torch.randn(48, **BF16)
+    args = [a.requires_grad_() for a in args]
+    report = explain(lambda *a: f(*a).sum().backward(), *args)
+    fused = {r.side: r.fused for r in report.regions}
+    assert "aten.gelu" in fused["forward"], str(report)
+
+
+def gpt2_math():
+    case = {c.name: c for c in plan.all_cases(small=True)}["step/gpt2_math"]
+    w = steps.build(case, torch.bfloat16, "cpu")
+    return explain(w.target, *w.make_inputs(0))
+
+
+def test_attention_with_softmax_written_out():
+    """GPT-2 with attention written out: the dP GEMM of softmax's backward is left to cuBLAS and
+    Inductor; the scores keep their scale and mask, the MLP its GELU backward and bias gradient,
+    both LayerNorm backwards their statistics."""
+    report = gpt2_math()
+    fused = [(r.side, r.anchor, r.fused) for r in report.regions]
+    backward = [f for side, _, f in fused if side == "backward"]
+    assert ["aten.mul", "aten.where"] in [f for side, _, f in fused if side == "forward"], fused
+    assert ["aten.gelu_backward", "aten.sum"] in backward, fused
+    assert sum(f.count("aten.sum") == 4 for f in backward) == 2, fused  # the two LayerNorms
+    assert backward.count(["aten.mul"]) == 0, fused  # dP * P stays out of the dP GEMM
+    given = [n for n, side, why in report.unfused if why.startswith("its epilogue moves fewer")]
+    assert len(given) == 1 and given[0].startswith("bmm"), report.unfused
+
+
+def test_traffic_counts_a_read_inductor_would_make_again():
+    """The model itself: fused, the kernel reads p and writes the product, and Inductor reads
+    both (4 passes); unfused, the GEMM writes x @ w and Inductor reads it and p (3 passes)."""
+    gm = torch.fx.symbolic_trace(product_read_again)
+    x, w, p = torch.randn(64, 32), torch.randn(32, 48), torch.rand(64, 48)
+    torch.fx.passes.shape_prop.ShapeProp(gm).propagate(x, w, p)
+    for n in gm.graph.nodes:
+        n.meta["val"] = torch.empty(n.meta["tensor_meta"].shape)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    anchor, mul = nodes["mm"], nodes["mul"]
+    region = evt.partition.Region(anchor, (anchor, mul), "forward")
+    readers = trim._group_readers(region, set(region.nodes))
+    one = 64 * 48 * 4
+    outside = trim._Outside(set(region.nodes))
+    fused = trim.traffic(anchor, {mul}, {mul}, readers, outside)
+    unfused = trim.traffic(anchor, set(), {mul}, readers, outside)
+    assert fused - unfused == one, (fused, unfused)

@@ -25,11 +25,12 @@ B, S = 2, 16
 
 @pytest.fixture(autouse=True)
 def nested_batches_on(monkeypatch):
-    """The pass is opt-in until the nested kernels have run on a GPU (`EVT_NESTED_BATCH=1`)."""
-    monkeypatch.setenv("EVT_NESTED_BATCH", "1")
+    """The pass is on by default; tests say so whatever the environment (`EVT_NESTED_BATCH`)."""
+    monkeypatch.delenv("EVT_NESTED_BATCH", raising=False)
 
 
-def test_the_pass_is_off_without_evt_nested_batch(monkeypatch):
+def test_the_pass_is_off_with_evt_nested_batch_0(monkeypatch):
+    assert any(g.nested for g in bmm_operands(attention_graph()))
     monkeypatch.setenv("EVT_NESTED_BATCH", "0")
     assert not any(g.nested for g in bmm_operands(attention_graph()))
 

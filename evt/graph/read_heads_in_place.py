@@ -10,9 +10,9 @@ GEMM reads it (`free_head_copies`). `x` is taken only where a kernel can read it
 last or second-last dimension, every other stride (and the start) a whole 16-byte multiple, no
 expanded batch; anything else keeps the copy.
 
-Experimental: the nested kernels compile (nvcc tier) and match the reference path on the CPU,
-but have not run on a GPU yet, so the pass runs only with `EVT_NESTED_BATCH=1` (as `EVT_TF32`
-gates TF32 kernels); by default the GEMMs read the copies, as before.
+On by default (`EVT_NESTED_BATCH=0` turns it off): the nested kernels and GPT-2/BERT training
+with them matched eager on an H100 (`tests/test_gpu_nested_batch.py`), and a GPT-2 block with
+attention written out ran 1.77 ms a step instead of 1.80 under CUDA graphs, same peak memory.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ COPIED = "evt_gemm_copied"  # the GemmOperands reading the copies, where heads a
 
 
 def enabled() -> bool:
-    return os.environ.get("EVT_NESTED_BATCH", "0") not in ("", "0")
+    return os.environ.get("EVT_NESTED_BATCH", "1") != "0"
 
 
 def read_heads_in_place(graph: Graph) -> Graph:

@@ -129,6 +129,19 @@ def test_plan_reads_through_stores_and_wraps_a_read_root():
     assert plan.dag and plan.root == "acc_out" and plan.nodes[-1].args == ("acc",)
 
 
+def test_a_two_node_dag_gets_a_node_between():
+    """`acc < acc`: CUTLASS 4.2's topological visitor does not compile with two nodes (its one
+    intermediate fragment is not a tuple), so the plan puts an identity in between (the nested
+    fuzzer's seed 203 failed to compile before; with the node it builds with nvcc)."""
+    nodes = (AccFetch("acc"), Compute("lt", "lt", ("acc", "acc")))
+    plan = plan_visitor(KernelSpec("k", specs.LINEAR, nodes, "lt", "f32", 2))
+    assert plan.dag and [n.name for n in plan.nodes] == ["acc", "acc_copy", "lt"]
+    assert plan.nodes[1] == Compute("acc_copy", "identity", ("acc",))
+    assert plan.nodes[2].args == ("acc_copy", "acc_copy")
+    text = render(KernelSpec("k", specs.LINEAR, nodes, "lt", "f32", 2))
+    assert "cute::seq<0>,  // evt_acc_copy" in text and "cute::seq<1, 1>  // evt_lt" in text
+
+
 def test_plan_converts_a_root_of_a_foreign_dtype():
     nodes = (AccFetch("acc"), Compute("h", "relu", ("acc",), dtype="f16"))
     plan = plan_visitor(KernelSpec("k", specs.LINEAR, nodes, "h", "bf16", 2))

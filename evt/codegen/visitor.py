@@ -9,6 +9,10 @@
   node `<d>_out` is appended.
 - The result is a tree when every node but the root has exactly one reader (counting `x * x` as
   two); otherwise it is a DAG, listed in topological order with the root last.
+- A DAG of two nodes (the root reading one leaf twice, `acc < acc`) gets an identity node between
+  them: CUTLASS 4.2's `Sm90TopologicalVisitor` keeps its R-1 intermediate fragments in
+  `cute::repeat<R-1>(...)`, which for R-1 = 1 is the fragment itself, not a tuple, and the
+  visitor does not compile (found by the nested-batch fuzzer, seed 203).
 """
 
 from __future__ import annotations
@@ -38,7 +42,16 @@ def plan_visitor(spec: KernelSpec) -> VisitorPlan:
         nodes = nodes + (Compute(name, "identity", (root,)),)
         root = name
         dag = _is_dag(nodes, root)
+    if dag and len(nodes) == 2:
+        nodes = _between(nodes)
     return VisitorPlan(nodes, root, dag)
+
+
+def _between(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+    """[leaf, root(leaf, leaf...)] -> [leaf, copy = identity(leaf), root(copy, copy...)]."""
+    leaf, root = nodes
+    copy = Compute(_fresh(f"{leaf.name}_copy", {leaf.name, root.name}), "identity", (leaf.name,))
+    return (leaf, copy, _rename_args(root, {leaf.name: copy.name}))
 
 
 def _read_through_stores(nodes: tuple[Node, ...], d: str) -> tuple[tuple[Node, ...], str]:

@@ -32,6 +32,7 @@ from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
 from evt.partition.free_head_copies import free_head_copies
 from evt.partition.narrow_outputs import narrow_outputs
+from evt.partition.recompute_outside import recompute_outside
 from evt.partition.restore_head_copies import restore_head_copies
 from evt.partition.trim_for_inductor import trim_for_inductor
 from evt.report import (
@@ -87,7 +88,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     regions = partition(graph)
     narrowed = narrow_outputs(graph, regions)
     casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
-    trimmed = trim_for_inductor(graph, narrowed)
+    trimmed = trim_for_inductor(graph, recompute_outside(graph, narrowed))
     given_back = {r.anchor for r in narrowed} - {r.anchor for r in trimmed}
     regions = free_head_copies(graph, restore_head_copies(graph, trimmed))
     validate(graph, regions)

@@ -1,0 +1,98 @@
+"""Store the narrow value, not the wide one computed from it: a region output `u` in fp32 that is
+a short pointwise chain from the region's bf16/fp16 GEMM result `w` and broadcast operands
+(vectors, scalars) is recomputed from `w` by its outside readers, and the region stores `w`
+(2 bytes an element) instead of `u` (4). Static shapes only.
+
+LayerNorm's backward in the dgrad GEMM is the case: the region computes the statistics from
+`dY * gamma` in fp32, and the input gradient, which Inductor finishes outside, read that
+product as a stored fp32 tensor; now it reads the bf16 dY and multiplies by gamma itself
+(Inductor folds the chain into the kernel that reads it). Only where every outside reader is one
+Inductor folds the chain into (not a GEMM, not the graph's output); inside readers keep `u`.
+
+Opt-in (`EVT_RECOMPUTE_OUTSIDE=1`) until the kernels it changes have run on a GPU: the CPU tier
+checks the regions and the reference path; no device run has built or timed them yet.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.fx import Graph, Node
+
+from evt.graph.epilogue_rules import epilogue_expr, is_reduction
+from evt.partition.narrow_outputs import NARROW, VIEWS, _foldable
+from evt.partition.region import Region
+
+MAX_CHAIN = 4  # pointwise ops copied per output
+
+
+def enabled() -> bool:
+    return os.environ.get("EVT_RECOMPUTE_OUTSIDE", "0") not in ("", "0")
+
+
+def recompute_outside(graph: Graph, regions: list[Region]) -> list[Region]:
+    return [_recompute(graph, r) for r in regions] if enabled() else regions
+
+
+def _recompute(graph: Graph, region: Region) -> Region:
+    nodes = list(region.nodes)
+    for u in region.outputs():
+        chain = _chain(u, set(nodes), region.anchor)
+        if chain is None:
+            continue
+        external = [x for x in u.users if x not in nodes]
+        copies: dict[Node, Node] = {}
+        with graph.inserting_after(u):
+            for n in chain:  # in graph order: every copy's inputs are copied or outside
+                copies[n] = graph.node_copy(n, lambda a, c=copies: c.get(a, a))
+                copies[n].meta.update(n.meta)
+        for x in external:
+            x.replace_input_with(u, copies[u])
+        if not u.users:  # only the outside read it: it leaves the region and the graph
+            nodes.remove(u)
+            graph.erase_node(u)
+    return Region(region.anchor, tuple(nodes), region.side)
+
+
+def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
+    """The region's pointwise nodes from one narrow region value to `u` (graph order), or None
+    when `u` is not worth recomputing outside."""
+    val = u.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or is_reduction(u):
+        return None
+    readers = [x for x in u.users if x not in inside]
+    if not readers or not _foldable(readers):
+        return None
+    chain, roots, todo = [], set(), [u]
+    while todo:
+        n = todo.pop()
+        if n in chain:
+            continue
+        if n is anchor:
+            roots.add(n)
+            continue
+        expr = epilogue_expr(n)
+        if expr is None or is_reduction(n) or n.target in VIEWS or len(chain) == MAX_CHAIN:
+            return None
+        chain.append(n)
+        for a in n.all_input_nodes:
+            if a in inside:
+                todo.append(a)
+            elif _full(a, val.shape):
+                return None  # an aux load the outside would read again: no gain
+    ok = roots == {anchor} and _full(anchor, val.shape) and anchor.meta["val"].dtype in NARROW
+    return sorted(chain, key=_order(u)) if ok else None
+
+
+def _full(n: Node, shape) -> bool:
+    """Whether `n` is a tensor of as many elements as `shape` (static shapes only)."""
+    v = n.meta.get("val")
+    if not isinstance(v, torch.Tensor) or not all(isinstance(d, int) for d in (*v.shape, *shape)):
+        return False
+    return v.numel() == torch.Size(shape).numel()
+
+
+def _order(u: Node):
+    index = {n: i for i, n in enumerate(u.graph.nodes)}
+    return lambda n: index[n]

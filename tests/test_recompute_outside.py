@@ -1,0 +1,66 @@
+"""A region output in fp32 that is a pointwise chain from the GEMM's bf16 result is recomputed by
+its outside readers (`evt.partition.recompute_outside`): LayerNorm's backward stores dY (bf16)
+instead of dY * gamma (fp32), and the step still trains like eager."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import evt
+from evt import ir
+from evt.bench import plan, steps
+from tests.graphs import train_compare
+
+
+@pytest.fixture(autouse=True)
+def on(monkeypatch):
+    monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "1")
+
+
+def layernorm_backward_regions(name: str):
+    case = {c.name: c for c in plan.all_cases(small=True)}[name]
+    w = steps.build(case, torch.bfloat16, "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = evt.explain(w.target, *w.make_inputs(0))
+    return [r for r in report.regions if r.side == "backward" and r.fused.count("aten.sum") == 4]
+
+
+def test_layernorm_backward_stores_the_narrow_gradient():
+    regions = layernorm_backward_regions("step/gpt2")
+    assert len(regions) == 2, [r.fused for r in regions]
+    for r in regions:
+        assert r.spec.d_dtype == "bf16", ir.format_tree(r.spec)
+        wide = [n for n in r.spec.nodes if isinstance(n, ir.AuxStore) and n.dtype == "f32"]
+        assert not wide, ir.format_tree(r.spec)
+        assert r.fused.count("aten.mul") == 3  # dY * gamma * N went outside
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv("EVT_RECOMPUTE_OUTSIDE")
+    assert all(r.fused.count("aten.mul") == 4 for r in layernorm_backward_regions("step/gpt2"))
+
+
+def test_off_without_a_narrow_gemm_result():
+    """fp32 steps have nothing narrower to store: the regions keep their outputs."""
+    case = {c.name: c for c in plan.all_cases(small=True)}["step/gpt2"]
+    w = steps.build(case, torch.float32, "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = evt.explain(w.target, *w.make_inputs(0))
+    ln = [r for r in report.regions if r.side == "backward" and r.fused.count("aten.sum") == 4]
+    assert ln and all(r.fused.count("aten.mul") == 4 for r in ln), [r.fused for r in ln]
+
+
+def test_a_linear_then_layernorm_trains_like_eager():
+    """The dgrad of the Linear feeding a LayerNorm carries LN's backward; with the product
+    recomputed outside, the step matches bf16 eager as the fp32-stored version did."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 48), torch.nn.LayerNorm(48), torch.nn.Linear(48, 16)
+    )
+    errs = train_compare(model, [torch.randn(64, 32)], torch.bfloat16)
+    assert max(errs.values()) < 3e-2, errs

@@ -13,8 +13,8 @@ For each region this pass compares the traffic of the region as chosen with the 
 epilogue sinks (members no other member reads) go back outside, modelling Inductor as one kernel
 over the ops given back plus the region's same-side non-GEMM readers (each distinct input read
 once, each value read beyond that group written once; views are free). Sinks go back one at a
-time, cheapest result first, while that lowers the traffic; the whole epilogue at once is tried
-too. A region left with its GEMM alone is dropped (cuBLAS runs the GEMM). Regions with a
+time, cheapest result first, while each step saves at least a quarter pass over the GEMM's
+output (the model is rough); the whole epilogue at once is tried too. A region left with its GEMM alone is dropped (cuBLAS runs the GEMM). Regions with a
 reduction are left alone: reductions are what only an epilogue fuses, and Inductor's kernels
 for them are the part of this model least like the real ones. `EVT_TRIM=0` turns the pass off.
 """
@@ -48,6 +48,7 @@ def trim_for_inductor(graph: Graph, regions: list[Region], max_aux: int = 4) -> 
         trimmed = _trim(r, max_aux, taken)
         if trimmed is not r:
             given = [n.name for n in r.epilogue if n not in trimmed.nodes]
+            taken -= set(r.nodes) - set(trimmed.nodes)  # Inductor's now, for later regions
             debug.log(1, f"trim_for_inductor: region of {r.anchor.name} gives {given} back to "
                          "Inductor (less memory traffic there)")  # fmt: skip
         if trimmed.epilogue:

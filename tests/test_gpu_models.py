@@ -151,3 +151,18 @@ def test_dynamic_shapes_step_matches_fp32(regions, name):
     got = step(model, torch.compile(model, backend="evt", dynamic=True), inputs)
     assert dispatch.FALLBACKS == {} and dispatch.LAUNCHES, dict(dispatch.LAUNCHES)
     check_against_fp32(name, got, model, inputs)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_recompute_outside_step_matches_fp32(regions, monkeypatch, name):
+    """`EVT_RECOMPUTE_OUTSIDE=1` (opt-in until this passes on a GPU): LayerNorm backward's
+    regions store the bf16 dY and Inductor recomputes dY * gamma; every launch is checked against
+    the reference path (`EVT_VERIFY`) and the step against fp32 eager. The changed kernels are
+    built here on first use."""
+    monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "1")
+    monkeypatch.setenv("EVT_VERIFY", "1")
+    model = make_model(name, "cuda")
+    inputs = MODELS[name][1]("cuda", 5)
+    got = step(model, torch.compile(model, backend="evt"), inputs)
+    assert dispatch.FALLBACKS == {} and dispatch.LAUNCHES, dict(dispatch.LAUNCHES)
+    check_against_fp32(name, got, model, inputs)

@@ -23,6 +23,25 @@ from evt.bench import baselines, measure, steps
 from evt.bench.plan import all_cases
 
 
+def warmed_calls(step_names: list[str], baseline_names: list[str]):
+    """(step, baseline, call) for each step and baseline: `call()` runs one bf16 training step
+    on CUDA, warmed up (evt's kernels prebuilt in one parallel batch first)."""
+    by_name = {c.name: c for c in all_cases()}
+    if "evt" in baseline_names:
+        from evt.bench.prebuild import prebuild
+
+        prebuild([by_name[n] for n in step_names], torch.bfloat16, print, "cuda")
+    for name in step_names:
+        w = steps.build(by_name[name], torch.bfloat16, "cuda")
+        inputs = w.make_inputs(0)
+        for b in baseline_names:
+            fn = baselines.BASELINES[b].build(w, "cuda")
+            call = lambda fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
+            for _ in range(5):
+                call()
+            yield name, b, call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", default="step/mlp")
@@ -30,33 +49,21 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--n", type=int, default=30)
     args = ap.parse_args()
-    by_name = {c.name: c for c in all_cases()}
-    if "evt" in args.baselines.split(","):
-        from evt.bench.prebuild import prebuild
-
-        prebuild([by_name[n] for n in args.steps.split(",")], torch.bfloat16, print, "cuda")
-    for name in args.steps.split(","):
-        w = steps.build(by_name[name], torch.bfloat16, "cuda")
-        inputs = w.make_inputs(0)
-        for b in args.baselines.split(","):
-            fn = baselines.BASELINES[b].build(w, "cuda")
-            call = lambda fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
-            for _ in range(5):
-                call()
-            print(f"\n== {name} {b}: host {measure.host_ms(call, 'cuda', args.n) * 1e3:7.1f} us per step")
-            print_syncs(call)
-            prof = cProfile.Profile()
-            torch.cuda.synchronize()
-            prof.enable()
-            for _ in range(args.n):
-                call()
-            prof.disable()
-            torch.cuda.synchronize()
-            for key in ("tottime", "cumulative"):
-                out = io.StringIO()
-                pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
-                text = out.getvalue()
-                print(text[text.find("   ncalls"):])
+    for name, b, call in warmed_calls(args.steps.split(","), args.baselines.split(",")):
+        print(f"\n== {name} {b}: host {measure.host_ms(call, 'cuda', args.n) * 1e3:7.1f} us per step")
+        print_syncs(call)
+        prof = cProfile.Profile()
+        torch.cuda.synchronize()
+        prof.enable()
+        for _ in range(args.n):
+            call()
+        prof.disable()
+        torch.cuda.synchronize()
+        for key in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
+            text = out.getvalue()
+            print(text[text.find("   ncalls"):])
 
 
 def print_syncs(call) -> None:

@@ -17,10 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from step_host import warmed_calls  # scripts/, beside this file
 from torch.profiler import ProfilerActivity, profile
 
-from evt.bench import baselines, measure, steps
-from evt.bench.plan import all_cases
+from evt.bench import measure
 
 STEPS_TRACED = 10
 
@@ -68,32 +68,20 @@ def main() -> None:
     ap.add_argument("--baselines", default="evt,compile")
     ap.add_argument("--trace", default=None, help="folder for the chrome traces")
     args = ap.parse_args()
-    by_name = {c.name: c for c in all_cases()}
-    if "evt" in args.baselines.split(","):
-        from evt.bench.prebuild import prebuild
-
-        prebuild([by_name[n] for n in args.steps.split(",")], torch.bfloat16, print, "cuda")
-    for name in args.steps.split(","):
-        w = steps.build(by_name[name], torch.bfloat16, "cuda")
-        inputs = w.make_inputs(0)
-        for b in args.baselines.split(","):
-            fn = baselines.BASELINES[b].build(w, "cuda")
-            call = lambda fn=fn, inputs=inputs: fn(*inputs)  # noqa: E731
-            for _ in range(5):
+    for name, b, call in warmed_calls(args.steps.split(","), args.baselines.split(",")):
+        depths = {n: measure.host_ms(call, "cuda", n) * 1e3 for n in (2, 10, 40)}
+        print(f"\n== {name} {b}: host us/step by steps enqueued: "
+              + ", ".join(f"{n}: {t:.0f}" for n, t in depths.items()))  # fmt: skip
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(STEPS_TRACED):
                 call()
-            depths = {n: measure.host_ms(call, "cuda", n) * 1e3 for n in (2, 10, 40)}
-            print(f"\n== {name} {b}: host us/step by steps enqueued: "
-                  + ", ".join(f"{n}: {t:.0f}" for n, t in depths.items()))  # fmt: skip
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for _ in range(STEPS_TRACED):
-                    call()
-                torch.cuda.synchronize()
-            folder = Path(args.trace or "/tmp")
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{name.replace('/', '_')}-{b}.json"
-            prof.export_chrome_trace(str(path))
-            print(summarise(json.loads(path.read_text()), STEPS_TRACED))
+        folder = Path(args.trace or "/tmp")
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name.replace('/', '_')}-{b}.json"
+        prof.export_chrome_trace(str(path))
+        print(summarise(json.loads(path.read_text()), STEPS_TRACED))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -91,3 +92,14 @@ CASES: dict[str, Case] = {
 }  # fmt: skip
 # casts are not compute nodes: a cast (`identity`) becomes the dtype of the node it rounds
 NOT_A_NODE = frozenset({"identity"})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def untrimmed():
+    """Imported by the catalog's tests: the regions as the partitioner picks them, since the
+    catalog is about what a kernel can compute; whether Inductor runs an op with less traffic
+    (`EVT_TRIM`) is tested elsewhere. (The clamp's comparison masks, read only by Inductor's
+    `logical_and`, would go back to Inductor.)"""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVT_TRIM", "0")
+        yield

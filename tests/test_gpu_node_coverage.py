@@ -17,7 +17,7 @@ import torch
 import evt
 from evt.runtime import dispatch
 from tests.graphs import rel_err
-from tests.node_catalog import CASES
+from tests.node_catalog import CASES, untrimmed  # noqa: F401  (untrimmed: autouse)
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_gpu_models import build_all
 
@@ -58,16 +58,6 @@ def capture(name: str) -> list[tuple]:
     report = evt.explain(lambda *a: step(model, model, list(a), probe), *inputs)
     assert report.regions, str(report)
     return [(r.spec, r.problem) for r in report.regions]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def untrimmed():
-    """The regions as the partitioner picks them: the catalog is about what a kernel can compute;
-    whether Inductor runs an op with less traffic (`EVT_TRIM`) is tested elsewhere. (The clamp's
-    comparison masks, read only by Inductor's `logical_and`, would go back to Inductor.)"""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVT_TRIM", "0")
-        yield
 
 
 @pytest.fixture(scope="module")

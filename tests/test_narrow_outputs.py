@@ -8,15 +8,9 @@ import warnings
 import torch
 
 import evt
-from evt.bench import ops, plan, steps
+from tests.graphs import explain_case
 
-
-def capture(name: str):
-    case = {c.name: c for c in plan.all_cases(small=True)}[name]
-    w = (steps if case.kind == "step" else ops).build(case, torch.bfloat16, "cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return evt.explain(w.target, *w.make_inputs(0))
+capture = explain_case
 
 
 def test_a_cast_only_region_is_dropped_and_a_residual_is_stored_narrow():

@@ -7,7 +7,7 @@ import torch
 import evt
 from evt import ir
 from tests.graphs import train_compare
-from tests.node_catalog import CASES, NOT_A_NODE
+from tests.node_catalog import CASES, NOT_A_NODE, untrimmed  # noqa: F401  (untrimmed: autouse)
 
 ROWS, DIM = 16, 32
 
@@ -28,16 +28,6 @@ def reached(name: str) -> tuple[set[str], set[str]]:
     report = evt.explain(step, x, *rest)
     nodes = [n for r in report.regions for n in r.spec.nodes]
     return {n.kind for n in nodes}, {n.op for n in nodes if isinstance(n, ir.Compute)}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def untrimmed():
-    """The regions as the partitioner picks them: the catalog is about what a kernel can compute;
-    whether Inductor runs an op with less traffic (`EVT_TRIM`) is tested elsewhere. (The clamp's
-    comparison masks, read only by Inductor's `logical_and`, would go back to Inductor.)"""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVT_TRIM", "0")
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,11 @@ clones that change the layout or feed the output stay."""
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch.fx import Graph
 
-import evt
-from evt.bench import plan, steps
 from evt.graph.eliminate_noop_clones import eliminate_noop_clones
+from tests.graphs import explain_case
 
 aten = torch.ops.aten
 
@@ -51,11 +48,7 @@ def test_only_a_contiguous_clone_read_by_ops_goes():
 
 
 def test_the_lm_heads_dgrad_takes_the_layernorm_backward():
-    case = {c.name: c for c in plan.all_cases(small=True)}["step/lm_head"]
-    w = steps.build(case, torch.bfloat16, "cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        report = evt.explain(w.target, *w.make_inputs(0))
+    report = explain_case("step/lm_head")
     (bwd,) = [r for r in report.regions if r.side == "backward"]
     assert bwd.anchor == "aten.mm" and bwd.fused.count("aten.sum") >= 2, bwd.fused
 

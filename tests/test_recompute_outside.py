@@ -4,15 +4,11 @@ instead of dY * gamma (fp32), and the step still trains like eager."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
-import evt
 from evt import ir
-from evt.bench import plan, steps
-from tests.graphs import train_compare
+from tests.graphs import explain_case, train_compare
 
 
 @pytest.fixture(autouse=True)
@@ -20,12 +16,8 @@ def on(monkeypatch):
     monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "1")
 
 
-def layernorm_backward_regions(name: str):
-    case = {c.name: c for c in plan.all_cases(small=True)}[name]
-    w = steps.build(case, torch.bfloat16, "cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        report = evt.explain(w.target, *w.make_inputs(0))
+def layernorm_backward_regions(name: str, dtype: torch.dtype = torch.bfloat16):
+    report = explain_case(name, dtype)
     return [r for r in report.regions if r.side == "backward" and r.fused.count("aten.sum") == 4]
 
 
@@ -46,12 +38,7 @@ def test_off_by_default(monkeypatch):
 
 def test_off_without_a_narrow_gemm_result():
     """fp32 steps have nothing narrower to store: the regions keep their outputs."""
-    case = {c.name: c for c in plan.all_cases(small=True)}["step/gpt2"]
-    w = steps.build(case, torch.float32, "cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        report = evt.explain(w.target, *w.make_inputs(0))
-    ln = [r for r in report.regions if r.side == "backward" and r.fused.count("aten.sum") == 4]
+    ln = layernorm_backward_regions("step/gpt2", torch.float32)
     assert ln and all(r.fused.count("aten.mul") == 4 for r in ln), [r.fused for r in ln]
 
 

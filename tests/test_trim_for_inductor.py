@@ -9,8 +9,8 @@ import warnings
 import torch
 
 import evt
-from evt.bench import plan, steps
 from evt.partition import trim_for_inductor as trim
+from tests.graphs import explain_case
 
 BF16 = dict(dtype=torch.bfloat16)
 
@@ -46,19 +46,13 @@ def test_an_activation_and_a_bias_gradient_stay():
     assert "aten.gelu" in fused["forward"], str(report)
 
 
-def gpt2_math():
-    case = {c.name: c for c in plan.all_cases(small=True)}["step/gpt2_math"]
-    w = steps.build(case, torch.bfloat16, "cpu")
-    return explain(w.target, *w.make_inputs(0))
-
-
 def test_attention_with_softmax_written_out(monkeypatch):
     """GPT-2 with attention written out: the dP GEMM of softmax's backward is left to cuBLAS and
     Inductor; the scores keep their scale and mask, the MLP its GELU backward and bias gradient,
     both LayerNorm backwards their statistics. (With heads read in place, the dP GEMM would
     become a GEMM-only region that frees a copy; off here to see the trim's reason.)"""
     monkeypatch.setenv("EVT_NESTED_BATCH", "0")
-    report = gpt2_math()
+    report = explain_case("step/gpt2_math")
     fused = [(r.side, r.anchor, r.fused) for r in report.regions]
     backward = [f for side, _, f in fused if side == "backward"]
     assert ["aten.mul", "aten.where"] in [f for side, _, f in fused if side == "forward"], fused
@@ -82,7 +76,6 @@ def test_traffic_counts_a_read_inductor_would_make_again():
     region = evt.partition.Region(anchor, (anchor, mul), "forward")
     readers = trim._group_readers(region, set(region.nodes))
     one = 64 * 48 * 4
-    outside = trim._Outside(set(region.nodes))
-    fused = trim.traffic(anchor, {mul}, {mul}, readers, outside)
-    unfused = trim.traffic(anchor, set(), {mul}, readers, outside)
+    fused = trim.traffic(anchor, {mul}, {mul}, readers, set(region.nodes))
+    unfused = trim.traffic(anchor, set(), {mul}, readers, set(region.nodes))
     assert fused - unfused == one, (fused, unfused)

@@ -38,9 +38,10 @@ def recompute_outside(graph: Graph, regions: list[Region]) -> list[Region]:
 def _recompute(graph: Graph, region: Region) -> Region:
     nodes = list(region.nodes)
     for u in region.outputs():
-        chain = _chain(u, set(nodes), region.anchor)
-        if chain is None:
+        found = _chain(u, set(nodes), region.anchor)
+        if found is None:
             continue
+        chain = [n for n in nodes if n in found]  # region nodes are in graph order
         external = [x for x in u.users if x not in nodes]
         copies: dict[Node, Node] = {}
         with graph.inserting_after(u):
@@ -56,8 +57,8 @@ def _recompute(graph: Graph, region: Region) -> Region:
 
 
 def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
-    """The region's pointwise nodes from one narrow region value to `u` (graph order), or None
-    when `u` is not worth recomputing outside."""
+    """The region's pointwise nodes from the narrow GEMM result to `u`, or None when `u` is not
+    worth recomputing outside."""
     val = u.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or is_reduction(u):
         return None
@@ -82,7 +83,7 @@ def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
             elif _full(a, val.shape):
                 return None  # an aux load the outside would read again: no gain
     ok = roots == {anchor} and _full(anchor, val.shape) and anchor.meta["val"].dtype in NARROW
-    return sorted(chain, key=_order(u)) if ok else None
+    return chain if ok else None
 
 
 def _full(n: Node, shape) -> bool:
@@ -92,7 +93,3 @@ def _full(n: Node, shape) -> bool:
         return False
     return v.numel() == torch.Size(shape).numel()
 
-
-def _order(u: Node):
-    index = {n: i for i, n in enumerate(u.graph.nodes)}
-    return lambda n: index[n]

@@ -61,14 +61,13 @@ def _trim(region: Region, max_aux: int, taken: set[Node]) -> Region:
     if not epilogue or any(is_reduction(n) for n in epilogue):
         return region  # reductions are what only an epilogue can fuse: they stay (see the doc)
     readers = _group_readers(region, taken)
-    outside = _Outside(taken)
-    best, best_cost = epilogue, traffic(region.anchor, epilogue, epilogue, readers, outside)
+    best, best_cost = epilogue, traffic(region.anchor, epilogue, epilogue, readers, taken)
     # the model is rough: only a gain of a quarter pass over the GEMM's output counts
     threshold = nbytes(region.anchor) // 4
     while best:
         options = [best - {s} for s in _sinks(region, best)] + [set()]
         costed = [
-            (traffic(region.anchor, o, epilogue, readers, outside), len(o), o) for o in options
+            (traffic(region.anchor, o, epilogue, readers, taken), len(o), o) for o in options
         ]
         costed = [c for c in costed if _fits(region, c[2], max_aux)]
         if not costed:
@@ -83,21 +82,15 @@ def _trim(region: Region, max_aux: int, taken: set[Node]) -> Region:
                   region.side)  # fmt: skip
 
 
-class _Outside:
-    """Which producers an Inductor kernel may inline: none of a region's nodes (evt computes them)."""
-
-    def __init__(self, taken: set[Node]):
-        self.taken = taken
-
-
 def traffic(
-    anchor: Node, kept: set[Node], epilogue: set[Node], readers: set[Node], outside: _Outside
+    anchor: Node, kept: set[Node], epilogue: set[Node], readers: set[Node], taken: set[Node]
 ) -> int:
     """Bytes moved by the kernel (anchor + `kept`) and by Inductor's kernels over the rest of
     the epilogue plus `readers`, besides what both choices move alike (the GEMM's operands, the
-    readers' other outputs' readers beyond the group)."""
+    readers' other outputs' readers beyond the group). `taken`: the regions' nodes, which an
+    Inductor kernel cannot inline (evt computes them)."""
     group = (epilogue - kept) | readers
-    return _moved({anchor, *kept}, skip=anchor) + _inductor(group, outside.taken - group)
+    return _moved({anchor, *kept}, skip=anchor) + _inductor(group, taken - group)
 
 
 def _inductor(group: set[Node], fused: set[Node]) -> int:

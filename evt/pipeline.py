@@ -13,6 +13,7 @@ from collections.abc import Callable
 from torch.fx import Graph
 
 from evt import debug
+from evt.codegen import profit
 from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
@@ -34,7 +35,7 @@ from evt.partition.free_head_copies import free_head_copies
 from evt.partition.narrow_outputs import narrow_outputs
 from evt.partition.recompute_outside import recompute_outside
 from evt.partition.restore_head_copies import restore_head_copies
-from evt.partition.trim_for_inductor import trim_for_inductor
+from evt.partition.trim_for_inductor import inductor_savings, trim_for_inductor
 from evt.report import (
     GraphReport,
     RegionReport,
@@ -43,7 +44,7 @@ from evt.report import (
     op_name,
     saved_for_backward,
 )
-from evt.runtime import guards
+from evt.runtime import dispatch, guards
 
 Pass = Callable[[Graph], Graph]
 
@@ -100,12 +101,20 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     for n in given_back:
         why[n] = "its epilogue moves fewer bytes in Inductor's kernel with the ops after it"
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
+    taken = {n for r in regions for n in r.nodes}
 
     def keep_region(region, built) -> bool:
         vals = [n.meta.get("val") for n in built.inputs]
         if reason := guards.shape_reason(built.spec, vals):
             why[region.anchor] = f"its kernel cannot take these shapes: {reason}"
             return False
+        if keep is None and all(map(guards.static_cuda, vals)):  # max-autotune measures
+            problem = dispatch.problem_hint(built.spec, vals)
+            slower = profit.slower_reason(built.spec, problem, inductor_savings(region, taken))
+            if slower:
+                why[region.anchor] = slower
+                debug.log(1, f"region {built.spec.name}: {slower}")
+                return False
         if keep is None or keep(region, built):
             return True
         why[region.anchor] = "max-autotune: its fused kernel was not faster than the unfused path"

@@ -56,6 +56,15 @@ def trim_for_inductor(graph: Graph, regions: list[Region], max_aux: int = 4) -> 
     return out
 
 
+def inductor_savings(region: Region, taken: set[Node]) -> int:
+    """Bytes the region's epilogue saves against Inductor running it (with the region's
+    same-side readers, as `traffic` models them); `taken`: every region's nodes."""
+    epilogue = set(region.epilogue)
+    readers = _group_readers(region, taken)
+    unfused = traffic(region.anchor, set(), epilogue, readers, taken)
+    return max(unfused - traffic(region.anchor, epilogue, epilogue, readers, taken), 0)
+
+
 def _trim(region: Region, max_aux: int, taken: set[Node]) -> Region:
     epilogue = set(region.epilogue)
     if not epilogue or any(is_reduction(n) for n in epilogue):

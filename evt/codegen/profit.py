@@ -1,0 +1,72 @@
+"""Default mode's profitability check: does a region's fused kernel beat cuBLAS plus Inductor?
+
+An epilogue can slow the main loop it rides on: it runs after each tile's main loop in a
+cooperative kernel, and some epilogues restrict the tile (two or more reductions over M keep
+their partials in local memory at any tile but 128x64, `config.row_reduction_tier`). Where the
+GEMM is long in K that restriction costs far more than the epilogue saves: measured on an H100,
+the LM head's dgrad (8192 x 768 x 50304) with LayerNorm's backward in its epilogue took 1482 us
+at 128x64 where cuBLAS took 793 us and Inductor's LayerNorm-backward kernels ~40 us.
+
+The wave model's absolute epilogue costs are too rough to weigh a whole epilogue against
+Inductor's kernel (the activation epilogues it would call slow run 1.07-1.8x torch.compile), so
+the check weighs only what the restriction costs: before a region is lowered, `slower_reason`
+compares, with `config.estimate` at the region's problem shape,
+- the fused kernel at the heuristic's first config (the restriction applied), against
+- the same epilogue at the best config without the restriction (a stand-in for the GEMM and
+  the epilogue's work, wherever it runs) plus the time Inductor's kernels take for the memory
+  traffic the fusion saves (`trim_for_inductor.inductor_savings`) and one more launch.
+The region stays unfused where the fused kernel is predicted slower by more than `MARGIN`; a
+region whose first config is also its unrestricted best always stays fused. max-autotune
+measures instead (`evt.runtime.autotune`). `EVT_PROFIT=0` turns the check off.
+"""
+
+from __future__ import annotations
+
+import os
+
+from evt.codegen.config import _has_erf, _has_statistic, estimate, heuristic
+from evt.ir import KernelSpec
+
+# One 128x256x64 k-block on one SM at cuBLAS's speed (H100: 8192 x 768 x 50304 in 793 us is
+# 150,915 k-blocks over 132 SMs: 0.69 us each) and HBM bandwidth as achieved (H100 3.35 TB/s
+# peak; ~3.0 in Inductor's streaming kernels). The H200's faster memory makes saved bytes
+# worth less: this errs toward keeping regions there.
+UNIT_US = 0.69
+BYTES_PER_US = 3.0e6
+LAUNCH_US = 3.0  # one more kernel on the unfused path (Inductor's), on the GPU's timeline
+MARGIN = 0.05  # of the unfused path's time: the model is rough; near-ties stay fused
+
+
+def enabled() -> bool:
+    return os.environ.get("EVT_PROFIT", "1") != "0"
+
+
+def times_us(spec: KernelSpec, problem: tuple[int, int, int, int], saved_bytes: int):
+    """(fused, unfused) predicted microseconds of `spec` at `problem` = (M, N, K, L) as the
+    module's doc models them, or None where no tile fits the epilogue (the build reports
+    that)."""
+    ranked = heuristic(spec, *problem)
+    if not ranked:
+        return None
+    free = min(ranked, key=lambda c: (_last(spec, c), estimate(spec, c, *problem)))
+    fused, unrestricted = (estimate(spec, c, *problem) * UNIT_US for c in (ranked[0], free))
+    return fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US
+
+
+def slower_reason(spec: KernelSpec, problem, saved_bytes: int) -> str | None:
+    """Why `spec`'s fused kernel should not replace the unfused path at `problem`, else None
+    (None too where the check is off or the shape is unknown)."""
+    if not enabled() or problem is None or min(problem) <= 0:
+        return None
+    t = times_us(spec, problem, saved_bytes)
+    if t is None or t[0] <= t[1] * (1 + MARGIN):
+        return None
+    ranked = heuristic(spec, *problem)
+    return (f"predicted slower fused ({t[0]:.0f} us at {ranked[0].label}) than cuBLAS + "
+            f"Inductor ({t[1]:.0f} us) at (M, N, K, L) = {tuple(problem)}: its epilogue "
+            "restricts the tile more than the bytes it saves are worth (EVT_PROFIT=0 keeps it)")  # fmt: skip
+
+
+def _last(spec: KernelSpec, c) -> bool:
+    """The heuristic's second key: ping-pong ranks last for statistics and the exact GELU."""
+    return (_has_statistic(spec) or _has_erf(spec)) and c.schedule == "pingpong"

@@ -1,0 +1,103 @@
+"""Default mode's profitability check (`evt.codegen.profit`): a region whose epilogue forces a
+narrow tile (LayerNorm's backward: two reductions over M, `config.row_reduction_tier`) stays
+unfused where that costs more than the bytes it saves (the LM head's dgrad, K = 50304); regions
+whose first config is their unrestricted best always stay fused."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import evt
+from evt.codegen import config, profit
+from tests.graphs import explain_case
+
+LONG_K = (8192, 768, 50304, 1)  # the LM head's dgrad at GPT-2's vocabulary
+VIT = (12608, 768, 3072, 1)  # ViT-B's fc2 dgrad: 128x64 tiles fill 9 waves exactly
+
+
+def region_spec(case: str, side: str, fused_op: str):
+    report = explain_case(case)
+    return next(r.spec for r in report.regions if r.side == side and fused_op in r.fused)
+
+
+def test_layer_norm_backward_at_long_k_is_slower_fused():
+    spec = region_spec("step/lm_head", "backward", "aten.sum")
+    assert config.heuristic(spec, *LONG_K)[0].label.startswith("128x64x64")
+    fused, unfused = profit.times_us(spec, LONG_K, saved_bytes=30 << 20)
+    assert fused > unfused * (1 + profit.MARGIN), (fused, unfused)
+    reason = profit.slower_reason(spec, LONG_K, 30 << 20)
+    assert reason and "predicted slower fused" in reason and "50304" in reason, reason
+
+
+def test_where_the_narrow_tile_fills_the_waves_it_stays():
+    spec = region_spec("step/lm_head", "backward", "aten.sum")
+    assert profit.slower_reason(spec, VIT, 30 << 20) is None
+
+
+def test_saved_bytes_can_outweigh_the_restriction():
+    spec = region_spec("step/lm_head", "backward", "aten.sum")
+    fused, unfused = profit.times_us(spec, LONG_K, saved_bytes=0)
+    enough = int((fused - unfused + 10) * profit.BYTES_PER_US)
+    assert profit.slower_reason(spec, LONG_K, enough) is None
+
+
+@pytest.mark.parametrize("problem", [LONG_K, VIT, (512, 512, 64, 1), (8192, 50304, 768, 1)])
+def test_an_unrestricted_epilogue_always_stays(problem):
+    """GELU with a bias: nothing restricts its tile, so the model never prefers the unfused
+    path, however rough its epilogue costs are."""
+    spec = region_spec("step/mlp", "forward", "aten.gelu")
+    assert profit.slower_reason(spec, problem, saved_bytes=0) is None
+
+
+def test_off_switch(monkeypatch):
+    spec = region_spec("step/lm_head", "backward", "aten.sum")
+    monkeypatch.setenv("EVT_PROFIT", "0")
+    assert profit.slower_reason(spec, LONG_K, 0) is None
+
+
+class Head(nn.Module):
+    """LayerNorm, then a vocabulary projection: its dgrad carries LayerNorm's backward."""
+
+    def __init__(self, dim: int, vocab: int):
+        super().__init__()
+        self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, x):
+        return self.head(self.ln(x)).float().square().mean()
+
+
+def explain_head(device: str, rows: int, dim: int, vocab: int):
+    model = Head(dim, vocab).to(device, torch.bfloat16)
+    x = torch.randn(rows, dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return evt.explain(lambda x: model(x).backward(), x)
+
+
+def backward_regions(report):
+    return [r for r in report.regions if r.side == "backward"]
+
+
+def test_pipeline_leaves_the_lm_head_dgrad_to_cublas():
+    """Captured on "meta" (shapes as on CUDA, as the bench's prebuild does): the dgrad's region
+    is dropped with the model's reason; EVT_PROFIT=0 keeps it."""
+    report = explain_head("meta", 8192, 768, 50304)
+    assert backward_regions(report) == [], str(report)
+    why = dict((g, w) for g, _, w in report.unfused)
+    assert why["mm_2"].startswith("predicted slower fused"), why
+
+
+def test_pipeline_keeps_it_when_off(monkeypatch):
+    monkeypatch.setenv("EVT_PROFIT", "0")
+    (region,) = backward_regions(explain_head("meta", 8192, 768, 50304))
+    assert region.fused.count("aten.sum") == 4, region.fused
+
+
+def test_cpu_captures_are_not_judged():
+    """On the CPU the reference path runs every region: no kernel, no tile, nothing to judge."""
+    (region,) = backward_regions(explain_head("cpu", 64, 32, 96))
+    assert region.fused.count("aten.sum") == 4, region.fused

@@ -24,6 +24,7 @@ from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
 from evt.graph.layouts import why_not_anchor
 from evt.graph.lower_regions import lower_regions
+from evt.graph.one_hot_scatters import rewrite_one_hot_scatters
 from evt.graph.read_heads_in_place import read_heads_in_place
 from evt.graph.recognize_statistics import recognize_statistics
 from evt.graph.restore_statistics import restore_statistics
@@ -57,6 +58,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("split_full_means", split_full_means),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("fold_gemm_operands", fold_gemm_operands),
+    ("rewrite_one_hot_scatters", rewrite_one_hot_scatters),
     ("read_heads_in_place", read_heads_in_place),
     ("recognize_statistics", recognize_statistics),
 ]

@@ -5,6 +5,11 @@ g's shape ([M, N], or [L, M, N] for a batched GEMM), and every input it reads is
 (an aux tensor or a row/column vector). Without this pruning the ILP has a variable per
 (GEMM, node) pair and explodes on real graphs.
 
+A node computed from row/column broadcasts alone (`broadcast_tree`: cross-entropy's one-hot,
+`iota(N) == target`, see `evt/graph/one_hot_scatters.py`) is a candidate too where a candidate
+reads it: it is not downstream of the GEMM, but the epilogue computes it per element as cheaply
+as it would load it. The ILP lets it join only a region that holds one of its readers.
+
 A reduction or statistic of an [M, N] candidate (`REDUCTION_OPS`: a sum or max over M, N or
 both, softmax's sum of exp, a mean or var over N) is terminal: its value is complete only after
 the kernel, so the walk does not continue through it. A candidate that reads it (loading it as a
@@ -65,6 +70,11 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
             continue
         c.nodes.append(node)
         c.must_join[node] = [a for a in unloadable if a is not anchor]
+        for a in args:
+            for b in [] if a in reach else broadcast_tree(a, anchor, shape) or []:
+                if b not in c.must_join:
+                    c.nodes.append(b)
+                    c.must_join[b] = []
         if is_reduction(node):
             continue
         reach.add(node)
@@ -72,7 +82,27 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
             if u not in seen:
                 seen.add(u)
                 heapq.heappush(heap, (order[u], u))
+    c.nodes.sort(key=order.__getitem__)
     return c
+
+
+BROADCASTS = ("row_broadcast", "col_broadcast")
+
+
+def broadcast_tree(node: Node, anchor: Node, shape: tuple[int, ...]) -> list[Node] | None:
+    """`node` and its producers if `node` is an [M, N] value an epilogue computes from row and
+    column broadcasts (and numbers) alone, through ops of `anchor`'s side; else None."""
+    if not isinstance(node, Node) or not _eligible(node, anchor, shape) or is_reduction(node):
+        return None
+    out = [node]
+    for a in tensor_args(epilogue_expr(node)):
+        if load_kind(a.meta.get("val"), *shape) in BROADCASTS:
+            continue
+        below = broadcast_tree(a, anchor, shape)
+        if below is None:
+            return None
+        out += below
+    return out
 
 
 def _eligible(node: Node, anchor: Node, shape: tuple[int, ...]) -> bool:

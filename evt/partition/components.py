@@ -18,7 +18,7 @@ from torch.fx import Node
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import is_reduction
 from evt.graph.layouts import load_kind
-from evt.partition.candidates import Candidates
+from evt.partition.candidates import Candidates, broadcast_tree
 from evt.report import nbytes
 
 
@@ -52,6 +52,7 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
         for n in c.nodes:
             g.add_node(n, role="node", **_attrs(n, inside))
             _flag(g, c.anchor, n, cand=True)
+            g.nodes[n]["free"] = broadcast_tree(n, c.anchor, c.shape) is not None
     for c in cands:
         for n in c.nodes:
             _add_inputs(g, n, c.shape, inside)
@@ -64,7 +65,7 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
         data["pos"] = order[n]  # graph order: lets the cache try the obvious mapping first
         data["label"] = ":".join(
             str(data.get(k, ""))
-            for k in ("role", "target", "bytes", "escapes", "aux", "saved", "reduction")
+            for k in ("role", "target", "bytes", "escapes", "aux", "saved", "reduction", "free")
         )
     for _, _, data in g.edges(data=True):
         data["label"] = ":".join(k for k in ("fx", "load", "cand", "path") if data.get(k))

@@ -6,7 +6,7 @@ Variables: x[a,n] node n joins GEMM a's region (only for candidates: reachabilit
 s[a,u,v] both ends of data edge (u,v) in region a; w[u] u's output never reaches global memory;
 l[a,p] region a loads aux tensor p; o[a,u] region a stores u; P[n] ordering potential.
 Constraints: one region per node; a member reads at least one value of its region (downstream of
-the GEMM) and shares the region of every input it cannot load; no reduction shares its region with
+the GEMM; a member computed from broadcasts alone is read by one instead) and shares the region of every input it cannot load; no reduction shares its region with
 a reader of it (reductions are terminal); MTZ-style potentials (equal inside
 a region, +1 along every edge that crosses regions or leaves the component) keep the graph of
 regions acyclic; aux loads + aux stores <= capacity; optionally, the activation memory fused
@@ -99,7 +99,11 @@ def _downstream_and_must_join(m, g, anchors, cands) -> None:
     for a in anchors:
         for n in cands[a]:
             preds = [p for p in g.predecessors(n) if g.edges[p, n].get("fx")]
-            m.problem += m.x[a, n] <= pulp.lpSum(member(m, a, p) for p in preds)
+            if g.nodes[n].get("free"):  # computed from broadcasts: only beside a reader of it
+                readers = [v for v in g.successors(n) if g.edges[n, v].get("fx")]
+                m.problem += m.x[a, n] <= pulp.lpSum(member(m, a, v) for v in readers)
+            else:
+                m.problem += m.x[a, n] <= pulp.lpSum(member(m, a, p) for p in preds)
             for p in preds:
                 if not g.edges[p, n].get("load"):
                     m.problem += m.x[a, n] <= member(m, a, p)

@@ -12,6 +12,7 @@ from torch.fx import Graph, Node
 from evt.errors import PartitionError
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import load_kind
+from evt.partition.candidates import BROADCASTS
 from evt.partition.contract import is_acyclic
 from evt.partition.region import Region
 
@@ -61,7 +62,7 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
         if _value_shape(n, expr) != shape:
             raise PartitionError(f"{where}: {n.name} works on shape {_value_shape(n, expr)}")
         args = tensor_args(expr)
-        if not any(a in inside for a in args):
+        if not any(a in inside for a in args) and not _from_broadcasts(args, shape):
             raise PartitionError(f"{where}: {n.name} is not downstream of the GEMM in the region")
         if any(a in inside and is_reduction(a) for a in args):
             raise PartitionError(f"{where}: {n.name} reads a reduction of its own region, which "
@@ -70,6 +71,12 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
             if a not in r.nodes and load_kind(a.meta.get("val"), *shape) is None:
                 raise PartitionError(f"{where}: {n.name} reads {a.name}, which no load can read")
         inside.add(n)
+
+
+def _from_broadcasts(args: list[Node], shape: tuple) -> bool:
+    """Whether a member that reads nothing of its region reads only row/column broadcasts (an
+    epilogue computes it per element: `candidates.broadcast_tree`)."""
+    return all(load_kind(a.meta.get("val"), *shape) in BROADCASTS for a in args)
 
 
 def _value_shape(n: Node, expr) -> tuple:

@@ -1,0 +1,100 @@
+"""Cross-entropy's one-hot in the epilogue: `scatter_add` of one value per row becomes a compare of
+the column index with the row's target (`evt/graph/one_hot_scatters.py`), and nodes computed from
+broadcasts alone join the region of their reader (`candidates.broadcast_tree`)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+import evt
+from evt.backend import evt_backend
+from evt.bench.patterns import ce_backward
+from tests.graphs import explain_case
+
+aten = torch.ops.aten
+BF16 = dict(dtype=torch.bfloat16)
+
+
+def inputs(m=64, n=96, k=32, device="cpu"):
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(m, k, generator=g, **BF16), torch.randn(n, k, generator=g, **BF16)
+    t = torch.randint(0, n, (m,), generator=g)
+    lse = torch.logsumexp((x @ w.t()).float(), dim=1)
+    return [a.to(device) for a in (x, w, t, lse)]
+
+
+def explain(f, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return evt.explain(f, *args)
+
+
+def test_a_scatter_not_after_a_gemm_stays():
+    """The scatter reads an input, not a GEMM's result: Inductor keeps its own scatter."""
+
+    def f(x, w, p, t):
+        return (x @ w.t()).float() * p.scatter_add(1, t[:, None], torch.full_like(p[:, :1], -1.0))
+
+    x, w, t, _ = inputs()
+    report = explain(f, x, w, torch.rand(x.shape[0], w.shape[0]), t)
+    fused = [op for r in report.regions for op in r.fused]
+    assert "aten.eq" not in fused and "aten.where" not in fused, fused
+
+
+def test_the_whole_gradient_is_one_region():
+    report = explain_case("ce_backward/gpt2")
+    (region,) = report.regions
+    for op in ("aten.exp", "aten.eq", "aten.where", "aten.add", "aten.div"):
+        assert op in region.fused, region.fused
+    assert region.fused[-1] == "prims.convert_element_type"  # stores the bf16 gradient
+    assert report.unfused == [], report.unfused
+
+
+def exact(x, w, t, lse) -> torch.Tensor:
+    g = torch.exp(x.double() @ w.double().t() - lse.double()[:, None])
+    g[torch.arange(x.shape[0]), t] -= 1
+    return g / x.shape[0]
+
+
+def test_reference_path_matches_eager():
+    """Against float64: evt's error is no worse than eager's bf16 one (the epilogue keeps the
+    logits in fp32 where eager rounds them to bf16 before the exp, so evt's is smaller)."""
+    args = inputs()
+    want, eager = exact(*args), ce_backward(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(ce_backward, backend=evt_backend, options={"rest": "eager"})(*args)
+    err = (got.double() - want).abs().max().item()
+    assert err <= (eager.double() - want).abs().max().item(), err
+    assert err < 2e-4, err
+    # the one-hot is there: most targets' columns are (probability - 1) / M, about -1 / M
+    rows = torch.arange(args[0].shape[0])
+    assert (got.float()[rows, args[2]] < -0.5 / len(rows)).float().mean() > 0.5
+
+
+def test_rows_wider_than_float32_integers_stay_unfused():
+    """N > 2**24: a float32 column index would round, so the scatter stays with Inductor (meta
+    tensors: shapes only)."""
+    m, n, k = 16, 2**24 + 16, 32
+    x, w = torch.empty(m, k, device="meta", **BF16), torch.empty(n, k, device="meta", **BF16)
+    t = torch.empty(m, dtype=torch.int64, device="meta")
+    lse = torch.empty(m, device="meta")
+    report = explain(ce_backward, x, w, t, lse)
+    fused = [op for r in report.regions for op in r.fused]
+    assert "aten.eq" not in fused and "aten.add" not in fused, fused
+
+
+def test_a_broadcast_only_node_needs_its_reader_in_the_region():
+    """`where(iota == t, -1, 0)` read only by an op no epilogue runs (atan2) stays outside."""
+
+    def f(x, w, t):
+        y = x @ w.t()
+        hit = torch.arange(y.shape[1], dtype=torch.float32) == t[:, None].float()
+        return torch.atan2(y.float(), torch.where(hit, -1.0, 0.0)) + y.float()
+
+    x, w, t, _ = inputs()
+    report = explain(f, x, w, t)
+    fused = [op for r in report.regions for op in r.fused]
+    assert "aten.eq" not in fused and "aten.where" not in fused, fused

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from evt.codegen.config import _has_erf, _has_statistic, estimate, heuristic
+from evt.codegen.config import estimate, heuristic, unrestricted_key
 from evt.ir import KernelSpec
 
 # One 128x256x64 k-block on one SM at cuBLAS's speed (H100: 8192 x 768 x 50304 in 793 us is
@@ -48,7 +48,7 @@ def times_us(spec: KernelSpec, problem: tuple[int, int, int, int], saved_bytes: 
     ranked = heuristic(spec, *problem)
     if not ranked:
         return None
-    free = min(ranked, key=lambda c: (_last(spec, c), estimate(spec, c, *problem)))
+    free = min(ranked, key=lambda c: unrestricted_key(spec, c, *problem))
     fused, unrestricted = (estimate(spec, c, *problem) * UNIT_US for c in (ranked[0], free))
     return fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US
 
@@ -65,8 +65,3 @@ def slower_reason(spec: KernelSpec, problem, saved_bytes: int) -> str | None:
     return (f"predicted slower fused ({t[0]:.0f} us at {ranked[0].label}) than cuBLAS + "
             f"Inductor ({t[1]:.0f} us) at (M, N, K, L) = {tuple(problem)}: its epilogue "
             "restricts the tile more than the bytes it saves are worth (EVT_PROFIT=0 keeps it)")  # fmt: skip
-
-
-def _last(spec: KernelSpec, c) -> bool:
-    """The heuristic's second key: ping-pong ranks last for statistics and the exact GELU."""
-    return (_has_statistic(spec) or _has_erf(spec)) and c.schedule == "pingpong"

@@ -48,7 +48,7 @@ def _store_narrow(graph: Graph, region: Region) -> Region:
         if not _widens(c, inside) or not any(u in inside for u in c.users):
             continue
         external = [u for u in c.users if u not in inside]
-        if not _foldable(external):
+        if not foldable(external):
             continue
         narrow = c.args[0]
         with graph.inserting_before(c):
@@ -82,11 +82,11 @@ VIEWS = {
 
 
 def _only_outside(c: Node, inside: set[Node]) -> bool:
-    """Every reader of `c` is outside the region and folds the cast (`_foldable`)."""
-    return not any(u in inside for u in c.users) and _foldable(list(c.users))
+    """Every reader of `c` is outside the region and folds the cast (`foldable`)."""
+    return not any(u in inside for u in c.users) and foldable(list(c.users))
 
 
-def _foldable(readers: list[Node]) -> bool:
+def foldable(readers: list[Node]) -> bool:
     """Each reader (seen through views) is an op Inductor folds a cast into: not the graph's
     output, not a GEMM."""
     todo, seen = list(readers), set()

@@ -21,7 +21,7 @@ import torch
 from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction
-from evt.partition.narrow_outputs import NARROW, VIEWS, _foldable
+from evt.partition.narrow_outputs import NARROW, VIEWS, foldable
 from evt.partition.region import Region
 
 MAX_CHAIN = 4  # pointwise ops copied per output
@@ -63,7 +63,7 @@ def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
     if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or is_reduction(u):
         return None
     readers = [x for x in u.users if x not in inside]
-    if not readers or not _foldable(readers):
+    if not readers or not foldable(readers):
         return None
     chain, roots, todo = [], set(), [u]
     while todo:

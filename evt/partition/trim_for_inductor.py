@@ -30,7 +30,7 @@ from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
-from evt.partition.validate import GEMM_TARGETS, _aux_tensors
+from evt.partition.validate import GEMM_TARGETS, aux_tensors
 from evt.report import nbytes
 
 OVER_M = ("row_sum", "row_max", "scalar_sum", "scalar_max")  # CUTLASS's naming: N-vectors, scalars
@@ -215,4 +215,4 @@ def _sinks(region: Region, kept: set[Node]) -> list[Node]:
 
 def _fits(region: Region, kept: set[Node], max_aux: int) -> bool:
     nodes = tuple(n for n in region.nodes if n is region.anchor or n in kept)
-    return _aux_tensors(Region(region.anchor, nodes, region.side)) <= max_aux
+    return aux_tensors(Region(region.anchor, nodes, region.side)) <= max_aux

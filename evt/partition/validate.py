@@ -40,8 +40,8 @@ def validate(graph: Graph, regions: list[Region], max_aux: int = 4) -> None:
             raise PartitionError(f"{where}: shares nodes with another region")
         seen.update(r.nodes)
         _check_region(r, where, backward)
-        if _aux_tensors(r) > max_aux:
-            raise PartitionError(f"{where}: {_aux_tensors(r)} aux loads+stores > {max_aux}")
+        if aux_tensors(r) > max_aux:
+            raise PartitionError(f"{where}: {aux_tensors(r)} aux loads+stores > {max_aux}")
     if not is_acyclic(graph, [r.nodes for r in regions]):
         raise PartitionError("the graph of contracted regions has a cycle")
 
@@ -86,7 +86,7 @@ def _value_shape(n: Node, expr) -> tuple:
     return tuple(x.meta["val"].shape)
 
 
-def _aux_tensors(r: Region) -> int:
+def aux_tensors(r: Region) -> int:
     """Full-size (TMA) loads plus stores besides D (reductions need no shared memory)."""
     inside = set(r.nodes)
     shape = tuple(r.anchor.meta["val"].shape)

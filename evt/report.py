@@ -48,11 +48,10 @@ def size_hint(x, fallback: int = 4096) -> int:
     """A concrete value for a possibly symbolic size, without adding a guard."""
     if isinstance(x, int):
         return x
-    from torch.fx.experimental import symbolic_shapes as ss
-
-    hint = getattr(ss, "optimization_hint", None) or getattr(ss, "hint_int", None)
+    # a SymInt's own hint (torch 2.11's hint_int warns that it is deprecated; 2.13 renamed it)
+    hint = getattr(getattr(x, "node", None), "hint", None)
     try:
-        return int(hint(x, fallback=fallback)) if hint else fallback
+        return int(hint) if hint is not None else fallback
     except Exception:  # noqa: BLE001 - an unbacked size: any positive guess will do
         return fallback
 

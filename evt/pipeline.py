@@ -1,7 +1,8 @@
 """The pipeline: the one place that lists evt's passes, in order.
 
-    graph passes -> partition -> narrow outputs -> restore head copies -> free head copies
-    -> validate -> lower regions -> cleanup passes -> verify
+    graph passes -> partition -> narrow outputs -> recompute outside (opt-in) -> trim for
+    Inductor -> restore head copies -> free head copies -> validate -> lower regions (each
+    region's shape guards and, by default, its profitability check) -> cleanup passes -> verify
 
 Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
 """

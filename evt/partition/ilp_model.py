@@ -6,8 +6,9 @@ Variables: x[a,n] node n joins GEMM a's region (only for candidates: reachabilit
 s[a,u,v] both ends of data edge (u,v) in region a; w[u] u's output never reaches global memory;
 l[a,p] region a loads aux tensor p; o[a,u] region a stores u; P[n] ordering potential.
 Constraints: one region per node; a member reads at least one value of its region (downstream of
-the GEMM; a member computed from broadcasts alone is read by one instead) and shares the region of every input it cannot load; no reduction shares its region with
-a reader of it (reductions are terminal); MTZ-style potentials (equal inside
+the GEMM; a member computed from broadcasts alone is read by one instead) and shares the region
+of every input it cannot load; no reduction shares its region with a reader of it (reductions
+are terminal); MTZ-style potentials (equal inside
 a region, +1 along every edge that crosses regions or leaves the component) keep the graph of
 regions acyclic; aux loads + aux stores <= capacity; optionally, the activation memory fused
 forward values add for the backward <= a budget. Objective: maximize the global-memory bytes

@@ -98,3 +98,25 @@ def test_a_broadcast_only_node_needs_its_reader_in_the_region():
     report = explain(f, x, w, t)
     fused = [op for r in report.regions for op in r.fused]
     assert "aten.eq" not in fused and "aten.where" not in fused, fused
+
+
+def test_a_per_row_source_is_a_column_broadcast():
+    """`src` a tensor (a per-row weight, e.g. zero for ignored targets) rather than a constant:
+    read as a column broadcast; the result matches eager."""
+
+    def f(x, w, t, lse, weight):
+        p = torch.exp((x @ w.t()).float() - lse[:, None])
+        return (p.scatter_add(1, t[:, None], -weight[:, None]) / x.shape[0]).to(x.dtype)
+
+    x, w, t, lse = inputs()
+    weight = (torch.arange(x.shape[0]) % 3 != 0).float()  # every third row ignored
+    report = explain(f, x, w, t, lse, weight)
+    (region,) = report.regions
+    assert "aten.eq" in region.fused and "aten.where" in region.fused, region.fused
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(f, backend=evt_backend, options={"rest": "eager"})(x, w, t, lse, weight)
+    want = torch.exp(x.double() @ w.double().t() - lse.double()[:, None])
+    want[torch.arange(x.shape[0]), t] -= weight.double()
+    err = (got.double() - want / x.shape[0]).abs().max().item()
+    assert err < 2e-4, err

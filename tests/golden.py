@@ -52,9 +52,20 @@ def _linear_statistics(kind: str):
     return lambda: (_step(LinearStatistics(kind).bfloat16(), out), (x,))
 
 
+def _ce_backward_one_hot():
+    """The logits' gradient recomputed from x, W and the log-sum-exp, its one-hot compared with
+    the column index in the epilogue (`rewrite_one_hot_scatters`)."""
+    from evt.bench.patterns import ce_backward
+
+    x, w = torch.randn(64, 32, dtype=BF16), torch.randn(96, 32, dtype=BF16)
+    t = torch.randint(0, 96, (64,))
+    return ce_backward, (x, w, t, torch.logsumexp((x @ w.t()).float(), dim=1))
+
+
 GRAPHS = {"mlp": _mlp, "linear_gelu_tanh": _linear_gelu_tanh, "arith": _arith,
           "linear_cross_entropy": _linear_statistics("cross_entropy"),
-          "linear_layer_norm": _linear_statistics("layer_norm")}  # fmt: skip
+          "linear_layer_norm": _linear_statistics("layer_norm"),
+          "ce_backward_one_hot": _ce_backward_one_hot}  # fmt: skip
 
 
 def generate(name: str) -> dict[str, str]:

@@ -7,15 +7,15 @@ kernel evt_f0_mm
   unsqueeze = ColBroadcast(in2, f32)
   sub = Compute(sub; convert_element_type_2, unsqueeze) -> f32
   exp = Compute(exp; sub) -> f32
-  convert_element_type_default = RowBroadcast(in3, f32)
-  convert_element_type_default_1 = ColBroadcast(in4, f32)
-  eq_tensor = Compute(eq; convert_element_type_default, convert_element_type_default_1) -> f32
-  where_scalar_c1 = ScalarBroadcast(-1.0)
-  where_scalar_c2 = ScalarBroadcast(0.0)
-  where_scalar = Compute(where; eq_tensor, where_scalar_c1, where_scalar_c2) -> f32
-  add_tensor = Compute(add; exp, where_scalar) -> f32
+  column_index = RowBroadcast(in3, f32)
+  target_index = ColBroadcast(in4, f32)
+  one_hot = Compute(eq; column_index, target_index) -> f32
+  one_hot_value_c1 = ScalarBroadcast(-1.0)
+  one_hot_value_c2 = ScalarBroadcast(0.0)
+  one_hot_value = Compute(where; one_hot, one_hot_value_c1, one_hot_value_c2) -> f32
+  plus_one_hot = Compute(add; exp, one_hot_value) -> f32
   div_c1 = ScalarBroadcast(64.0)
-  div = Compute(div; add_tensor, div_c1) -> f32
+  div = Compute(div; plus_one_hot, div_c1) -> f32
   convert_element_type_3 = Compute(identity; div) -> bf16
   D = convert_element_type_3 -> out0 (bf16)
 */
@@ -90,38 +90,38 @@ using evt_sub = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::minus, float, Eleme
 using evt_exp = fusion::Sm90EVT<fusion::Sm90Compute<evt::Exp, float, ElementCompute, kRound>,
     evt_sub>;
 
-// convert_element_type_default: RowBroadcast(input 3, f32)
-using evt_convert_element_type_default = fusion::Sm90RowBroadcast<0, TileShape, float, ElementCompute,
+// column_index: RowBroadcast(input 3, f32)
+using evt_column_index = fusion::Sm90RowBroadcast<0, TileShape, float, ElementCompute,
     cute::Stride<cute::_0, cute::_1, int64_t>>;
 
-// convert_element_type_default_1: ColBroadcast(input 4, f32)
-using evt_convert_element_type_default_1 = fusion::Sm90ColBroadcast<0, TileShape, float, ElementCompute,
+// target_index: ColBroadcast(input 4, f32)
+using evt_target_index = fusion::Sm90ColBroadcast<0, TileShape, float, ElementCompute,
     cute::Stride<cute::_1, cute::_0, int64_t>>;
 
-// eq_tensor: Compute eq(convert_element_type_default, convert_element_type_default_1) -> f32
-using evt_eq_tensor = fusion::Sm90EVT<fusion::Sm90Compute<evt::Equal, float, ElementCompute, kRound>,
-    evt_convert_element_type_default, evt_convert_element_type_default_1>;
+// one_hot: Compute eq(column_index, target_index) -> f32
+using evt_one_hot = fusion::Sm90EVT<fusion::Sm90Compute<evt::Equal, float, ElementCompute, kRound>,
+    evt_column_index, evt_target_index>;
 
-// where_scalar_c1: ScalarBroadcast -1.0
-using evt_where_scalar_c1 = fusion::Sm90ScalarBroadcast<ElementCompute>;
+// one_hot_value_c1: ScalarBroadcast -1.0
+using evt_one_hot_value_c1 = fusion::Sm90ScalarBroadcast<ElementCompute>;
 
-// where_scalar_c2: ScalarBroadcast 0.0
-using evt_where_scalar_c2 = fusion::Sm90ScalarBroadcast<ElementCompute>;
+// one_hot_value_c2: ScalarBroadcast 0.0
+using evt_one_hot_value_c2 = fusion::Sm90ScalarBroadcast<ElementCompute>;
 
-// where_scalar: Compute where(eq_tensor, where_scalar_c1, where_scalar_c2) -> f32
-using evt_where_scalar = fusion::Sm90EVT<fusion::Sm90Compute<evt::Where, float, ElementCompute, kRound>,
-    evt_eq_tensor, evt_where_scalar_c1, evt_where_scalar_c2>;
+// one_hot_value: Compute where(one_hot, one_hot_value_c1, one_hot_value_c2) -> f32
+using evt_one_hot_value = fusion::Sm90EVT<fusion::Sm90Compute<evt::Where, float, ElementCompute, kRound>,
+    evt_one_hot, evt_one_hot_value_c1, evt_one_hot_value_c2>;
 
-// add_tensor: Compute add(exp, where_scalar) -> f32
-using evt_add_tensor = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>,
-    evt_exp, evt_where_scalar>;
+// plus_one_hot: Compute add(exp, one_hot_value) -> f32
+using evt_plus_one_hot = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, ElementCompute, kRound>,
+    evt_exp, evt_one_hot_value>;
 
 // div_c1: ScalarBroadcast 64.0
 using evt_div_c1 = fusion::Sm90ScalarBroadcast<ElementCompute>;
 
-// div: Compute div(add_tensor, div_c1) -> f32
+// div: Compute div(plus_one_hot, div_c1) -> f32
 using evt_div = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::divides, float, ElementCompute, kRound>,
-    evt_add_tensor, evt_div_c1>;
+    evt_plus_one_hot, evt_div_c1>;
 
 // convert_element_type_3: Compute identity(div) -> bf16
 using evt_convert_element_type_3 = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, cutlass::bfloat16_t, ElementCompute, kRound>,
@@ -169,10 +169,10 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   ok = load_stride(strides_of(output_strides, 0), M, N, L, stride_d) && ok;
   cute::Stride<cute::_1, cute::_0, int64_t> evt_unsqueeze_stride{};
   ok = load_stride(strides_of(input_strides, 2), M, N, L, evt_unsqueeze_stride) && ok;
-  cute::Stride<cute::_0, cute::_1, int64_t> evt_convert_element_type_default_stride{};
-  ok = load_stride(strides_of(input_strides, 3), M, N, L, evt_convert_element_type_default_stride) && ok;
-  cute::Stride<cute::_1, cute::_0, int64_t> evt_convert_element_type_default_1_stride{};
-  ok = load_stride(strides_of(input_strides, 4), M, N, L, evt_convert_element_type_default_1_stride) && ok;
+  cute::Stride<cute::_0, cute::_1, int64_t> evt_column_index_stride{};
+  ok = load_stride(strides_of(input_strides, 3), M, N, L, evt_column_index_stride) && ok;
+  cute::Stride<cute::_1, cute::_0, int64_t> evt_target_index_stride{};
+  ok = load_stride(strides_of(input_strides, 4), M, N, L, evt_target_index_stride) && ok;
   if (!ok) {
     return kStrideMismatch;
   }
@@ -187,19 +187,19 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
       evt_convert_element_type_2_args, evt_unsqueeze_args, {}};
   evt_exp::Arguments evt_exp_args{
       evt_sub_args, {}};
-  evt_convert_element_type_default::Arguments evt_convert_element_type_default_args{in_ptr<float>(inputs, 3), float(0), evt_convert_element_type_default_stride};
-  evt_convert_element_type_default_1::Arguments evt_convert_element_type_default_1_args{in_ptr<float>(inputs, 4), float(0), evt_convert_element_type_default_1_stride};
-  evt_eq_tensor::Arguments evt_eq_tensor_args{
-      evt_convert_element_type_default_args, evt_convert_element_type_default_1_args, {}};
-  evt_where_scalar_c1::Arguments evt_where_scalar_c1_args{{static_cast<float>(-1.0)}};
-  evt_where_scalar_c2::Arguments evt_where_scalar_c2_args{{static_cast<float>(0.0)}};
-  evt_where_scalar::Arguments evt_where_scalar_args{
-      evt_eq_tensor_args, evt_where_scalar_c1_args, evt_where_scalar_c2_args, {}};
-  evt_add_tensor::Arguments evt_add_tensor_args{
-      evt_exp_args, evt_where_scalar_args, {}};
+  evt_column_index::Arguments evt_column_index_args{in_ptr<float>(inputs, 3), float(0), evt_column_index_stride};
+  evt_target_index::Arguments evt_target_index_args{in_ptr<float>(inputs, 4), float(0), evt_target_index_stride};
+  evt_one_hot::Arguments evt_one_hot_args{
+      evt_column_index_args, evt_target_index_args, {}};
+  evt_one_hot_value_c1::Arguments evt_one_hot_value_c1_args{{static_cast<float>(-1.0)}};
+  evt_one_hot_value_c2::Arguments evt_one_hot_value_c2_args{{static_cast<float>(0.0)}};
+  evt_one_hot_value::Arguments evt_one_hot_value_args{
+      evt_one_hot_args, evt_one_hot_value_c1_args, evt_one_hot_value_c2_args, {}};
+  evt_plus_one_hot::Arguments evt_plus_one_hot_args{
+      evt_exp_args, evt_one_hot_value_args, {}};
   evt_div_c1::Arguments evt_div_c1_args{{static_cast<float>(64.0)}};
   evt_div::Arguments evt_div_args{
-      evt_add_tensor_args, evt_div_c1_args, {}};
+      evt_plus_one_hot_args, evt_div_c1_args, {}};
   evt_convert_element_type_3::Arguments evt_convert_element_type_3_args{
       evt_div_args, {}};
   CustomEVT::Arguments const& evt_args = evt_convert_element_type_3_args;
@@ -282,5 +282,5 @@ EVT_EXPORT size_t evt_evt_f0_mm_workspace(int M, int N, int K, int L) {
 }
 
 EVT_EXPORT char const* evt_evt_f0_mm_signature() {
-  return "evt_f0_mm;128x256x64_c1x1_cooperative;{\"d\":\"convert_element_type_3\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"mm_acc\"},{\"args\":[\"mm_acc\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_2\",\"op\":\"identity\"},{\"dtype\":\"f32\",\"input\":2,\"kind\":\"col_broadcast\",\"name\":\"unsqueeze\"},{\"args\":[\"convert_element_type_2\",\"unsqueeze\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"sub\",\"op\":\"sub\"},{\"args\":[\"sub\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"exp\",\"op\":\"exp\"},{\"dtype\":\"f32\",\"input\":3,\"kind\":\"row_broadcast\",\"name\":\"convert_element_type_default\"},{\"dtype\":\"f32\",\"input\":4,\"kind\":\"col_broadcast\",\"name\":\"convert_element_type_default_1\"},{\"args\":[\"convert_element_type_default\",\"convert_element_type_default_1\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"eq_tensor\",\"op\":\"eq\"},{\"kind\":\"scalar\",\"name\":\"where_scalar_c1\",\"value\":-1.0},{\"kind\":\"scalar\",\"name\":\"where_scalar_c2\",\"value\":0.0},{\"args\":[\"eq_tensor\",\"where_scalar_c1\",\"where_scalar_c2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"where_scalar\",\"op\":\"where\"},{\"args\":[\"exp\",\"where_scalar\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"add_tensor\",\"op\":\"add\"},{\"kind\":\"scalar\",\"name\":\"div_c1\",\"value\":64.0},{\"args\":[\"add_tensor\",\"div_c1\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"div\",\"op\":\"div\"},{\"args\":[\"div\"],\"dtype\":\"bf16\",\"kind\":\"compute\",\"name\":\"convert_element_type_3\",\"op\":\"identity\"}],\"num_inputs\":5}";
+  return "evt_f0_mm;128x256x64_c1x1_cooperative;{\"d\":\"convert_element_type_3\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"mm_acc\"},{\"args\":[\"mm_acc\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_2\",\"op\":\"identity\"},{\"dtype\":\"f32\",\"input\":2,\"kind\":\"col_broadcast\",\"name\":\"unsqueeze\"},{\"args\":[\"convert_element_type_2\",\"unsqueeze\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"sub\",\"op\":\"sub\"},{\"args\":[\"sub\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"exp\",\"op\":\"exp\"},{\"dtype\":\"f32\",\"input\":3,\"kind\":\"row_broadcast\",\"name\":\"column_index\"},{\"dtype\":\"f32\",\"input\":4,\"kind\":\"col_broadcast\",\"name\":\"target_index\"},{\"args\":[\"column_index\",\"target_index\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"one_hot\",\"op\":\"eq\"},{\"kind\":\"scalar\",\"name\":\"one_hot_value_c1\",\"value\":-1.0},{\"kind\":\"scalar\",\"name\":\"one_hot_value_c2\",\"value\":0.0},{\"args\":[\"one_hot\",\"one_hot_value_c1\",\"one_hot_value_c2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"one_hot_value\",\"op\":\"where\"},{\"args\":[\"exp\",\"one_hot_value\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"plus_one_hot\",\"op\":\"add\"},{\"kind\":\"scalar\",\"name\":\"div_c1\",\"value\":64.0},{\"args\":[\"plus_one_hot\",\"div_c1\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"div\",\"op\":\"div\"},{\"args\":[\"div\"],\"dtype\":\"bf16\",\"kind\":\"compute\",\"name\":\"convert_element_type_3\",\"op\":\"identity\"}],\"num_inputs\":5}";
 }

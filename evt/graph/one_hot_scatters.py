@@ -77,20 +77,20 @@ def _rewrite(graph: Graph, node: Node) -> None:
     value = _constant(src)
     device = x.meta["val"].device
     with graph.inserting_before(node):
-        iota = _add(graph, node, "columns", prims.iota.default, (N,), dict(
+        iota = new_node(graph, node, "columns", prims.iota.default, (N,), dict(
             start=0, step=1, dtype=torch.int64, device=device, requires_grad=False))  # fmt: skip
         f32 = torch.float32
-        iota = _add(graph, node, "column_index", prims.convert_element_type.default, (iota, f32))
-        target = _add(graph, node, "target_index", prims.convert_element_type.default, (index, f32))
-        hit = _add(graph, node, "one_hot", aten.eq.Tensor, (iota, target))
+        iota = new_node(graph, node, "column_index", prims.convert_element_type.default, (iota, f32))
+        target = new_node(graph, node, "target_index", prims.convert_element_type.default, (index, f32))
+        hit = new_node(graph, node, "one_hot", aten.eq.Tensor, (iota, target))
         if value is not None:
-            picked = _add(graph, node, "one_hot_value", aten.where.Scalar, (hit, value, 0.0))
+            picked = new_node(graph, node, "one_hot_value", aten.where.Scalar, (hit, value, 0.0))
         else:
-            picked = _add(graph, node, "one_hot_value", aten.where.ScalarOther, (hit, src, 0.0))
+            picked = new_node(graph, node, "one_hot_value", aten.where.ScalarOther, (hit, src, 0.0))
         if picked.meta["val"].dtype != x.meta["val"].dtype:
-            picked = _add(graph, node, "one_hot_value", prims.convert_element_type.default,
+            picked = new_node(graph, node, "one_hot_value", prims.convert_element_type.default,
                           (picked, x.meta["val"].dtype))  # fmt: skip
-        out = _add(graph, node, "plus_one_hot", aten.add.Tensor, (x, picked))
+        out = new_node(graph, node, "plus_one_hot", aten.add.Tensor, (x, picked))
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     if isinstance(src, Node) and not src.users:
@@ -105,13 +105,18 @@ def _constant(src) -> float | None:
     return None
 
 
-def _add(graph: Graph, like: Node, name: str, target, args: tuple, kwargs: dict | None = None) -> Node:
+def new_node(graph: Graph, like: Node, name: str, target, args: tuple, kwargs: dict | None = None) -> Node:
     """A new node beside `like` (its side and stack), named for the generated code, with its
     fake value."""
     n = graph.create_node("call_function", target, args, kwargs or {}, name=name)
     n.meta.update({k: v for k, v in like.meta.items() if k != "val"})
-    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-    mode = detect_fake_mode([like.meta.get("val"), *(v for v in vals if isinstance(v, torch.Tensor))])
-    with mode or contextlib.nullcontext():
-        n.meta["val"] = target(*vals, **(kwargs or {}))
+    n.meta["val"] = fake_result(n, like)
     return n
+
+
+def fake_result(n: Node, like: Node | None = None):
+    """`n`'s value computed on its inputs' fake values (in their fake mode, or `like`'s)."""
+    vals = [a.meta["val"] if isinstance(a, Node) else a for a in n.args]
+    seen = [(like or n).meta.get("val"), *(v for v in vals if isinstance(v, torch.Tensor))]
+    with detect_fake_mode(seen) or contextlib.nullcontext():
+        return n.target(*vals, **n.kwargs)

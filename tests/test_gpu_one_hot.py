@@ -34,3 +34,23 @@ def test_ce_backward_one_kernel(monkeypatch, m, n, k):
     assert err <= 1.5 * (eager.double() - want).abs().max().item() + 1e-7, err
     rows = torch.arange(m, device="cuda")
     torch.testing.assert_close(got.double()[rows, t], want[rows, t], rtol=2e-2, atol=2 / m / 256)
+
+
+def test_f_one_hot_gradient_one_kernel(monkeypatch):
+    """`softmax - F.one_hot(t, N)` (`rewrite_index_compares`): one kernel, verified per launch."""
+    from tests.test_index_compares import grad_one_hot
+
+    monkeypatch.setenv("EVT_VERIFY", "1")
+    m, n, k = 512, 32000, 128
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * k**-0.5
+    t = torch.randint(0, n, (m,), device="cuda", generator=g)
+    lse = torch.logsumexp((x @ w.t()).float(), dim=1)
+    dispatch.reset()
+    torch._dynamo.reset()
+    got = torch.compile(grad_one_hot, backend=evt_backend)(x, w, t, lse)
+    assert dispatch.FALLBACKS == {} and len(dispatch.LAUNCHES) == 1, dict(dispatch.LAUNCHES)
+    want, eager = exact(x, w, t, lse), grad_one_hot(x, w, t, lse)
+    err = (got.double() - want).abs().max().item()
+    assert err <= 1.5 * (eager.double() - want).abs().max().item() + 1e-7, err

@@ -45,12 +45,18 @@ def times_us(spec: KernelSpec, problem: tuple[int, int, int, int], saved_bytes: 
     """(fused, unfused) predicted microseconds of `spec` at `problem` = (M, N, K, L) as the
     module's doc models them, or None where no tile fits the epilogue (the build reports
     that)."""
+    predicted = _predict(spec, problem, saved_bytes)
+    return None if predicted is None else predicted[:2]
+
+
+def _predict(spec: KernelSpec, problem, saved_bytes: int):
+    """(fused us, unfused us, the fused kernel's config), or None where no tile fits."""
     ranked = heuristic(spec, *problem)
     if not ranked:
         return None
     free = min(ranked, key=lambda c: unrestricted_key(spec, c, *problem))
     fused, unrestricted = (estimate(spec, c, *problem) * UNIT_US for c in (ranked[0], free))
-    return fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US
+    return fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US, ranked[0]
 
 
 def slower_reason(spec: KernelSpec, problem, saved_bytes: int) -> str | None:
@@ -58,10 +64,10 @@ def slower_reason(spec: KernelSpec, problem, saved_bytes: int) -> str | None:
     (None too where the check is off or the shape is unknown)."""
     if not enabled() or problem is None or min(problem) <= 0:
         return None
-    t = times_us(spec, problem, saved_bytes)
-    if t is None or t[0] <= t[1] * (1 + MARGIN):
+    predicted = _predict(spec, problem, saved_bytes)
+    if predicted is None or predicted[0] <= predicted[1] * (1 + MARGIN):
         return None
-    ranked = heuristic(spec, *problem)
-    return (f"predicted slower fused ({t[0]:.0f} us at {ranked[0].label}) than cuBLAS + "
-            f"Inductor ({t[1]:.0f} us) at (M, N, K, L) = {tuple(problem)}: its epilogue "
+    fused, unfused, config = predicted
+    return (f"predicted slower fused ({fused:.0f} us at {config.label}) than cuBLAS + "
+            f"Inductor ({unfused:.0f} us) at (M, N, K, L) = {tuple(problem)}: its epilogue "
             "restricts the tile more than the bytes it saves are worth (EVT_PROFIT=0 keeps it)")  # fmt: skip

@@ -19,11 +19,11 @@ from __future__ import annotations
 import torch
 from torch.fx import Graph, Node
 
-from evt.graph.one_hot_scatters import EXACT, fake_result, new_node
+from evt.graph.fake import fake_value, make_node, value
+from evt.graph.one_hot_scatters import EXACT, INTEGERS
 
 aten, prims = torch.ops.aten, torch.ops.prims
 FLOAT_ARITHMETIC = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.rsub.Tensor}
-INTEGERS = (torch.int64, torch.int32)
 
 
 def rewrite_index_compares(graph: Graph) -> Graph:
@@ -37,13 +37,9 @@ def rewrite_index_compares(graph: Graph) -> Graph:
     return graph
 
 
-def _val(a):
-    return a.meta.get("val") if isinstance(a, Node) else None
-
-
 def _iota_compare(node: Node) -> bool:
     """eq of an integer iota (through views) and an integer column of one value per row."""
-    vals = [_val(a) for a in node.args]
+    vals = [value(a) for a in node.args]
     if any(not isinstance(v, torch.Tensor) or v.dtype not in INTEGERS for v in vals):
         return False
     iotas = [a for a in node.args if _iota_extent(a) is not None]
@@ -62,8 +58,8 @@ def _iota_extent(a: Node) -> int | None:
 
 def _compare_in_float(graph: Graph, node: Node) -> None:
     with graph.inserting_before(node):
-        args = [new_node(graph, node, f"{a.name}_f32", prims.convert_element_type.default,
-                         (a, torch.float32)) for a in node.args]  # fmt: skip
+        args = [make_node(graph, prims.convert_element_type.default, (a, torch.float32), {},
+                          node, f"{a.name}_f32") for a in node.args]  # fmt: skip
     node.args = tuple(args)
 
 
@@ -71,14 +67,14 @@ def _cast_for_reader(node: Node) -> None:
     """convert(bool, integer) whose readers all add/subtract/multiply it into one float dtype:
     cast to that dtype instead (0 and 1 either way)."""
     x, dtype = node.args[:2]
-    xv = _val(x)
+    xv = value(x)
     if not isinstance(xv, torch.Tensor) or xv.dtype != torch.bool or dtype not in INTEGERS:
         return
-    results = {getattr(_val(u), "dtype", None) for u in node.users}
     if not node.users or any(u.target not in FLOAT_ARITHMETIC for u in node.users):
         return
+    results = {getattr(value(u), "dtype", None) for u in node.users}
     (float_dtype,) = results if len(results) == 1 else (None,)
     if not isinstance(float_dtype, torch.dtype) or not float_dtype.is_floating_point:
         return
     node.args = (x, float_dtype, *node.args[2:])
-    node.meta["val"] = fake_result(node)
+    node.meta["val"] = fake_value(node.target, node.args, node.kwargs)

@@ -12,11 +12,10 @@ drops `scalar_tensor` nodes left without users. Inductor lowers the Scalar overl
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
-from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
+
+from evt.graph.fake import fake_value
 
 aten = torch.ops.aten
 # which of where's value branches are numbers -> the overload
@@ -56,13 +55,7 @@ def _fold(node: Node) -> None:
         return
     args = (cond, *(v if v is not None else x for v, x in zip(values, (a, b))))
     val = node.meta.get("val")
-    if val is None or _result(target, args).dtype != val.dtype:
+    if val is None or fake_value(target, args).dtype != val.dtype:
         return
     node.target, node.args = target, args
 
-
-def _result(target, args) -> torch.Tensor:
-    vals = [a.meta["val"] if isinstance(a, Node) else a for a in args]
-    mode = detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
-    with mode or contextlib.nullcontext():
-        return target(*vals)

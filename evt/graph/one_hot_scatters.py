@@ -18,18 +18,17 @@ constant `full` becomes a number.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
-from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
 
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr
+from evt.graph.fake import make_node, value
 from evt.graph.fold_gemm_operands import GEMM
 
 aten, prims = torch.ops.aten, torch.ops.prims
 EXACT = 2**24  # float32 holds every integer up to here
+INTEGERS = (torch.int64, torch.int32)
 
 
 def rewrite_one_hot_scatters(graph: Graph) -> Graph:
@@ -42,14 +41,13 @@ def rewrite_one_hot_scatters(graph: Graph) -> Graph:
 
 def _one_hot(node: Node) -> bool:
     x, dim, index, src = node.args
-    vals = [a.meta.get("val") if isinstance(a, Node) else None for a in (x, index, src)]
+    xv, iv, sv = vals = [value(a) for a in (x, index, src)]
     if any(not isinstance(v, torch.Tensor) for v in vals):
         return False
-    xv, iv, sv = vals
     if xv.dim() != 2 or dim not in (1, -1) or not xv.dtype.is_floating_point:
         return False
     M, N = xv.shape
-    if not isinstance(N, int) or N > EXACT or iv.dtype not in (torch.int64, torch.int32):
+    if not isinstance(N, int) or N > EXACT or iv.dtype not in INTEGERS:
         return False
     if tuple(iv.shape) != (M, 1) or tuple(sv.shape) != (M, 1) or sv.dtype != xv.dtype:
         return False
@@ -74,23 +72,22 @@ def _from_gemm(x: Node, where: str) -> bool:
 def _rewrite(graph: Graph, node: Node) -> None:
     x, _, index, src = node.args
     N = x.meta["val"].shape[1]
-    value = _constant(src)
+    constant = _constant(src)
     device = x.meta["val"].device
     with graph.inserting_before(node):
-        iota = new_node(graph, node, "columns", prims.iota.default, (N,), dict(
-            start=0, step=1, dtype=torch.int64, device=device, requires_grad=False))  # fmt: skip
-        f32 = torch.float32
-        iota = new_node(graph, node, "column_index", prims.convert_element_type.default, (iota, f32))
-        target = new_node(graph, node, "target_index", prims.convert_element_type.default, (index, f32))
-        hit = new_node(graph, node, "one_hot", aten.eq.Tensor, (iota, target))
-        if value is not None:
-            picked = new_node(graph, node, "one_hot_value", aten.where.Scalar, (hit, value, 0.0))
+        iota = make_node(graph, prims.iota.default, (N,), dict(
+            start=0, step=1, dtype=torch.int64, device=device, requires_grad=False), node, "columns")  # fmt: skip
+        cast, f32 = prims.convert_element_type.default, torch.float32
+        iota = make_node(graph, cast, (iota, f32), {}, node, "column_index")
+        target = make_node(graph, cast, (index, f32), {}, node, "target_index")
+        hit = make_node(graph, aten.eq.Tensor, (iota, target), {}, node, "one_hot")
+        if constant is not None:
+            picked = make_node(graph, aten.where.Scalar, (hit, constant, 0.0), {}, node, "one_hot_value")
         else:
-            picked = new_node(graph, node, "one_hot_value", aten.where.ScalarOther, (hit, src, 0.0))
+            picked = make_node(graph, aten.where.ScalarOther, (hit, src, 0.0), {}, node, "one_hot_value")
         if picked.meta["val"].dtype != x.meta["val"].dtype:
-            picked = new_node(graph, node, "one_hot_value", prims.convert_element_type.default,
-                          (picked, x.meta["val"].dtype))  # fmt: skip
-        out = new_node(graph, node, "plus_one_hot", aten.add.Tensor, (x, picked))
+            picked = make_node(graph, cast, (picked, x.meta["val"].dtype), {}, node, "one_hot_value")
+        out = make_node(graph, aten.add.Tensor, (x, picked), {}, node, "plus_one_hot")
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     if isinstance(src, Node) and not src.users:
@@ -104,19 +101,3 @@ def _constant(src) -> float | None:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
     return None
 
-
-def new_node(graph: Graph, like: Node, name: str, target, args: tuple, kwargs: dict | None = None) -> Node:
-    """A new node beside `like` (its side and stack), named for the generated code, with its
-    fake value."""
-    n = graph.create_node("call_function", target, args, kwargs or {}, name=name)
-    n.meta.update({k: v for k, v in like.meta.items() if k != "val"})
-    n.meta["val"] = fake_result(n, like)
-    return n
-
-
-def fake_result(n: Node, like: Node | None = None):
-    """`n`'s value computed on its inputs' fake values (in their fake mode, or `like`'s)."""
-    vals = [a.meta["val"] if isinstance(a, Node) else a for a in n.args]
-    seen = [(like or n).meta.get("val"), *(v for v in vals if isinstance(v, torch.Tensor))]
-    with detect_fake_mode(seen) or contextlib.nullcontext():
-        return n.target(*vals, **n.kwargs)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import operator
-from contextlib import nullcontext
 
 import sympy
 import torch
@@ -30,6 +29,7 @@ from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr
+from evt.graph.fake import make_node
 
 aten = torch.ops.aten
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
@@ -167,8 +167,8 @@ def _sink_reduction(node: Node) -> bool:
         return False
     graph = node.graph
     with graph.inserting_before(node):
-        flat = _make(graph, node.target, (src, flat_dims[tuple(found)], keepdim), kwargs, node)
-        back = flat if tuple(flat.meta["val"].shape) == shape else _make(
+        flat = make_node(graph, node.target, (src, flat_dims[tuple(found)], keepdim), kwargs, node)
+        back = flat if tuple(flat.meta["val"].shape) == shape else make_node(
             graph, aten.view.default, (flat, sizes), {}, node)  # fmt: skip
     node.replace_all_uses_with(back)
     graph.erase_node(node)
@@ -214,19 +214,19 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
             if isinstance(d, tuple):  # ("sym_size", x, i): dimension i of x, a node of the graph
                 dim = d[1].meta["val"].shape[d[2]]
                 built = _size_from_inputs(graph, dim.node.expr, node)
-                return built if built is not None else _make(
+                return built if built is not None else make_node(
                     graph, aten.sym_size.int, (d[1], d[2]), {}, node)  # fmt: skip
             return d
 
         def arg(a):
             new = mapping.get(a, a) if isinstance(a, Node) else a
             if isinstance(new, tuple):
-                new = _make(graph, aten.view.default, (a, [size(d) for d in new[1]]), {}, node)
+                new = make_node(graph, aten.view.default, (a, [size(d) for d in new[1]]), {}, node)
             return new
 
         args = tuple(arg(a) for a in node.args)
-        flat = _make(graph, node.target, args, dict(node.kwargs), node)
-        back = _make(graph, aten.view.default, (flat, sizes), {}, node)
+        flat = make_node(graph, node.target, args, dict(node.kwargs), node)
+        back = make_node(graph, aten.view.default, (flat, sizes), {}, node)
     node.replace_all_uses_with(back)
     graph.erase_node(node)
     for a in mapping:  # a view only this node read is dead now: a GEMM must not store for it
@@ -249,26 +249,7 @@ def _size_from_inputs(graph: Graph, expr, like: Node):
     out = None
     for f in sorted(factors, key=lambda f: (f.is_Integer, str(f))):  # symbols first
         term = inputs[f] if f in inputs else int(f)
-        out = term if out is None else _make(graph, operator.mul, (out, term), {}, like)
+        out = term if out is None else make_node(graph, operator.mul, (out, term), {}, like)
     return out
 
 
-def _value(a):
-    """An argument with its nodes replaced by their values (a size list may hold sym_size
-    nodes)."""
-    if isinstance(a, Node):
-        return a.meta["val"]
-    if isinstance(a, (list, tuple)):
-        return type(a)(_value(v) for v in a)
-    return a
-
-
-def _make(graph: Graph, target, args, kwargs, like: Node) -> Node:
-    new = graph.call_function(target, args, kwargs)
-    vals = [_value(a) for a in args]
-    with detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)]) or nullcontext():
-        new.meta["val"] = target(*vals, **kwargs)
-    for key in ("evt_side", "stack_trace", "nn_module_stack"):
-        if key in like.meta:
-            new.meta[key] = like.meta[key]
-    return new

@@ -36,6 +36,7 @@ class Candidates:
     shape: tuple[int, ...]
     nodes: list[Node] = field(default_factory=list)  # graph order, anchor excluded
     must_join: dict[Node, list[Node]] = field(default_factory=dict)  # inputs that cannot be loaded
+    free: set[Node] = field(default_factory=set)  # computed from broadcasts alone (broadcast_tree)
 
     def members(self) -> list[Node]:
         return [self.anchor, *self.nodes]
@@ -71,7 +72,9 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
         c.nodes.append(node)
         c.must_join[node] = [a for a in unloadable if a is not anchor]
         for a in args:
-            for b in [] if a in reach else broadcast_tree(a, anchor, shape) or []:
+            tree = None if a in reach else broadcast_tree(a, anchor, shape)
+            for b in tree or []:
+                c.free.add(b)
                 if b not in c.must_join:
                     c.nodes.append(b)
                     c.must_join[b] = []

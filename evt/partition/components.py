@@ -18,7 +18,7 @@ from torch.fx import Node
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import is_reduction
 from evt.graph.layouts import load_kind
-from evt.partition.candidates import Candidates, broadcast_tree
+from evt.partition.candidates import Candidates
 from evt.report import nbytes
 
 
@@ -52,7 +52,7 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
         for n in c.nodes:
             g.add_node(n, role="node", **_attrs(n, inside))
             _flag(g, c.anchor, n, cand=True)
-            g.nodes[n]["free"] = broadcast_tree(n, c.anchor, c.shape) is not None
+            g.nodes[n]["free"] = any(n in other.free for other in cands)
     for c in cands:
         for n in c.nodes:
             _add_inputs(g, n, c.shape, inside)

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from evt.errors import CodegenError
-from evt.ir import ROW_STATISTICS, AuxLoad, AuxStore, KernelSpec, RowBroadcast, RowReduction
+from evt.ir import ROW_STATISTICS, AuxLoad, AuxStore, KernelSpec, RowBroadcast
 
 # schedule -> (mainloop kernel schedule, epilogue schedule, tile M granule)
 SCHEDULES = {
@@ -103,12 +103,12 @@ CANDIDATES = (
 def default_config(spec: KernelSpec) -> TileConfig:
     """128x256x64 cooperative while the epilogue's shared memory leaves it 3 mainloop stages;
     else the first narrower tile that keeps 2 (CUTLASS's minimum: the fuzzer found epilogues with
-    several fp32 aux tensors that leave 128x128 only one). Tiles where row reductions keep
-    their partials in local memory (`row_reduction_tier`) come after the others."""
+    several fp32 aux tensors that leave 128x128 only one), preferring one that keeps 3
+    (`stage_tier`)."""
     wide = TileConfig()
     usable = [c for c in (wide, *FALLBACK_TILES) if mainloop_stages(spec, c) >= (3 if c == wide else 2)]
     if usable:
-        return min(usable, key=lambda c: row_reduction_tier(spec, c))  # the first of the best tier
+        return min(usable, key=lambda c: stage_tier(spec, c))  # the first of the best tier
     raise CodegenError(
         f"kernel {spec.name}: its epilogue's shared memory leaves no tile 2 mainloop stages; "
         "the region runs unfused"
@@ -154,40 +154,43 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     the other group's main loop). `benchmarks/heuristic_score.py` scores this against every
     committed sweep: 0.988 of the measured best in geomean over 38 cases, 0.924 at worst."""
     fitting = [c for c in CANDIDATES if fits(spec, c)]
-    return sorted(fitting, key=lambda c: (row_reduction_tier(spec, c),
+    return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
 
 
-def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1):
-    """The heuristic's order without `row_reduction_tier`: ping-pong last for statistics and
-    the exact GELU, then the estimate (`evt.codegen.profit` weighs the tier against it)."""
+def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
+                     balanced: bool = False):
+    """The heuristic's order without `stage_tier`: ping-pong last for statistics and the exact
+    GELU, then the estimate (`evt.codegen.profit` weighs the tier against it)."""
     last = _has_statistic(spec) or _has_erf(spec)
-    return last and cfg.schedule == "pingpong", estimate(spec, cfg, M, N, K, L)
+    return last and cfg.schedule == "pingpong", estimate(spec, cfg, M, N, K, L, balanced)
 
 
-def row_reduction_tier(spec: KernelSpec, cfg: TileConfig) -> int:
-    """0 for the tiles CUTLASS's row reductions (sums over M) run well in, 1 for the others.
-    Each thread keeps a partial per column it touches across the tile's epilogue subtiles; at
-    tile N 128 ptxas put them in local memory (a 1072-byte stack), and on the H100
-    (scripts/spec_ablation.py) a dgrad with GELU' and one row reduction ran in 199 us at
-    128x128 against 111 us at 128x256 and 128 us at 128x64 (8192x3072x768), LayerNorm's
-    backward (two row and two column reductions) in 220-354 us at 128x128 (any epilogue tile,
-    either schedule) against 110 us at 128x64 (8192x768x3072; the bare GEMM 53 us). So: the
-    128x128 cooperative tile ranks after the others with one row reduction (the H200 sweep of
-    that pattern found 128x128 ping-pong and 128x256 cooperative best), anything but 128x64 with
-    two or more."""
-    rows = sum(isinstance(n, RowReduction) for n in spec.nodes)
-    if rows >= 2:
-        return 0 if (cfg.tile_m, cfg.tile_n) == (128, 64) else 1
-    return int(rows == 1 and (cfg.tile_m, cfg.tile_n, cfg.schedule) == (128, 128, "cooperative"))
+def stage_tier(spec: KernelSpec, cfg: TileConfig) -> int:
+    """0 where the epilogue's shared memory leaves the main loop 3 or more stages, 1 where it
+    leaves 2: two stages cannot hide the loads. On the H100 (scripts/spec_ablation.py,
+    `benchmarks/results/2026-11-22-H100-session10/`), LayerNorm's backward (an fp32 aux tensor,
+    fp32 D, two row and two column reductions) left 128x256 and 256x128 two stages and ran there
+    in 148-163 us against 84-107 us at 128x128 and 128x64 (8192x768x3072), 1677-2008 us
+    against 929-1519 us at 8192x768x50304.
+
+    (Until session 10 a tier here ranked tiles by row reduction: CUTLASS's tile reduction
+    indexed registers at run time at 128x128 and ptxas moved the epilogue's state to local
+    memory, 2-3x slower; `evt::Sm90RowReductionDeferred` now unrolls those loops and no
+    candidate uses local memory.)"""
+    return int(mainloop_stages(spec, cfg) < 3)
 
 
-def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1) -> float:
-    """A relative time of `spec` under `cfg` (the unit: one 128x256x64 k-block of math)."""
+def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
+             balanced: bool = False) -> float:
+    """A relative time of `spec` under `cfg` (the unit: one 128x256x64 k-block of math).
+    evt's persistent kernels run whole tiles, so a partial last wave costs a whole one;
+    `balanced` spreads the tiles' work evenly over the SMs past the first wave, as cuBLAS's
+    stream-K and split-K kernels do (`evt.codegen.profit`'s model of the unfused GEMM)."""
     tiles = math.ceil(M / cfg.tile_m) * math.ceil(N / cfg.tile_n) * max(L, 1)
     pingpong = cfg.schedule == "pingpong"
     slots = SM_COUNT * (2 if pingpong else 1)  # a ping-pong CTA holds a tile per warp group
-    waves = math.ceil(tiles / slots)
+    waves = max(tiles / slots, 1.0) if balanced else math.ceil(tiles / slots)
     area = cfg.tile_m * cfg.tile_n / (128 * 256)
     mainloop = area * math.ceil(K / cfg.tile_k) / _MAINLOOP[(cfg.tile_m, cfg.tile_n, cfg.schedule)]
     epilogue = area * epilogue_cost(spec)

@@ -1,22 +1,25 @@
 """Default mode's profitability check: does a region's fused kernel beat cuBLAS plus Inductor?
 
-An epilogue can slow the main loop it rides on: it runs after each tile's main loop in a
-cooperative kernel, and some epilogues restrict the tile (two or more reductions over M keep
-their partials in local memory at any tile but 128x64, `config.row_reduction_tier`). Where the
-GEMM is long in K that restriction costs far more than the epilogue saves: measured on an H100,
-the LM head's dgrad (8192 x 768 x 50304) with LayerNorm's backward in its epilogue took 1482 us
-at 128x64 where cuBLAS took 793 us and Inductor's LayerNorm-backward kernels ~40 us.
+Two things make a fused kernel slower than the GEMM alone besides its epilogue's own work: the
+epilogue's shared memory can leave the widest tiles too few main-loop stages
+(`config.stage_tier`: LayerNorm's backward, with an fp32 aux tensor and an fp32 D, runs at
+128x128), and evt's persistent kernels run whole tiles, so a partial last wave costs a whole
+one, where cuBLAS's stream-K and split-K kernels spread it over the SMs. At the LM head's dgrad
+(8192 x 768 x 50304: 192 tiles of 128x256 on 132 SMs) both hit: on an H100 the kernel with
+LayerNorm's backward took 985 us at 128x128 where cuBLAS took 790 us and Inductor's
+LayerNorm-backward kernels ~40 us.
 
 The wave model's absolute epilogue costs are too rough to weigh a whole epilogue against
 Inductor's kernel (the activation epilogues it would call slow run 1.07-1.8x torch.compile), so
-the check weighs only what the restriction costs: before a region is lowered, `slower_reason`
+the check puts the same epilogue on both sides: before a region is lowered, `slower_reason`
 compares, with `config.estimate` at the region's problem shape,
-- the fused kernel at the heuristic's first config (the restriction applied), against
-- the same epilogue at the best config without the restriction (a stand-in for the GEMM and
-  the epilogue's work, wherever it runs) plus the time Inductor's kernels take for the memory
-  traffic the fusion saves (`trim_for_inductor.inductor_savings`) and one more launch.
-The region stays unfused where the fused kernel is predicted slower by more than `MARGIN`; a
-region whose first config is also its unrestricted best always stays fused. max-autotune
+- the fused kernel at the heuristic's first config, whole waves, against
+- the same epilogue at the best config ignoring the stage tier, its partial wave spread over the
+  SMs (a stand-in for cuBLAS and the epilogue's work, wherever it runs), plus the time
+  Inductor's kernels take for the memory traffic the fusion saves
+  (`trim_for_inductor.inductor_savings`) and one more launch.
+The region stays unfused where the fused kernel is predicted slower by more than `MARGIN`;
+where its tiles fill the waves and nothing restricts the tile, it always stays. max-autotune
 measures instead (`evt.runtime.autotune`). `EVT_PROFIT=0` turns the check off.
 """
 
@@ -54,8 +57,9 @@ def _predict(spec: KernelSpec, problem, saved_bytes: int):
     ranked = heuristic(spec, *problem)
     if not ranked:
         return None
-    free = min(ranked, key=lambda c: unrestricted_key(spec, c, *problem))
-    fused, unrestricted = (estimate(spec, c, *problem) * UNIT_US for c in (ranked[0], free))
+    free = min(ranked, key=lambda c: unrestricted_key(spec, c, *problem, balanced=True))
+    fused = estimate(spec, ranked[0], *problem) * UNIT_US
+    unrestricted = estimate(spec, free, *problem, balanced=True) * UNIT_US
     return fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US, ranked[0]
 
 
@@ -69,5 +73,6 @@ def slower_reason(spec: KernelSpec, problem, saved_bytes: int) -> str | None:
         return None
     fused, unfused, config = predicted
     return (f"predicted slower fused ({fused:.0f} us at {config.label}) than cuBLAS + "
-            f"Inductor ({unfused:.0f} us) at (M, N, K, L) = {tuple(problem)}: its epilogue "
-            "restricts the tile more than the bytes it saves are worth (EVT_PROFIT=0 keeps it)")  # fmt: skip
+            f"Inductor ({unfused:.0f} us) at (M, N, K, L) = {tuple(problem)}: the tile its epilogue "
+            "leaves, or a partial last wave run whole, costs more than the fusion saves "
+            "(EVT_PROFIT=0 keeps it)")  # fmt: skip

@@ -482,6 +482,15 @@ namespace detail {
 constexpr int kFinishRows = 32;
 constexpr int kFinishSplits = 8;
 
+// fn(Int<Half>), fn(Int<Half / 2>), ..., fn(Int<1>): a halving loop NVVM always unrolls.
+template <int Half, class Fn>
+CUTLASS_DEVICE void for_each_halving(Fn&& fn) {
+  if constexpr (Half > 0) {
+    fn(cute::Int<Half>{});
+    for_each_halving<Half / 2>(fn);
+  }
+}
+
 template <class Stat, class ElementOutput>
 __global__ void __launch_bounds__(kFinishRows * kFinishSplits)
 finish_row_statistics(typename Stat::Partial const* partials, int64_t rows, int tiles_n, int M,
@@ -593,6 +602,135 @@ struct Sm90RowReductionDeferred
 
   // The finishing step (host): sum the partials the GEMM wrote, on `stream`.
   static cudaError_t finish(Arguments const& args, int M, int N, int L, cudaStream_t stream);
+
+  // CUTLASS's tile reduction with every loop over registers unrolled at compile time. Its
+  // shuffle halves a count at run time (`for (m = ...; m > 0; m /= 2) for (r < m)`) and its
+  // shared-memory step does the same over warps; where NVVM cannot unroll those (128x128 tiles:
+  // two lanes' columns per warp), registers are indexed at run time and the whole callback
+  // state moves to local memory (a 1392-byte stack for LayerNorm's backward, 2-3x slower
+  // epilogues on the H100). Same partials, same layout; warps are summed in order.
+  template <class ArgsTuple>
+  struct ConsumerStoreCallbacks : Base::template ConsumerStoreCallbacks<ArgsTuple> {
+    using Parent = typename Base::template ConsumerStoreCallbacks<ArgsTuple>;
+    using Parent::Parent;
+
+    template <int Half, class Frg, class LaneLayout, class Reduce>
+    CUTLASS_DEVICE static void swap_shuffle(Frg& frg, int lane_m, LaneLayout const& lanes,
+                                            Reduce const& reduce) {
+      if constexpr (Half > 0) {
+        using Fragment = cute::remove_cvref_t<decltype(frg(0))>;
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < Half; ++r) {
+          auto frg_a = frg(cute::_, r);
+          auto frg_b = frg(cute::_, r + Half);
+          CUTLASS_PRAGMA_UNROLL
+          for (int v = 0; v < cute::size(frg_a); ++v) {
+            // each half of the lanes keeps half of the values and takes the other half's share
+            if (not(lane_m & Half)) {
+              cutlass::swap(frg_a(v), frg_b(v));
+            }
+            uint64_t shuffled = reinterpret_cast<uint64_t&>(frg_a(v));
+            shuffled = __shfl_xor_sync(0xFFFFFFFF, shuffled, lanes(Half, cute::_0{}));
+            frg_a(v) = reduce(frg_b(v), reinterpret_cast<Fragment&>(shuffled));
+          }
+        }
+        swap_shuffle<Half / 2>(frg, lane_m, lanes, reduce);
+      }
+    }
+
+    template <class STensor, class SyncFn, class VTensor>
+    CUTLASS_DEVICE void reduce(STensor&& smem_buffer, SyncFn const& sync_fn, int epi_m, int epi_n,
+                               bool is_last_iteration, VTensor visit_results) {
+      using namespace cute;
+      if (not is_last_iteration) {
+        return;
+      }
+      auto& [ref_src, tCrRow, tCcRow, gRow_l, cRow, gBuf_ml, sBuf_layout, lane_layout_MN, lane_mn,
+             warp_layout_MN, warp_mn, tile_coord_mnkl, residue_cRow, residue_tCcRow, epi_tile,
+             tiled_copy, thread_idx] = this->args_tuple;
+      auto [m, n, k, l] = tile_coord_mnkl;
+      constexpr bool ReferenceSrc = decltype(ref_src)::value;
+      if (not elem_less(cRow(_0{}, _0{}), residue_cRow)) {
+        return;  // a CTA wholly outside the problem (in a partly outside cluster)
+      }
+      int lane_m = get<0>(lane_mn);
+
+      // 1. Across the lanes of a warp that hold the same columns
+      using FragmentShuffle = cutlass::Array<float, 2>;
+      Tensor tCrRow_frg = recast<FragmentShuffle>(filter(tCrRow));
+      ReduceFn<FragmentShuffle> reduce_shuffle{};  // sum or max, as the node asks
+      constexpr int kLanesM = decltype(size<0>(lane_layout_MN))::value;
+      constexpr int kPerLaneM = decltype(size(tCrRow_frg))::value / kLanesM;
+      if constexpr (kPerLaneM > 0) {
+        Tensor tCrRow_frg_ = logical_divide(tCrRow_frg, Int<kPerLaneM>{});  // (kPerLaneM, M)
+        swap_shuffle<decltype(size<1>(tCrRow_frg_))::value / 2>(tCrRow_frg_, lane_m,
+                                                                lane_layout_MN, reduce_shuffle);
+      } else {
+        auto lanes = lane_layout_MN;  // (a lambda cannot capture a structured binding in C++17)
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(tCrRow_frg); ++i) {
+          detail::for_each_halving<kLanesM / 2>([&](auto rows) {
+            uint64_t shuffled = reinterpret_cast<uint64_t&>(tCrRow_frg(i));
+            shuffled = __shfl_down_sync(0xFFFFFFFF, shuffled, lanes(rows, _0{}));
+            tCrRow_frg(i) = reduce_shuffle(tCrRow_frg(i), reinterpret_cast<FragmentShuffle&>(shuffled));
+          });
+        }
+      }
+
+      // 2. Across the warps that hold the same columns: through shared memory when there are
+      // several in M, into this M tile's row of partials
+      Tensor tCrRow_flt = filter(tCrRow);
+      constexpr int kFltPerLaneM = decltype(size(tCrRow_flt))::value / kLanesM;
+      if constexpr (decltype(size<0>(warp_layout_MN))::value <= 1) {
+        Tensor tCgBuf = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(gBuf_ml(_, _, m, l), epi_tile,
+                                                                  tiled_copy, thread_idx);
+        if constexpr (kPerLaneM > 0) {
+          Tensor tCgBuf_flt_ = logical_divide(filter(tCgBuf), Int<kFltPerLaneM>{});
+          copy_aligned(logical_divide(tCrRow_flt, Int<kFltPerLaneM>{})(_, _0{}), tCgBuf_flt_(_, lane_m));
+        } else if (lane_m == 0) {
+          copy_aligned(tCrRow, tCgBuf);
+        }
+        sync_fn();
+      } else {
+        Tensor sBuf = make_tensor(make_smem_ptr<float>(raw_pointer_cast(smem_buffer.data())), sBuf_layout);
+        static_assert(decltype(cosize(sBuf.layout()))::value * sizeof(float) <=
+                          decltype(cosize(smem_buffer.layout()))::value *
+                              sizeof(typename cute::remove_cvref_t<STensor>::value_type),
+                      "smem reduction buffer not large enough, use a larger epilogue tile");
+        sync_fn();
+        Tensor tCsBuf = cutlass::epilogue::fusion::sm90_partition_for_epilogue<ReferenceSrc>(sBuf(_, _, get<0>(warp_mn)), epi_tile,
+                                                                  tiled_copy, thread_idx);
+        if constexpr (kPerLaneM > 0) {
+          Tensor tCsBuf_flt_ = logical_divide(filter(tCsBuf), Int<kFltPerLaneM>{});
+          copy_aligned(logical_divide(tCrRow_flt, Int<kFltPerLaneM>{})(_, _0{}), tCsBuf_flt_(_, lane_m));
+        } else if (lane_m == 0) {
+          copy_aligned(tCrRow, tCsBuf);
+        }
+        sync_fn();
+
+        Tensor sBuf_flt = filter_zeros(sBuf);
+        Tensor gBuf_flt = filter(gBuf_ml(_, _, m, l));
+        constexpr int kCols = decltype(size<1>(sBuf_flt))::value;
+        constexpr int kWarpsM = decltype(size<0>(warp_layout_MN))::value;
+        for (int col = thread_idx; col < kCols; col += size(tiled_copy)) {
+          float sum = sBuf_flt(0, col, 0);
+          CUTLASS_PRAGMA_UNROLL
+          for (int w = 1; w < kWarpsM; ++w) {
+            sum = ReduceFn<float>{}(sum, sBuf_flt(0, col, w));
+          }
+          gBuf_flt(col) = sum;
+        }
+        sync_fn();
+      }
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::ConsumerStoreArgs<Args...> const& args) {
+    auto base = Base::template get_consumer_store_callbacks<ReferenceSrc>(args);
+    return ConsumerStoreCallbacks<decltype(base.args_tuple)>(cute::move(base.args_tuple), this->params);
+  }
 
   using Base::Base;
 };

@@ -19,7 +19,8 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 ARCH_FLAGS = ["-gencode=arch=compute_90a,code=sm_90a"]
 # -DNDEBUG matters: CUTLASS's device asserts serialize the wgmma pipeline (ptxas C7510).
 # -warn-lmem-usage: ptxas says when a kernel keeps data in local memory (LOCAL_MEMORY below), a
-# 2-3x slower epilogue on the H100 (row reductions at tile N 128: evt.codegen.config)
+# 2-3x slower epilogue on the H100 (CUTLASS's row reduction at 128x128 before
+# evt::Sm90RowReductionDeferred unrolled its loops)
 OPT_FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG",
              "-Xptxas=-warn-lmem-usage"]  # fmt: skip
 LOCAL_MEMORY = "Local memory used for function"

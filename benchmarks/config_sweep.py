@@ -8,7 +8,7 @@ The output ranks the configs per (pattern, shape) and says where `evt.codegen.co
 put the measured winner.
 
     python benchmarks/config_sweep.py [--patterns bias_relu,dgrad_gelu] [--json out.json]
-        [--configs LABELS] [--epilogue-tiles 64,128]   (epilogue subtile N: not yet a candidate)
+        [--configs LABELS] [--shapes 2048x768x3072,...] [--epilogue-tiles 64,128]   (epilogue subtile N: not yet a candidate)
         [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B)
 """
 
@@ -67,8 +67,11 @@ def main() -> None:
     p.add_argument("--functor", default="",
                    help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
                         "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form)")
+    p.add_argument("--shapes", default="",
+                   help="comma-separated MxNxK problems swept instead of each pattern's own")
     p.add_argument("--json")
     a = p.parse_args()
+    shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
     for item in filter(None, a.functor.split(",")):
         op, _, functor = item.partition("=")
         ir.COMPUTE_OPS[op] = dataclasses.replace(ir.COMPUTE_OPS[op], functor=functor)
@@ -92,7 +95,7 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             print(f"{name} {region} {cfg.label}: build failed: {str(e)[:300]}", flush=True)
             continue
-        for shape, (m, n, k) in ops.PATTERNS[name].shapes.items():
+        for shape, (m, n, k) in (shapes or ops.PATTERNS[name].shapes).items():
             x = make_inputs(spec, m, n, k, seed=1, device="cuda")
             got, want = kernel(x), reference.run(spec, x)
             err = max(

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from evt.codegen.config import PINGPONG, TileConfig, default_config, mainloop_stages
+from evt.codegen.config import PINGPONG, TileConfig, default_config, fits, mainloop_stages
 from evt.codegen.emit import c_identifier, render, signature
 from evt.codegen.visitor import plan_visitor
 from evt.errors import CodegenError
@@ -84,6 +84,26 @@ def test_tile_config_validation():
     with pytest.raises(CodegenError):
         TileConfig(schedule="stream-k")
     assert TileConfig(128, 128, 64, schedule="pingpong").label == "128x128x64_c1x1_pingpong"
+
+
+def test_stream_k_scheduler():
+    """A stream-K config names CUTLASS's stream-K scheduler, asks for its deterministic
+    reduction, and exists for cooperative kernels with a flat batch only."""
+    cfg = TileConfig(128, 128, 64, scheduler="streamk")
+    assert cfg.label == "128x128x64_c1x1_cooperative_sk"
+    text = render(specs.layer_norm_backward(), cfg)
+    assert "CollectiveEpilogue,\n    cutlass::gemm::StreamKScheduler>;" in text
+    assert "StreamK::ReductionMode::Deterministic" in text and cfg.label in text
+    plain = render(specs.layer_norm_backward(), TileConfig(128, 128, 64))
+    assert "cutlass::gemm::PersistentScheduler>;" in plain and "StreamK" not in plain
+    with pytest.raises(CodegenError, match="stream-K"):
+        TileConfig(128, 128, 64, schedule="pingpong", scheduler="streamk")
+    with pytest.raises(CodegenError, match="scheduler"):
+        TileConfig(scheduler="split-k")
+    nested = specs.nested_attention_scores()
+    assert not fits(nested, cfg) and fits(nested, TileConfig(128, 128, 64))
+    with pytest.raises(CodegenError, match="nested batch"):
+        render(nested, cfg)
 
 
 def test_an_explicit_epilogue_tile():

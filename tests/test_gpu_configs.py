@@ -19,7 +19,7 @@ from tests import specs
 
 pytestmark = pytest.mark.gpu
 
-SPECS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "layer_norm_backward")
+SPECS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "layer_norm_backward", "batched_row_statistics")
 SHAPES = ((1024, 1024, 512), (200, 144, 72))
 
 

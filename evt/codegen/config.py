@@ -31,6 +31,15 @@ SCHEDULES = {
     ),
 }
 SMEM_BYTES = 232448  # SM90 shared memory per block (227 KiB)
+# scheduler -> CUTLASS's tile scheduler tag. "persistent": each CTA loops over whole output
+# tiles (a partial last wave costs a whole one); "streamk": the tiles of the last waves are cut
+# along K and spread evenly over the SMs, the CTA finishing a tile adding its peers' partial
+# accumulators (fp32, in the workspace, in a fixed order: deterministic) before running the
+# epilogue once. Cooperative kernels only (CUTLASS's ping-pong kernel rejects it).
+SCHEDULERS = {
+    "persistent": "cutlass::gemm::PersistentScheduler",
+    "streamk": "cutlass::gemm::StreamKScheduler",
+}
 
 
 @dataclass(frozen=True)
@@ -42,10 +51,17 @@ class TileConfig:
     cluster_n: int = 1
     schedule: str = "cooperative"
     epi_n: int = 0  # the epilogue subtile's N (its M is the schedule's: 128 / 64); 0: CUTLASS's (32)
+    scheduler: str = "persistent"
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise CodegenError(f"unknown schedule {self.schedule!r}: use one of {list(SCHEDULES)}")
+        if self.scheduler not in SCHEDULERS:
+            raise CodegenError(f"unknown tile scheduler {self.scheduler!r}: use one of "
+                               f"{list(SCHEDULERS)}")  # fmt: skip
+        if self.scheduler == "streamk" and self.schedule != "cooperative":
+            raise CodegenError(f"{self.schedule} kernels have no stream-K scheduler in CUTLASS: "
+                               "use schedule='cooperative'")  # fmt: skip
         granule = SCHEDULES[self.schedule][2]
         ok = self.tile_m % granule == 0 and self.tile_n % 16 == 0 and self.tile_k % 16 == 0
         ok = ok and self.tile_m <= 256 and self.tile_n <= 256
@@ -78,6 +94,7 @@ class TileConfig:
             f"{self.tile_m}x{self.tile_n}x{self.tile_k}"
             f"_c{self.cluster_m}x{self.cluster_n}_{self.schedule}"
             + (f"_e{self.epi_n}" if self.epi_n else "")
+            + ("_sk" if self.scheduler == "streamk" else "")
         )
 
 
@@ -97,6 +114,8 @@ CANDIDATES = (
     TileConfig(128, 128, 64, schedule="pingpong"),
     TileConfig(64, 256, 64, schedule="pingpong"),
     TileConfig(128, 64, 64),
+    TileConfig(128, 256, 64, scheduler="streamk"),
+    TileConfig(128, 128, 64, scheduler="streamk"),
 )
 
 
@@ -116,7 +135,10 @@ def default_config(spec: KernelSpec) -> TileConfig:
 
 
 def fits(spec: KernelSpec, cfg: TileConfig) -> bool:
-    """Whether the epilogue's shared memory leaves `cfg` at least 2 mainloop stages."""
+    """Whether the epilogue's shared memory leaves `cfg` at least 2 mainloop stages (and, for
+    stream-K, whether the batch is flat: CUTLASS's stream-K scheduler takes one L mode)."""
+    if cfg.scheduler == "streamk" and spec.gemm.nested:
+        return False
     return mainloop_stages(spec, cfg) >= 2
 
 
@@ -140,7 +162,21 @@ _ERF = {"gelu", "gelu_backward"}  # the exact GELU: ~25 ALU instructions an elem
 # best's speed in geomean, 0.95 at worst.
 _COST = {"load": 6.0, "store": 5.0, "special": 1.1, "reduction": 2.0}
 _PINGPONG_EPILOGUE = 6.0
-_OVERLAP_LEFT = 0.7  # the share of the shorter of (main loop, epilogue) ping-pong still pays
+# Stream-K, in tiles' time: each tile's work costs `_STREAMK_SLOWER` of the persistent kernel's
+# (its scheduler's bookkeeping), and a grid not whole waves pays `_STREAMK_FIXUP` more (peers'
+# fp32 partials written to and read back from the workspace on the finishing CTAs' critical
+# path). Fitted on the H100 sweep of 5 patterns x 3-4 shapes (benchmarks/results/
+# 2026-11-22-H100-session11/config_sweep_streamk.json): 0.1-0.9 tiles for grids of 1.4-4.5 waves,
+# 0.5-2.5 tiles at 6-18 waves; it beat the persistent kernel at the same tile only where the
+# last wave was under about half full, and lost to a narrower persistent tile everywhere, small
+# grids included (`config_sweep_small_grids.json`: 1024-4096 rows, 19-192 tiles, 8 cases:
+# CUTLASS's decomposition heuristic split little there, 128x64 persistent tiles won).
+_STREAMK_SLOWER = 1.06
+_STREAMK_FIXUP = 0.5
+# The share of the shorter of (main loop, epilogue) ping-pong still pays: 0.7 until session 11;
+# 0.5 scores 0.987 geomean / 0.924 worst against 0.985 / 0.883 over the committed sweeps (the
+# session-11 sweep's residual+scale+cast at 8192x768x3072 ran at 0.88 of ping-pong with 0.7).
+_OVERLAP_LEFT = 0.5
 
 
 def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[TileConfig]:
@@ -151,8 +187,11 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     `config_sweep_gelu.json`) a cooperative tile won 16 of 20 cases and came within 0.92 of
     ping-pong in the others, while the cost model's ping-pong picks ran at 0.75-0.98 of the best
     (a ping-pong warp group runs a whole tile's epilogue alone; a heavy one does not hide behind
-    the other group's main loop). `benchmarks/heuristic_score.py` scores this against every
-    committed sweep: 0.988 of the measured best in geomean over 38 cases, 0.924 at worst."""
+    the other group's main loop; session 11's sweep measured the same again: ping-pong won
+    LayerNorm's statistics at 0.93 of the heuristic's pick's time, and lost softmax's and
+    cross-entropy's). Stream-K tiles rank by `estimate`: first only where the last wave is
+    mostly empty. `benchmarks/heuristic_score.py` scores this against every committed sweep:
+    0.986 of the measured best in geomean over 62 cases, 0.924 at worst."""
     fitting = [c for c in CANDIDATES if fits(spec, c)]
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
@@ -184,14 +223,20 @@ def stage_tier(spec: KernelSpec, cfg: TileConfig) -> int:
 def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
              balanced: bool = False) -> float:
     """A relative time of `spec` under `cfg` (the unit: one 128x256x64 k-block of math).
-    evt's persistent kernels run whole tiles, so a partial last wave costs a whole one;
-    `balanced` spreads the tiles' work evenly over the SMs past the first wave, as cuBLAS's
-    stream-K and split-K kernels do (`evt.codegen.profit`'s model of the unfused GEMM)."""
+    A persistent kernel runs whole tiles, so a partial last wave costs a whole one; a stream-K
+    kernel spreads the tiles' work evenly over the SMs and pays a fixup per tile it cuts;
+    `balanced` spreads the work past the first wave at no cost, as cuBLAS's stream-K and
+    split-K kernels do (`evt.codegen.profit`'s model of the unfused GEMM)."""
     tiles = math.ceil(M / cfg.tile_m) * math.ceil(N / cfg.tile_n) * max(L, 1)
     pingpong = cfg.schedule == "pingpong"
     slots = SM_COUNT * (2 if pingpong else 1)  # a ping-pong CTA holds a tile per warp group
-    waves = max(tiles / slots, 1.0) if balanced else math.ceil(tiles / slots)
     area = cfg.tile_m * cfg.tile_n / (128 * 256)
+    if balanced:
+        waves = max(tiles / slots, 1.0)
+    elif cfg.scheduler == "streamk":
+        waves = tiles / slots * _STREAMK_SLOWER + (_STREAMK_FIXUP if tiles % slots else 0.0)
+    else:
+        waves = math.ceil(tiles / slots)
     mainloop = area * math.ceil(K / cfg.tile_k) / _MAINLOOP[(cfg.tile_m, cfg.tile_n, cfg.schedule)]
     epilogue = area * epilogue_cost(spec)
     if pingpong:

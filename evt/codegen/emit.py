@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import jinja2
 
-from evt.codegen.config import SCHEDULES, TileConfig, default_config
+from evt.codegen.config import SCHEDULERS, SCHEDULES, TileConfig, default_config
 from evt.codegen.visitor import plan_visitor
 from evt.errors import CodegenError
 from evt.ir import (
@@ -104,6 +104,9 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
     order = {n.name: i for i, n in enumerate(plan.nodes)}
     kernel_schedule, epilogue_schedule, _ = SCHEDULES[config.schedule]
     g = spec.gemm
+    if g.nested and config.scheduler == "streamk":
+        raise CodegenError(f"kernel {spec.name}: CUTLASS's stream-K scheduler takes one batch "
+                           "mode, not a nested batch (L1 x L2): use the persistent scheduler")  # fmt: skip
     if g.nested and (statistic := next((n for n in plan.nodes if isinstance(n, STATISTICS)), None)):
         raise CodegenError(f"node {statistic.name}: a nested batch (L1 x L2) has no reductions or "
                            "statistics yet; read the batch's contiguous copy")  # fmt: skip
@@ -113,6 +116,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         config=config,
         kernel_schedule=kernel_schedule,
         epilogue_schedule=epilogue_schedule,
+        tile_scheduler=SCHEDULERS[config.scheduler],
         epilogue_tile=_epilogue_tile(config),
         element_ab=DTYPES[g.dtype][1],
         element_d=DTYPES[spec.d_dtype][1],

@@ -614,28 +614,29 @@ struct Sm90RowReductionDeferred
     using Parent = typename Base::template ConsumerStoreCallbacks<ArgsTuple>;
     using Parent::Parent;
 
+    // CUTLASS's swap shuffle over the (values, M) fragment, its halving loop unrolled: at each
+    // step each half of the lanes keeps half of the values and takes the other half's share.
     template <int Half, class Frg, class LaneLayout, class Reduce>
     CUTLASS_DEVICE static void swap_shuffle(Frg& frg, int lane_m, LaneLayout const& lanes,
                                             Reduce const& reduce) {
-      if constexpr (Half > 0) {
-        using Fragment = cute::remove_cvref_t<decltype(frg(0))>;
+      using Fragment = cute::remove_cvref_t<decltype(frg(0))>;
+      detail::for_each_halving<Half>([&](auto half) {
+        constexpr int kHalf = decltype(half)::value;
         CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < Half; ++r) {
+        for (int r = 0; r < kHalf; ++r) {
           auto frg_a = frg(cute::_, r);
-          auto frg_b = frg(cute::_, r + Half);
+          auto frg_b = frg(cute::_, r + kHalf);
           CUTLASS_PRAGMA_UNROLL
           for (int v = 0; v < cute::size(frg_a); ++v) {
-            // each half of the lanes keeps half of the values and takes the other half's share
-            if (not(lane_m & Half)) {
+            if (not(lane_m & kHalf)) {
               cutlass::swap(frg_a(v), frg_b(v));
             }
             uint64_t shuffled = reinterpret_cast<uint64_t&>(frg_a(v));
-            shuffled = __shfl_xor_sync(0xFFFFFFFF, shuffled, lanes(Half, cute::_0{}));
+            shuffled = __shfl_xor_sync(0xFFFFFFFF, shuffled, lanes(half, cute::_0{}));
             frg_a(v) = reduce(frg_b(v), reinterpret_cast<Fragment&>(shuffled));
           }
         }
-        swap_shuffle<Half / 2>(frg, lane_m, lanes, reduce);
-      }
+      });
     }
 
     template <class STensor, class SyncFn, class VTensor>

@@ -15,6 +15,7 @@ such a view (the kernel takes (L1, L2) from it). Pads are whole 16-byte vectors 
 around the views is NaN (True for bool), so a kernel that reads a wrong stride reads poison.
 Aux loads read by every batch are [M, N] (or [1, M, N]); row and column broadcasts are vectors
 every batch reads, as without a batch. The layout choices come from a stream of the seed's own.
+A batched spec without a nested batch gets `FLAT_BATCH` contiguous batches.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ import torch
 from evt import ir
 
 NESTED_BATCH = (2, 3)  # (L1, L2) of a spec with a nested batch
+FLAT_BATCH = (3,)  # L of a batched spec without one
 
 
 def make_inputs(spec: ir.KernelSpec, M: int, N: int, K: int, seed: int,
                 device: str = "cpu") -> list[torch.Tensor]:  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     g = spec.gemm
-    assert g.nested or not g.batched, "the fuzzer's batched specs are nested"
-    batch = NESTED_BATCH if g.nested else ()
+    batch = NESTED_BATCH if g.nested else FLAT_BATCH if g.batched else ()
     operand = _Heads(random.Random(f"{seed}/layout"), device) if g.nested else _matrix
     scale = 2.0 ** -math.ceil(math.log2(math.sqrt(4 * K / 9) / 0.35))
     out: list[torch.Tensor | None] = [None] * spec.num_inputs
@@ -65,11 +66,11 @@ def _values(gen: torch.Generator, shape: tuple[int, ...], dtype: str) -> torch.T
 
 
 def _matrix(logical: torch.Tensor, unit: int, dtype: str, transposed: bool = False) -> torch.Tensor:
-    """`logical` (rows x cols) stored so that dimension `unit` has unit stride, passed
-    transposed when `transposed`."""
+    """`logical` ([L,] rows x cols) stored so that dimension `unit` of its rows and cols has
+    unit stride, passed transposed when `transposed`."""
     t = logical.to(ir.torch_dtype(dtype))
-    t = t.contiguous() if unit == 1 else t.t().contiguous().t()
-    return t.t() if transposed else t
+    t = t.contiguous() if unit == 1 else t.mT.contiguous().mT
+    return t.mT if transposed else t
 
 
 class _Heads:

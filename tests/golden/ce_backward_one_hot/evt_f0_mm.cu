@@ -147,7 +147,8 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     KernelSchedule>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
+    cutlass::gemm::PersistentScheduler>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 // ---------------------------------------------------------------------------------------------

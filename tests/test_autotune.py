@@ -88,6 +88,23 @@ def test_stream_k_ranks_first_only_where_the_last_wave_is_mostly_empty():
     assert cfgs.estimate(spec, sk, 12608, 768, 3072) < cfgs.estimate(spec, whole, 12608, 768, 3072)
 
 
+def test_shortlist_times_every_schedule(monkeypatch):
+    """max-autotune times the heuristic's first few and the best of each schedule they leave
+    out: statistics rank ping-pong last, where it won LayerNorm's statistics on the H100."""
+    from evt.runtime import autotune
+
+    spec, shape = specs.row_statistics(), (8192, 768, 3072)
+    ranked = cfgs.heuristic(spec, *shape)
+    assert all(c.schedule == "cooperative" for c in ranked[:3])
+    short = autotune.shortlist(spec, shape + (1,))
+    assert short[:3] == ranked[:3] and len(short) == 4
+    assert short[3] == next(c for c in ranked if c.schedule == "pingpong")
+    monkeypatch.setenv("EVT_AUTOTUNE_TOP", "1")
+    assert [c.schedule for c in autotune.shortlist(spec, shape + (1,))] == ["cooperative", "pingpong"]
+    monkeypatch.setenv("EVT_AUTOTUNE_TOP", "100")
+    assert autotune.shortlist(spec, shape + (1,)) == ranked
+
+
 def test_config_for_picks_once_per_signature(monkeypatch, tmp_path):
     monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
     dispatch.reset()

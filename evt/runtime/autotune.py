@@ -4,7 +4,10 @@ where its kernel beats the unfused path.
 `torch.compile(model, backend="evt", mode="max-autotune")` (or `options={"autotune": True}`) asks
 for it. For every region, on the problem shape the graph carries:
 
-1. the heuristic's top `EVT_AUTOTUNE_TOP` (default 3) configs are built in parallel;
+1. the heuristic's top `EVT_AUTOTUNE_TOP` (default 3) configs, plus the best-ranked config of
+   each schedule (cooperative, ping-pong) not among them, are built in parallel (`shortlist`:
+   the cost model's blind spot is the schedule: on the H100 ping-pong won LayerNorm's
+   statistics where the heuristic ranks it last);
 2. each kernel runs **with its fused epilogue** on random inputs laid out as the graph's (outputs
    checked against the reference path: a config that computes something else is rejected), and
    is timed with CUDA events;
@@ -69,6 +72,17 @@ def top_k() -> int:
     return max(1, int(os.environ.get("EVT_AUTOTUNE_TOP", "3")))
 
 
+def shortlist(spec: ir.KernelSpec, problem) -> list[TileConfig]:
+    """The configs max-autotune times for `spec` at `problem`: the heuristic's first `top_k()`,
+    then the best-ranked config of every schedule the first few leave out."""
+    ranked = heuristic(spec, *problem)
+    out = ranked[: top_k()]
+    for schedule in dict.fromkeys(c.schedule for c in ranked):
+        if all(c.schedule != schedule for c in out):
+            out.append(next(c for c in ranked if c.schedule == schedule))
+    return out
+
+
 def decide(region, built, rest: str = "inductor") -> bool:
     """`lower_regions`' `keep` hook: whether to lower `region` (built as `built`) on the backend's
     route `rest`; records the chosen config for `evt.runtime.dispatch`."""
@@ -127,9 +141,9 @@ def measure(
 
 
 def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[str, float]:
-    """Config label -> ms of the heuristic's top configs' kernels (inf: failed or wrong)."""
+    """Config label -> ms of the `shortlist`'s kernels (inf: failed or wrong)."""
     spec = built.spec
-    candidates = heuristic(spec, *problem)[: top_k()]
+    candidates = shortlist(spec, problem)
     jobs = {cfg.label: build.prefetch(spec, cfg, compile_fn=dispatch.COMPILE_FN) for cfg in candidates}
     inputs = [random_like(n.meta["val"], device) for n in built.inputs]
     want = reference.run(spec, inputs)

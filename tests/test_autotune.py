@@ -88,6 +88,25 @@ def test_stream_k_ranks_first_only_where_the_last_wave_is_mostly_empty():
     assert cfgs.estimate(spec, sk, 12608, 768, 3072) < cfgs.estimate(spec, whole, 12608, 768, 3072)
 
 
+def test_ping_pong_ranks_last_for_special_statistics_only():
+    """Softmax's and cross-entropy's statistics (exp) and the exact GELU rank ping-pong last;
+    LayerNorm's statistics (Welford) and its backward are ranked by the estimate: ping-pong won
+    LayerNorm's statistics at all three swept shapes (H100) and its backward at 8192x1024x4096
+    (126 us against 147 cooperative) and at the LM head's 8192x768x50304 (929 against 985)."""
+    from tests.graphs import explain_case
+
+    def spec(case):
+        return explain_case(case).regions[0].spec
+
+    for case, shape in [("softmax_stats/gpt2", (8192, 50304, 768)),
+                        ("ce_forward/bert", (8192, 30528, 1024))]:  # fmt: skip
+        assert cfgs.heuristic(spec(case), *shape)[-1].schedule == "pingpong", case
+    stats = spec("layernorm_stats/bert")
+    assert any(c.schedule == "pingpong" for c in cfgs.heuristic(stats, 8192, 1024, 4096)[:3])
+    ln = specs.layer_norm_backward()
+    assert cfgs.heuristic(ln, 8192, 1024, 4096)[0].label == "128x128x64_c1x1_pingpong"
+
+
 def test_shortlist_times_every_schedule(monkeypatch):
     """max-autotune times the heuristic's first few and the best of each schedule they leave
     out: statistics rank ping-pong last, where it won LayerNorm's statistics on the H100."""

@@ -257,3 +257,19 @@ def test_fp32_model_on_tf32_kernels(monkeypatch):
     for name, ref in want.items():
         assert not got[name].isnan().any(), name
         assert rel_err(got[name], ref) < 1e-2, (name, rel_err(got[name], ref))
+
+
+def test_fp16_model_on_fp16_kernels(monkeypatch):
+    """An fp16 MLP (fp32 accumulation): its four regions become f16 kernels (`EVT_PROFIT=0`: at
+    this size the default check may leave a region to cuBLAS) and the step matches fp32 eager
+    within twice what fp16 eager is off by."""
+    monkeypatch.setenv("EVT_PROFIT", "0")
+    torch.manual_seed(6)
+    model = Loss().to("cuda", torch.float16)
+    x = torch.randn(TOKENS, DIM, device="cuda", dtype=torch.float16)
+    report = evt.explain(lambda x: model(x).backward(), x.clone().requires_grad_(True))
+    assert len(report.regions) == 4 and {r.spec.gemm.dtype for r in report.regions} == {"f16"}
+    dispatch.reset()
+    check_against_fp32(torch.compile(model, backend="evt"), model, x)
+    assert_kernels_ran(4)
+    assert len(dispatch.LAUNCHES) == 4, dict(dispatch.LAUNCHES)

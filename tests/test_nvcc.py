@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from evt.codegen.config import TileConfig
 from evt.codegen.emit import render
 from evt.codegen.nvcc import local_headers, nvcc_command, nvcc_flags, nvcc_path, nvcc_version
 from evt.runtime.build import uses_local_memory
@@ -37,7 +38,18 @@ pytestmark = [
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
            "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
            "layer_norm_backward", "nested_attention_scores", "nested_attention_values",
-           "nested_attention_key_grad")  # fmt: skip
+           "nested_attention_key_grad", "batched_row_statistics_streamk")  # fmt: skip
+# kernels built from a spec of tests.specs at another tile config than its default: name ->
+# (spec, config). Stream-K: CUTLASS's stream-K scheduler with the statistics' deferred partials
+# and a batch (its GPU test: tests/test_gpu_configs.py).
+VARIANTS = {
+    "batched_row_statistics_streamk": (
+        "batched_row_statistics", TileConfig(128, 128, 64, scheduler="streamk")),
+}  # fmt: skip
+
+
+def spec_of(name: str):
+    return specs.ALL[VARIANTS.get(name, (name, None))[0]]()
 PARALLEL = 2  # a CUTLASS kernel takes ~3.5 GB to compile
 
 
@@ -59,7 +71,7 @@ class Build:
 
 def _start(name: str, cache: Path) -> Build:
     """Write the source and start nvcc unless the cache already holds the library."""
-    source = render(specs.ALL[name]())
+    source = render(spec_of(name), VARIANTS.get(name, (name, None))[1])
     headers = [h.read_text() for h in local_headers()]
     key_text = "\0".join([source, *headers, *nvcc_flags(), nvcc_version()])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
@@ -116,7 +128,7 @@ def test_exports_the_abi(built, name):
         ["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True, check=True
     ).stdout
     exported = {line.split()[-1] for line in symbols.splitlines() if " T " in line}
-    spec_name = specs.ALL[name]().name
+    spec_name = spec_of(name).name
     assert {f"evt_{spec_name}_{fn}" for fn in ("run", "workspace", "signature")} <= exported
 
 
@@ -143,5 +155,5 @@ def assert_host_functions_answer(so: Path, spec_name: str, nested: bool = False)
 @pytest.mark.parametrize("name", KERNELS)
 def test_host_functions_run_without_a_gpu(built, name):
     so, _ = built[name]
-    spec = specs.ALL[name]()
+    spec = spec_of(name)
     assert_host_functions_answer(so, spec.name, spec.gemm.nested)

@@ -209,9 +209,9 @@ def _pingpong_last(spec: KernelSpec) -> bool:
     """The exact GELU (or its backward), or statistics over N with a special function (softmax's
     exp, a cross-entropy's log): epilogues a ping-pong warp group, running a whole tile's alone,
     does not hide behind the other group's main loop. LayerNorm's statistics (Welford: no special
-    function) are left to the estimate: ping-pong won them at all 3 swept shapes (H100, sessions
-    7 and 11), 0.93 of its time at the cooperative pick; ranking them last as well scored 0.985
-    against 0.990 over the committed sweeps."""
+    function) are left to the estimate: ping-pong won them in 5 of 6 (shape, sweep) cases on the
+    H100 (sessions 7 and 11; the cooperative pick ran at 0.92-0.93 of it), and lost the sixth by
+    2%; ranking them last as well scored 0.985 against 0.990 over the committed sweeps."""
     if _has_erf(spec):
         return True
     special = any(isinstance(n, SoftmaxStats) or getattr(n, "op", None) in _SPECIAL

@@ -8,7 +8,8 @@ The output ranks the configs per (pattern, shape) and says where `evt.codegen.co
 put the measured winner.
 
     python benchmarks/config_sweep.py [--patterns bias_relu,dgrad_gelu] [--json out.json]
-        [--configs LABELS] [--shapes 2048x768x3072,...] [--epilogue-tiles 64,128]   (epilogue subtile N: not yet a candidate)
+        [--configs LABELS] [--shapes 2048x768x3072,...]   (instead of each pattern's shapes)
+        [--epilogue-tiles 64,128]   (epilogue subtile N: not a candidate)
         [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B)
 """
 

@@ -107,9 +107,9 @@ def test_stream_k_scheduler():
 
 
 def test_an_explicit_epilogue_tile():
-    """`epi_n` (swept by benchmarks/config_sweep.py --epilogue-tiles, not a candidate: on the H100 a
-    wider subtile won by 3% at most): the
-    epilogue subtile's M is the schedule's, its N the config's; 0 keeps CUTLASS's choice."""
+    """`epi_n` (swept by benchmarks/config_sweep.py --epilogue-tiles; not a candidate: on the
+    H100 a wider subtile won by 3% at most): the epilogue subtile's M is the schedule's, its N
+    the config's; 0 keeps CUTLASS's choice."""
     auto = render(specs.mlp_fc1_forward(), TileConfig(128, 128, 64, schedule="pingpong"))
     assert "using EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto;" in auto
     cfg = TileConfig(128, 128, 64, schedule="pingpong", epi_n=64)

@@ -90,12 +90,13 @@ def static_reason(spec: ir.KernelSpec) -> str | None:
 def tf32_reason(gemm: ir.Gemm) -> str | None:
     """Why an fp32 GEMM cannot run on TF32 tensor cores, else None. torch multiplies fp32 in
     TF32 only where `torch.get_float32_matmul_precision()` is not "highest" (its default), and
-    WGMMA reads TF32 operands K-major only. The kernels compile (the nvcc tier) but have not run
-    on a GPU yet: `EVT_TF32=1` opts in until the GPU tier covers them."""
+    WGMMA reads TF32 operands K-major only. The kernels compile (the nvcc tier) and their GPU
+    tests passed on an H100 (session 9) but they have not been benchmarked: `EVT_TF32=1` opts
+    in until they are."""
     if torch.get_float32_matmul_precision() == "highest":
         return "fp32 needs TF32 kernels; torch.get_float32_matmul_precision() is 'highest'"
     if os.environ.get("EVT_TF32", "0") in ("", "0"):
-        return "TF32 kernels are experimental (not yet run on a GPU): EVT_TF32=1 enables them"
+        return "TF32 kernels are experimental (not yet benchmarked): EVT_TF32=1 enables them"
     majors = {"A": gemm.a.major, "B": gemm.b.major}
     if any(m != "k" for m in majors.values()):
         which = ", ".join(f"{k} is {m}-major" for k, m in majors.items() if m != "k")

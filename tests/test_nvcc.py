@@ -48,8 +48,10 @@ VARIANTS = {
 }  # fmt: skip
 
 
-def spec_of(name: str):
-    return specs.ALL[VARIANTS.get(name, (name, None))[0]]()
+def variant(name: str):
+    """(spec, tile config: None for its default) of kernel `name`."""
+    spec_name, config = VARIANTS.get(name, (name, None))
+    return specs.ALL[spec_name](), config
 PARALLEL = 2  # a CUTLASS kernel takes ~3.5 GB to compile
 
 
@@ -71,7 +73,7 @@ class Build:
 
 def _start(name: str, cache: Path) -> Build:
     """Write the source and start nvcc unless the cache already holds the library."""
-    source = render(spec_of(name), VARIANTS.get(name, (name, None))[1])
+    source = render(*variant(name))
     headers = [h.read_text() for h in local_headers()]
     key_text = "\0".join([source, *headers, *nvcc_flags(), nvcc_version()])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
@@ -128,7 +130,7 @@ def test_exports_the_abi(built, name):
         ["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True, check=True
     ).stdout
     exported = {line.split()[-1] for line in symbols.splitlines() if " T " in line}
-    spec_name = spec_of(name).name
+    spec_name = variant(name)[0].name
     assert {f"evt_{spec_name}_{fn}" for fn in ("run", "workspace", "signature")} <= exported
 
 
@@ -155,5 +157,5 @@ def assert_host_functions_answer(so: Path, spec_name: str, nested: bool = False)
 @pytest.mark.parametrize("name", KERNELS)
 def test_host_functions_run_without_a_gpu(built, name):
     so, _ = built[name]
-    spec = spec_of(name)
+    spec = variant(name)[0]
     assert_host_functions_answer(so, spec.name, spec.gemm.nested)

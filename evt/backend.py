@@ -36,7 +36,7 @@ from evt import debug, pipeline
 from evt.graph import lower_regions
 from evt.graph.decompose_kept_ops import KEPT, decompose_kept_ops
 from evt.report import GraphReport
-from evt.runtime import dispatch
+from evt.runtime import dispatch, fast
 
 EVT_OPTIONS = {"rest": ("inductor", "eager")}
 _listeners: list[Callable[[GraphReport], None]] = []
@@ -100,6 +100,8 @@ def prefetch_kernels(graph: Graph) -> dict[str, tuple[int, int, int, int] | None
     """Start building every region's kernel (in parallel, while Inductor works on the rest), its
     tile config chosen for the shapes the graph carries; returns each region's problem shape."""
     problems = {}
+    if dispatch.sm90_available():
+        fast.prefetch()  # the C++ launch path builds beside the kernels (once per machine)
     for node in graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM):
         spec = node.meta["evt_spec"]
         values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in node.args[1]]
@@ -138,8 +140,12 @@ def evt_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=Non
     if rest not in EVT_OPTIONS["rest"]:
         raise ValueError(f"evt: options['rest'] must be one of {EVT_OPTIONS['rest']}, got {rest!r}")
     if rest == "eager":
-        return _eager(gm, example_inputs, autotune)
-    return _inductor(gm, example_inputs, options, mode, autotune)
+        compiled = _eager(gm, example_inputs, autotune)
+    else:
+        compiled = _inductor(gm, example_inputs, options, mode, autotune)
+    if dispatch.sm90_available():  # between compiles, never inside an op call
+        fast.ensure()
+    return compiled
 
 
 def _inductor(gm, example_inputs, options: dict, mode: str | None, autotune: bool = False):

@@ -48,7 +48,7 @@ def child(step: str, backend: str, device: str) -> dict:
     if backend == "evt":
         from evt.runtime import dispatch
 
-        out["launches"] = sum(dispatch.LAUNCHES.values())
+        out["launches"] = sum(dispatch.launches().values())
         out["fallbacks"] = sorted(dispatch.FALLBACKS)
     return out
 

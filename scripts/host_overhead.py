@@ -1,6 +1,7 @@
 """Where evt's host time goes: the per-call cost of `evt::fused_gemm` on a tiny problem (GPU time
 negligible, so the rate is the host's), split into the op dispatch, evt's dispatch/guards and the
-C++ launcher, plus a cProfile of MLP training steps.
+C++ launcher, then the op through the C++ launch path (`evt.runtime.fast`), plus a cProfile of
+MLP training steps (on the C++ path unless EVT_FAST_LAUNCH=0).
 
     python scripts/host_overhead.py
 """
@@ -16,7 +17,7 @@ import torch
 
 from evt import ir
 from evt.examples import MLP
-from evt.runtime import dispatch, launch
+from evt.runtime import dispatch, fast, launch
 from tests import specs
 
 
@@ -52,8 +53,8 @@ def main() -> None:
     print(f"C++ launcher (ctypes)     {per_call_us(lambda: kernel.library.run(*args)):7.1f} us")
     shape, strides, dtype = plan.outputs[0]
     print(f"torch.empty (1 output)    {per_call_us(lambda: torch.empty(shape, dtype=dtype, device='cuda')):7.1f} us")
-    fast = launch._empty_strided(x.device)
-    print(f"_empty_strided (1 output) {per_call_us(lambda: fast(shape, strides, dtype)):7.1f} us")
+    empty = launch._empty_strided(x.device)
+    print(f"_empty_strided (1 output) {per_call_us(lambda: empty(shape, strides, dtype)):7.1f} us")
     print(f"current_stream().cuda_stream {per_call_us(lambda: torch.cuda.current_stream().cuda_stream):7.1f} us")
     print(f"raw stream                {per_call_us(lambda: launch.stream_handle(x.device)):7.1f} us")
     noop = torch.library.Library("evt_probe", "DEF")
@@ -61,6 +62,13 @@ def main() -> None:
     noop.impl("noop", lambda spec, inputs: inputs[:1], "CompositeExplicitAutograd")
     print(f"no-op torch.library op    {per_call_us(lambda: torch.ops.evt_probe.noop(text, [x, w, b])):7.1f} us")
     print(f"torch.addmm (reference)   {per_call_us(lambda: torch.addmm(b, x, w.t())):7.1f} us")
+    if fast.ensure():
+        op = torch.ops.evt.fused_gemm.default
+        print(f"op, C++ launch path       {per_call_us(lambda: op(text, [x, w, b])):7.1f} us "
+              f"(C++ launches: {sum(fast.launches().values())})")  # fmt: skip
+        fast.set_enabled(False)
+        print(f"op, C++ path switched off {per_call_us(lambda: op(text, [x, w, b])):7.1f} us")
+        fast.set_enabled(True)
     model = torch.compile(copy.deepcopy(MLP(1024, 4096)).to(**bf), backend="evt")
     xs = torch.randn(8192, 1024, **bf, requires_grad=True)
     probe = torch.randn(8192, 1024, device="cuda")

@@ -74,7 +74,7 @@ def main() -> None:
         rows[name] = {"ms": ms, "max_rel_err": err, "first_call_s": compile_s}
     from evt.runtime import dispatch
 
-    print("evt launches:", dict(dispatch.LAUNCHES), "fallbacks:", dict(dispatch.FALLBACKS))
+    print("evt launches:", dict(dispatch.launches()), "fallbacks:", dict(dispatch.FALLBACKS))
     if a.profile:
         profile(lambda: run_step(fn, x, probe))
     for name, r in rows.items():

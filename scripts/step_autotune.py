@@ -52,7 +52,7 @@ def main() -> None:
             first = time.time() - t0
             row[mode] = measure.graph_time_ms(fn, [inputs], "cuda")
             print(f"== {name} {mode}: first call {first:.1f} s, {row[mode] * 1e3:.1f} us per step "
-                  f"under CUDA graphs; launches {dict(dispatch.LAUNCHES)}", flush=True)  # fmt: skip
+                  f"under CUDA graphs; launches {dict(dispatch.launches())}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

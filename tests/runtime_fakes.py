@@ -6,6 +6,7 @@ Module-level functions, so that processes started with `spawn` can import them b
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import time
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from evt import ir
+from evt.runtime import cache
 from tests import specs
 
 
@@ -92,3 +94,40 @@ def local_memory_compile(cu: Path, so: Path) -> subprocess.CompletedProcess:
     done = fake_compile(cu, so)
     log = "ptxas warning : Local memory used for function '_ZN7cutlass13device_kernelI...'\n"
     return subprocess.CompletedProcess(done.args, 0, "", log)
+
+
+# A kernel library built with the host C compiler: it records its arguments (`evt_test_record`)
+# and fills output 0 with ones; `evt_test_set_rc` sets what its run function returns.
+FAKE_KERNEL = r"""
+#include <stddef.h>
+#include <stdint.h>
+static int64_t rec[64];
+static int rc = 0;
+int evt_kfake_run(void const* const* in, int64_t const* in_strides, void* const* out,
+                  int64_t const* out_strides, int M, int N, int K, int L, void* ws,
+                  size_t ws_bytes, void* stream) {
+  rec[0] = M; rec[1] = N; rec[2] = K; rec[3] = L;
+  rec[4] = (int64_t)ws_bytes; rec[5] = (int64_t)(intptr_t)ws; rec[6] = (int64_t)(intptr_t)stream;
+  for (int i = 0; i < 9; ++i) rec[8 + i] = in_strides[i];
+  for (int i = 0; i < 6; ++i) rec[20 + i] = out_strides[i];
+  for (int i = 0; i < 3; ++i) rec[30 + i] = (int64_t)(intptr_t)in[i];
+  for (int i = 0; i < 2; ++i) rec[33 + i] = (int64_t)(intptr_t)out[i];
+  uint16_t* d = (uint16_t*)out[0];
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) d[m * out_strides[0] + n * out_strides[1]] = 0x3F80;  /* 1.0 */
+  return rc;
+}
+size_t evt_kfake_workspace(int M, int N, int K, int L) { return 256; }
+char const* evt_kfake_signature(void) { return "kfake;sig"; }
+int64_t const* evt_test_record(void) { return rec; }
+void evt_test_set_rc(int value) { rc = value; }
+"""
+
+
+def build_fake_library(entry: Path, cc: str) -> Path:
+    """The fake library as a cache entry in `entry` (kernel.so + meta.json), for `launch.load`."""
+    (entry / "fake.c").write_text(FAKE_KERNEL)
+    so = entry / cache.SO
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", so, entry / "fake.c"], check=True)
+    (entry / cache.META).write_text(json.dumps({"name": "kfake", "signature": "kfake;sig"}))
+    return so

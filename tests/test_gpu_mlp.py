@@ -81,7 +81,7 @@ def check_against_fp32(fn, model: Loss, x: torch.Tensor) -> None:
 
 def assert_kernels_ran(min_launches: int = 1) -> None:
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
-    assert sum(dispatch.LAUNCHES.values()) >= min_launches, dispatch.LAUNCHES
+    assert sum(dispatch.launches().values()) >= min_launches, dispatch.launches()
 
 
 def cache_entries() -> set[str]:
@@ -127,7 +127,7 @@ def test_launches_equal_explained_regions(kernels):
     report = evt.explain(lambda x: model(x).backward(), x)
     assert {r.side for r in report.regions} == {"forward", "backward"}
     assert dispatch.FALLBACKS == {}
-    assert dict(dispatch.LAUNCHES) == {r.name: 1 for r in report.regions}
+    assert dict(dispatch.launches()) == {r.name: 1 for r in report.regions}
 
 
 @pytest.mark.parametrize("dynamic", [False, None], ids=["static", "dynamic"])
@@ -143,7 +143,7 @@ def test_new_batch_size_reuses_binaries(kernels, dynamic):
     for tokens in sizes[:warm]:
         check_against_fp32(compiled, model, fresh_x(tokens))
     builds, entries = sum(build.BUILDS.values()), cache_entries()
-    launches = sum(dispatch.LAUNCHES.values())
+    launches = sum(dispatch.launches().values())
     for tokens in sizes[warm:]:
         check_against_fp32(compiled, model, fresh_x(tokens))
     assert sum(build.BUILDS.values()) == builds and cache_entries() == entries
@@ -233,7 +233,7 @@ def test_misaligned_view_falls_back_once(kernels):
     assert not [w for w in again if "evt:" in str(w.message)]  # one warning per region
     for got, again, want in zip(outs, outs_again, reference.run(spec, inputs), strict=True):
         assert torch.equal(got, want) and torch.equal(again, want)
-    assert "16-byte" in dispatch.FALLBACKS[spec.name] and not dispatch.LAUNCHES
+    assert "16-byte" in dispatch.FALLBACKS[spec.name] and not dispatch.launches()
 
 
 def test_fp32_model_on_tf32_kernels(monkeypatch):
@@ -249,7 +249,7 @@ def test_fp32_model_on_tf32_kernels(monkeypatch):
         x = torch.randn(TOKENS, DIM, device="cuda")
         got = step(torch.compile(model, backend="evt"), model, x)
         assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
-        assert sum(dispatch.LAUNCHES.values()) >= 2, dispatch.LAUNCHES  # fc1 and fc2 forward
+        assert sum(dispatch.launches().values()) >= 2, dispatch.launches()  # fc1 and fc2 forward
         torch.set_float32_matmul_precision("highest")
         want = step(model, model, x)
     finally:
@@ -272,4 +272,4 @@ def test_fp16_model_on_fp16_kernels(monkeypatch):
     dispatch.reset()
     check_against_fp32(torch.compile(model, backend="evt"), model, x)
     assert_kernels_ran(4)
-    assert len(dispatch.LAUNCHES) == 4, dict(dispatch.LAUNCHES)
+    assert len(dispatch.launches()) == 4, dict(dispatch.launches())

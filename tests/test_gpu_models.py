@@ -109,7 +109,7 @@ def check_against_fp32(name: str, got: dict[str, torch.Tensor], model, inputs: t
 
 def assert_kernels_ran(regions: int) -> None:
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
-    assert len(dispatch.LAUNCHES) >= regions, (dict(dispatch.LAUNCHES), regions)
+    assert len(dispatch.launches()) >= regions, (dict(dispatch.launches()), regions)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -131,7 +131,7 @@ def test_launches_equal_explained_regions(regions, name):
     out: list = []
     report = evt.explain(lambda *a: out.append(train(model, a)), *inputs)
     assert dispatch.FALLBACKS == {} and report.fallbacks == {}
-    assert dict(dispatch.LAUNCHES) == {r.name: 1 for r in report.regions}
+    assert dict(dispatch.launches()) == {r.name: 1 for r in report.regions}
     assert len(report.regions) >= len(regions[name]), str(report)
     (loss, grads), = out
     check_against_fp32(name, {"loss": loss, **grads}, model, inputs)
@@ -154,7 +154,7 @@ def test_dynamic_shapes_step_matches_fp32(regions, name):
     model = make_model(name, "cuda")
     inputs = MODELS[name][1]("cuda", 4)
     got = step(model, torch.compile(model, backend="evt", dynamic=True), inputs)
-    assert dispatch.FALLBACKS == {} and dispatch.LAUNCHES, dict(dispatch.LAUNCHES)
+    assert dispatch.FALLBACKS == {} and dispatch.launches(), dict(dispatch.launches())
     check_against_fp32(name, got, model, inputs)
 
 
@@ -174,5 +174,5 @@ def test_recompute_outside_step_matches_fp32(regions, monkeypatch, name):
     torch._dynamo.reset()
     monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "1")
     got = step(model, torch.compile(model, backend="evt"), inputs)
-    assert dispatch.FALLBACKS == {} and dispatch.LAUNCHES, dict(dispatch.LAUNCHES)
+    assert dispatch.FALLBACKS == {} and dispatch.launches(), dict(dispatch.launches())
     check_against_fp32(name, got, model, inputs, route)

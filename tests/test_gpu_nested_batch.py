@@ -127,5 +127,5 @@ def test_models_train_with_heads_in_place(model_regions, monkeypatch, name):
     got = step(model, torch.compile(model, backend="evt", options={"rest": "eager"}), inputs)
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
     nested = {s.name for s, _ in model_regions[name] if s.gemm.nested}
-    assert nested <= set(dispatch.LAUNCHES), (sorted(nested), dict(dispatch.LAUNCHES))
+    assert nested <= set(dispatch.launches()), (sorted(nested), dict(dispatch.launches()))
     check_against_fp32(name, got, model, inputs)

@@ -28,7 +28,7 @@ def test_ce_backward_one_kernel(monkeypatch, m, n, k):
     dispatch.reset()
     torch._dynamo.reset()
     got = torch.compile(ce_backward, backend=evt_backend)(x, w, t, lse)
-    assert dispatch.FALLBACKS == {} and len(dispatch.LAUNCHES) == 1, dict(dispatch.LAUNCHES)
+    assert dispatch.FALLBACKS == {} and len(dispatch.launches()) == 1, dict(dispatch.launches())
     want, eager = exact(x, w, t, lse), ce_backward(x, w, t, lse)
     err = (got.double() - want).abs().max().item()
     assert err <= 1.5 * (eager.double() - want).abs().max().item() + 1e-7, err
@@ -50,7 +50,7 @@ def test_f_one_hot_gradient_one_kernel(monkeypatch):
     dispatch.reset()
     torch._dynamo.reset()
     got = torch.compile(grad_one_hot, backend=evt_backend)(x, w, t, lse)
-    assert dispatch.FALLBACKS == {} and len(dispatch.LAUNCHES) == 1, dict(dispatch.LAUNCHES)
+    assert dispatch.FALLBACKS == {} and len(dispatch.launches()) == 1, dict(dispatch.launches())
     want, eager = exact(x, w, t, lse), grad_one_hot(x, w, t, lse)
     err = (got.double() - want).abs().max().item()
     assert err <= 1.5 * (eager.double() - want).abs().max().item() + 1e-7, err

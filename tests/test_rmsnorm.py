@@ -77,7 +77,7 @@ def test_rmsnorm_blocks_on_the_gpu(pre):
     xb = x.to(torch.bfloat16).requires_grad_()
     weigh = torch.randn(4, 256, 256, device="cuda")
     (compiled(xb).float() * weigh).mean().backward()
-    assert dispatch.FALLBACKS == {} and sum(dispatch.LAUNCHES.values()) >= 4, dispatch.LAUNCHES
+    assert dispatch.FALLBACKS == {} and sum(dispatch.launches().values()) >= 4, dispatch.launches()
     x32 = x.clone().requires_grad_()
     (model(x32) * weigh).mean().backward()
     for got, want in [(xb.grad, x32.grad)] + [

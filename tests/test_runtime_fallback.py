@@ -77,7 +77,7 @@ def test_injected_failure_runs_unfused_with_one_warning(cuda_mode, monkeypatch, 
     assert len(warned) == 1, warned
     assert warned[0].startswith(f"evt: region {spec.name} runs unfused: {stage} failed")
     assert "boom" in warned[0] and "boom" in dispatch.FALLBACKS[spec.name]
-    assert dispatch.LAUNCHES[spec.name] == 0
+    assert dispatch.launches()[spec.name] == 0
 
 
 def test_injection_through_the_environment(cuda_mode, monkeypatch):
@@ -99,7 +99,7 @@ def test_success_counts_launches(cuda_mode):
     spec, inputs = fc1_spec(), fc1_inputs()
     outs, warned = run_recording(spec, inputs)
     assert warned == [] and dispatch.FALLBACKS == {}
-    assert dispatch.LAUNCHES[spec.name] == 3 and count(cuda_mode / "calls") == 1
+    assert dispatch.launches()[spec.name] == 3 and count(cuda_mode / "calls") == 1
     assert_reference_and_eager(outs, spec, inputs)
 
 
@@ -121,7 +121,7 @@ def test_guard_failure_is_per_call(cuda_mode):
     assert len(warned) == 1 and "guard failed" in warned[0] and "16-byte" in warned[0]
     assert_reference_and_eager(outs, spec, misaligned)
     _, warned = run_recording(spec, fc1_inputs(), times=1)
-    assert warned == [] and dispatch.LAUNCHES[spec.name] == 1
+    assert warned == [] and dispatch.launches()[spec.name] == 1
 
 
 def test_fp32_falls_back_with_reason_and_never_compiles(cuda_mode):
@@ -142,7 +142,7 @@ def test_cpu_tensors_take_the_reference_path_silently(monkeypatch):
     monkeypatch.setitem(dispatch.INJECT, "render", "never reached")
     spec, inputs = fc1_spec(), fc1_inputs()
     outs, warned = run_recording(spec, inputs, times=1)
-    assert warned == [] and dispatch.FALLBACKS == {} and not dispatch.LAUNCHES
+    assert warned == [] and dispatch.FALLBACKS == {} and not dispatch.launches()
     assert_reference_and_eager(outs, spec, inputs)
 
 
@@ -203,9 +203,9 @@ def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeyp
         other = threading.Thread(target=lambda: outs.append(dispatch.run(spec, inputs)))
         other.start()  # CUDA backwards run on the autograd engine's threads
         other.join()
-    assert warned == [] and dispatch.FALLBACKS == {} and dispatch.LAUNCHES == {}
+    assert warned == [] and dispatch.FALLBACKS == {} and dispatch.launches() == {}
     assert_reference_and_eager(outs, spec, inputs)
     assert count(cuda_mode / "calls") == 0
     monkeypatch.delitem(dispatch.INJECT, "compile")
     _, warned = run_recording(spec, inputs, times=1)
-    assert warned == [] and dispatch.LAUNCHES[spec.name] == 1
+    assert warned == [] and dispatch.launches()[spec.name] == 1

@@ -8,7 +8,6 @@ import ctypes
 import dataclasses
 import json
 import shutil
-import subprocess
 
 import pytest
 import torch
@@ -16,45 +15,15 @@ import torch
 from evt import ir
 from evt.errors import LaunchError
 from evt.runtime import cache, launch
-from tests.runtime_fakes import fc1_inputs, fc1_spec
+from tests.runtime_fakes import build_fake_library, fc1_inputs, fc1_spec
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no host C compiler")
 
-FAKE_KERNEL = r"""
-#include <stddef.h>
-#include <stdint.h>
-static int64_t rec[64];
-static int rc = 0;
-int evt_kfake_run(void const* const* in, int64_t const* in_strides, void* const* out,
-                  int64_t const* out_strides, int M, int N, int K, int L, void* ws,
-                  size_t ws_bytes, void* stream) {
-  rec[0] = M; rec[1] = N; rec[2] = K; rec[3] = L;
-  rec[4] = (int64_t)ws_bytes; rec[5] = (int64_t)(intptr_t)ws; rec[6] = (int64_t)(intptr_t)stream;
-  for (int i = 0; i < 9; ++i) rec[8 + i] = in_strides[i];
-  for (int i = 0; i < 6; ++i) rec[20 + i] = out_strides[i];
-  for (int i = 0; i < 3; ++i) rec[30 + i] = (int64_t)(intptr_t)in[i];
-  for (int i = 0; i < 2; ++i) rec[33 + i] = (int64_t)(intptr_t)out[i];
-  uint16_t* d = (uint16_t*)out[0];
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) d[m * out_strides[0] + n * out_strides[1]] = 0x3F80;  /* 1.0 */
-  return rc;
-}
-size_t evt_kfake_workspace(int M, int N, int K, int L) { return 256; }
-char const* evt_kfake_signature(void) { return "kfake;sig"; }
-int64_t const* evt_test_record(void) { return rec; }
-void evt_test_set_rc(int value) { rc = value; }
-"""
-
 
 @pytest.fixture(scope="module")
 def fake_library(tmp_path_factory):
-    entry = tmp_path_factory.mktemp("entry")
-    (entry / "fake.c").write_text(FAKE_KERNEL)
-    so = entry / cache.SO
-    subprocess.run([CC, "-shared", "-fPIC", "-O1", "-o", so, entry / "fake.c"], check=True)
-    (entry / cache.META).write_text(json.dumps({"name": "kfake", "signature": "kfake;sig"}))
-    return launch.load(so)
+    return launch.load(build_fake_library(tmp_path_factory.mktemp("entry"), CC))
 
 
 @pytest.fixture

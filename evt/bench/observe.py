@@ -57,12 +57,12 @@ def evt_runtime(notes: dict) -> Iterator[None]:
     `evt_regions` inside) that never launched a kernel, why they fell back."""
     from evt.runtime import cache, dispatch
 
-    launches = collections.Counter(getattr(dispatch, "LAUNCHES", {}))
+    launches = collections.Counter(dispatch.launches())
     built = _cache_entries(cache.root())
     try:
         yield
     finally:
-        after = collections.Counter(getattr(dispatch, "LAUNCHES", {})) - launches
+        after = collections.Counter(dispatch.launches()) - launches
         reasons = getattr(dispatch, "FALLBACKS", {})
         notes["kernels_built"] = len(_cache_entries(cache.root()) - built)
         notes["kernel_launches"] = sum(after.values())

@@ -29,14 +29,14 @@ import torch
 from evt import debug, ir
 from evt.codegen.config import TileConfig, heuristic
 from evt.errors import CompileError, EvtError, LaunchError
-from evt.runtime import build, guards, launch, reference, verify
+from evt.runtime import build, fast, guards, launch, reference, verify
 from evt.runtime.canonical import canonical
 
 STAGES = ("spec", "device", "render", "compile", "load", "guard", "launch")
 INJECT: dict[str, str] = {}  # stage -> message: make that stage fail (tests)
 COMPILE_FN: build.CompileFn | None = None  # None: nvcc
 FALLBACKS: dict[str, str] = {}  # region name -> why it ran unfused (read by evt.explain)
-LAUNCHES: collections.Counter = collections.Counter()  # region name -> successful kernel launches
+LAUNCHES: collections.Counter = collections.Counter()  # region name -> launches from Python (`launches()` adds C++)
 
 _kernels: dict[str, launch.Kernel | EvtError] = {}  # canonical signature -> kernel or why not
 _configs: dict[str, TileConfig] = {}  # canonical signature -> the tile config it is built with
@@ -71,11 +71,13 @@ def reference_only() -> Iterator[None]:
     global _reference_only
     with _lock:
         _reference_only += 1
+        fast.set_enabled(False)
     try:
         yield
     finally:
         with _lock:
             _reference_only -= 1
+            fast.set_enabled(_reference_only == 0)
 
 
 def prefetch(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = None) -> Future | None:
@@ -137,7 +139,9 @@ def sm90_available() -> bool:
     return torch.cuda.is_available() and launch.capability(torch.cuda.current_device()) == (9, 0)
 
 
-def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], key: str | None = None) -> list[torch.Tensor]:
+    """Run a region; `key` is the op's spec text, under which a kernel launch is handed to the
+    C++ launch path (`evt.runtime.fast`), which then serves calls with the same input layout."""
     if _reference_only or not use_kernels(inputs):
         return reference.run(spec, inputs)
     try:
@@ -147,7 +151,15 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tenso
     LAUNCHES[spec.name] += 1
     if os.environ.get("EVT_VERIFY", "0") not in ("", "0"):
         verify.check(spec, inputs, outputs)
+    elif key is not None and fast.loaded() == inputs[0].device.type and not injected():
+        kernel = _ready[id(spec)]
+        fast.remember(key, spec.name, kernel, kernel.guard(inputs), inputs, outputs)
     return outputs
+
+
+def launches() -> collections.Counter:
+    """Region name -> kernel launches since `reset()`, from Python and the C++ launch path."""
+    return LAUNCHES + fast.launches()
 
 
 def _launch_ready(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list | None:
@@ -268,3 +280,4 @@ def reset() -> None:
         _ready.clear()
         FALLBACKS.clear()
         LAUNCHES.clear()
+    fast.forget_all()

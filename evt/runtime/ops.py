@@ -20,13 +20,16 @@ from evt.runtime import dispatch, reference
 
 _lib = torch.library.Library("evt", "DEF")
 _lib.define("fused_gemm(str spec, Tensor[] inputs) -> Tensor[]")
+# what the C++ launch path (evt.runtime.fast) calls for a spec or input layout it has no plan for
+_lib.define("fused_gemm_slow(str spec, Tensor[] inputs) -> Tensor[]")
 
 
 def fused_gemm(spec: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    return dispatch.run(ir.from_json(spec), inputs)
+    return dispatch.run(ir.from_json(spec), inputs, key=spec)
 
 
 _lib.impl("fused_gemm", fused_gemm, "CompositeExplicitAutograd")
+_lib.impl("fused_gemm_slow", fused_gemm, "CompositeExplicitAutograd")
 
 
 @torch.library.register_fake("evt::fused_gemm")

@@ -1,0 +1,220 @@
+"""The C++ hot path of `evt::fused_gemm` (`fast_launch.cpp`): build it, load it, feed it.
+
+A region's call from Inductor's generated code costs ~30 us of host time through Python (the op's
+Python kernel, the guards' fingerprint, output allocation, ctypes), twice a cuBLAS call. Once this
+library is loaded, the op's CUDA kernel is C++: it looks the spec and the inputs' layout up in a
+table of launch plans and calls the kernel's launcher directly; a miss goes to
+`evt::fused_gemm_slow` (Python), and `dispatch.run` then hands the launch's plan to `remember`.
+
+The library is compiled with the host C++ compiler against the running torch's headers, once per
+machine, torch build and source (an entry of the kernel cache, built in the background while the
+backend compiles a graph), and loaded by the backend after its compile, never inside an op call.
+`EVT_FAST_LAUNCH=0` keeps every call in Python.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from evt import debug
+from evt.errors import CompileError
+from evt.runtime import cache
+
+SOURCE = Path(__file__).with_name("fast_launch.cpp")
+BUILD_TIMEOUT_S = 600
+CUDA_DEFAULT = "/usr/local/cuda"  # where the CUDA toolkit is when nothing says otherwise
+
+_lock = threading.Lock()
+_future: Future | None = None
+_loaded: str | None = None  # "cuda" or "cpu": the dispatch key the loaded library serves
+_names: list[str] = []  # registration id -> region name
+_failed = False  # a call into the library failed: it stays unused in this process
+
+
+def wanted() -> bool:
+    """Whether this process should use the C++ path: EVT_FAST_LAUNCH is not 0 and torch has CUDA."""
+    return os.environ.get("EVT_FAST_LAUNCH", "1") != "0" and torch.version.cuda is not None
+
+
+def loaded() -> str | None:
+    """The device type the loaded library serves ("cuda", "cpu" in tests), or None."""
+    return None if _failed else _loaded
+
+
+def prefetch(device: str = "cuda") -> Future | None:
+    """Start building the library in the background (once per process)."""
+    global _future
+    if device == "cuda" and not wanted():
+        return None
+    with _lock:
+        if _future is None:
+            _future = _pool().submit(build, device)
+        return _future
+
+
+def ensure(device: str = "cuda") -> bool:
+    """Load the library, waiting for its build (a cache hit: a few ms); one warning and False if it
+    cannot be built or loaded. Called by the backend after a graph's compile."""
+    global _loaded
+    if _loaded is not None:
+        return loaded() == device
+    future = prefetch(device)
+    if future is None:
+        return False
+    try:
+        path = future.result()
+        with _lock:
+            if _loaded is None:
+                torch.ops.load_library(str(path))
+                _loaded = device
+                debug.log(1, f"C++ launch path loaded from {path}")
+    except Exception as e:  # noqa: BLE001 - the Python path stays: slower on the host, same results
+        _disable(f"evt: the C++ launch path is unavailable, regions launch from Python "
+                 f"(~2x the host time per call): {e}")  # fmt: skip
+        return False
+    return loaded() == device
+
+
+def remember(key: str, region: str, kernel, problem, inputs, outputs) -> None:
+    """Hand a launch that just succeeded to the C++ path: later calls with `key` (the op's spec
+    text) and inputs of this layout launch from C++."""
+    if loaded() is None:
+        return
+    plan = kernel._plans.get(problem)
+    if plan is None:
+        return
+    try:
+        run = ctypes.cast(kernel.library.run, ctypes.c_void_p).value
+        rid = torch.ops.evt_fast.remember(
+            key, run, kernel.library.nested, list(inputs), list(outputs),
+            list(plan.input_strides), list(plan.output_strides), list(problem.abi_shape),
+            plan.workspace_bytes,
+        )  # fmt: skip
+    except Exception as e:  # noqa: BLE001
+        _disable(f"evt: the C++ launch path failed ({type(e).__name__}: {e}); "
+                 "regions launch from Python from now on")  # fmt: skip
+        return
+    with _lock:
+        while len(_names) <= rid:
+            _names.append(region)
+
+
+def launches() -> collections.Counter:
+    """Region name -> launches made by the C++ path since the last `forget_all`."""
+    if _loaded is None:
+        return collections.Counter()
+    counts = torch.ops.evt_fast.launch_counts()
+    out: collections.Counter = collections.Counter()
+    with _lock:
+        for name, n in zip(_names, counts):
+            if n:
+                out[name] += n
+    return out
+
+
+def forget_all() -> None:
+    if _loaded is not None:
+        torch.ops.evt_fast.forget_all()
+    with _lock:
+        _names.clear()
+
+
+def set_enabled(on: bool) -> None:
+    """Off: every call takes the Python path (reference-only mode, `dispatch.reference_only`)."""
+    if _loaded is not None:
+        torch.ops.evt_fast.set_enabled(on and not _failed)
+
+
+def _disable(message: str) -> None:
+    global _failed
+    with _lock:
+        first, _failed = not _failed, True
+    if _loaded is not None:
+        torch.ops.evt_fast.set_enabled(False)
+    if first:
+        warnings.warn(message, stacklevel=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="evt-fast")
+
+
+def build(device: str = "cuda") -> Path:
+    """The cached library for this torch and `device` ("cuda", or "cpu" for tests)."""
+    cmd = command(Path(SOURCE.name), Path(cache.SO), device)
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, str(torch.version.cuda),
+                                    compiler_version(cmd[0]), *cmd]).encode()).hexdigest()  # fmt: skip
+    meta = {"name": f"evt_fast_{device}", "region": "(C++ launch path)"}
+    return cache.get_or_build(key, lambda tmp: _compile(tmp, cmd), meta)
+
+
+def _compile(tmp: Path, cmd: list[str]) -> None:
+    shutil.copyfile(SOURCE, tmp / SOURCE.name)
+    debug.log(5, f"cd {shlex.quote(str(tmp))} && {shlex.join(cmd)}")
+    proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                          check=False)  # fmt: skip
+    log = proc.stdout + proc.stderr
+    (tmp / cache.LOG).write_text(log)
+    if proc.returncode != 0:
+        first = [ln for ln in log.splitlines() if "error" in ln][:5] or log.splitlines()[-5:]
+        raise CompileError("the C++ launch path failed to compile (" + shlex.join(cmd[:1]) + "): "
+                           + " | ".join(first))  # fmt: skip
+
+
+def command(source: Path, out: Path, device: str = "cuda") -> list[str]:
+    """The host compiler's command line building `source` into the shared library `out`."""
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        raise CompileError("no host C++ compiler (c++ or g++ on PATH, or $CXX)")
+    torch_dir = Path(torch.__file__).resolve().parent
+    includes, libs = [torch_dir / "include"], ["-lc10", "-ltorch_cpu"]
+    defines = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    if device == "cuda":
+        includes += _cuda_includes()
+        libs += ["-lc10_cuda"]
+        defines += ["-DEVT_FAST_CUDA"]
+    lib_dir = torch_dir / "lib"
+    return [cxx, "-std=c++20", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-w", *defines,
+            *(f"-I{p}" for p in includes), "-o", str(out), str(source), f"-L{lib_dir}", *libs,
+            f"-Wl,-rpath,{lib_dir}"]  # fmt: skip
+
+
+def _cuda_includes() -> list[Path]:
+    """Where cuda_runtime_api.h is: $CUDA_HOME or $CUDA_PATH, the toolkit of nvcc on PATH, or
+    /usr/local/cuda."""
+    from evt.codegen import nvcc
+
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    found = nvcc.nvcc_path()
+    homes += [str(Path(found).resolve().parent.parent) if found else None, CUDA_DEFAULT]
+    for home in filter(None, homes):
+        for include in (Path(home) / "include", Path(home) / "targets" / "x86_64-linux" / "include"):
+            if (include / "cuda_runtime_api.h").is_file():
+                return [include]
+    raise CompileError("cuda_runtime_api.h not found: set CUDA_HOME to the CUDA toolkit")
+
+
+@lru_cache(maxsize=4)
+def compiler_version(cxx: str) -> str:
+    try:
+        return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False,
+                              timeout=30).stdout.splitlines()[0]  # fmt: skip
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown"

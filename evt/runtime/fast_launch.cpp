@@ -1,0 +1,235 @@
+// The hot path of `evt::fused_gemm` in C++ (built and loaded by evt/runtime/fast.py).
+//
+// A region's first launch, and any launch with a new input layout, runs in Python
+// (evt/runtime/dispatch.py: guards, tile config, build, fallback), which then hands this library
+// the launch's plan: the kernel's run function and, for that exact input layout (sizes, strides,
+// dtypes, device, 16-byte alignment), the ABI's strides and sizes, the outputs' shapes and dtypes
+// and the workspace size. Later calls with the same spec and layout allocate the outputs and call
+// the kernel's launcher from here, without Python, ctypes or guards. Anything else (no plan for
+// the spec or the layout, EVT_VERIFY or EVT_INJECT set, a non-zero return code) goes to
+// `evt::fused_gemm_slow`, the Python path, which decides, launches, warns and falls back as before.
+//
+// Built with -DEVT_FAST_CUDA it serves the CUDA dispatch key on the current CUDA stream; without,
+// the CPU key with a null stream (tests drive it with a fake kernel library on CPU tensors).
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#ifdef EVT_FAST_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+// evt_<name>_run of a kernel library (evt/templates/gemm_sm90.cu.j2); a nested batch takes L1, L2.
+using RunFlat = int (*)(void const* const*, int64_t const*, void* const*, int64_t const*, int, int,
+                        int, int, void*, size_t, void*);
+using RunNested = int (*)(void const* const*, int64_t const*, void* const*, int64_t const*, int,
+                          int, int, int, int, void*, size_t, void*);
+
+constexpr size_t kMaxTensors = 64;       // inputs or outputs of one kernel
+constexpr size_t kMaxPlansPerSpec = 64;  // input layouts remembered per spec (dynamic shapes)
+
+struct Output {
+  std::vector<int64_t> sizes, strides;
+  c10::ScalarType dtype;
+};
+
+struct Plan {
+  std::vector<int64_t> layout;  // what `layout_of` says about the inputs
+  std::vector<int64_t> input_strides, output_strides, abi;  // abi: M, N, K, L (or L1, L2)
+  std::vector<Output> outputs;
+  int64_t workspace_bytes = 0;
+};
+
+struct Entry {
+  int64_t id = 0;  // registration order: Python names the region behind it
+  void* run = nullptr;
+  bool nested = false;
+  std::vector<Plan> plans;
+  std::atomic<int64_t> launches{0};
+};
+
+std::shared_mutex mutex;
+std::unordered_map<std::string, std::unique_ptr<Entry>> registry;
+std::vector<Entry*> by_id;
+std::atomic<bool> enabled{true};
+
+// Everything the Python guards read about the inputs (evt.runtime.launch.fingerprint).
+void layout_of(at::TensorList inputs, std::vector<int64_t>& out) {
+  out.clear();
+  out.push_back(static_cast<int64_t>(inputs.size()));
+  for (at::Tensor const& t : inputs) {
+    out.push_back(t.dim());
+    for (int64_t s : t.sizes()) out.push_back(s);
+    for (int64_t s : t.strides()) out.push_back(s);
+    out.push_back(static_cast<int64_t>(t.scalar_type()));
+    out.push_back(static_cast<int64_t>(t.device().type()));
+    out.push_back(t.device().index());
+    out.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16));
+  }
+}
+
+bool env_set(char const* name, bool zero_means_off) {
+  char const* v = std::getenv(name);
+  return v != nullptr && (!zero_means_off || (*v != '\0' && std::strcmp(v, "0") != 0));
+}
+
+void* current_stream(c10::Device device) {
+#ifdef EVT_FAST_CUDA
+  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+#else
+  (void)device;
+  return nullptr;
+#endif
+}
+
+// Launch `plan`'s kernel on `inputs`; false (nothing enqueued) when its launcher refuses.
+bool launch(Entry const& e, Plan const& plan, at::TensorList inputs, std::vector<at::Tensor>& outs) {
+  c10::Device const device = inputs[0].device();
+  c10::DeviceGuard guard(device);
+  auto const options = at::TensorOptions().device(device);
+  outs.reserve(plan.outputs.size());
+  for (Output const& o : plan.outputs) {
+    outs.push_back(at::empty_strided(o.sizes, o.strides, options.dtype(o.dtype)));
+  }
+  at::Tensor workspace;
+  if (plan.workspace_bytes > 0) {
+    workspace = at::empty_strided({plan.workspace_bytes}, {1}, options.dtype(at::kByte));
+  }
+  void const* in[kMaxTensors];
+  void* out[kMaxTensors];
+  for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i].data_ptr();
+  for (size_t i = 0; i < outs.size(); ++i) out[i] = outs[i].data_ptr();
+  void* ws = workspace.defined() ? workspace.data_ptr() : nullptr;
+  auto const ws_bytes = static_cast<size_t>(plan.workspace_bytes);
+  auto const& a = plan.abi;
+  int rc;
+  if (e.nested) {
+    rc = reinterpret_cast<RunNested>(e.run)(in, plan.input_strides.data(), out,
+                                            plan.output_strides.data(), a[0], a[1], a[2], a[3],
+                                            a[4], ws, ws_bytes, current_stream(device));
+  } else {
+    rc = reinterpret_cast<RunFlat>(e.run)(in, plan.input_strides.data(), out,
+                                          plan.output_strides.data(), a[0], a[1], a[2], a[3], ws,
+                                          ws_bytes, current_stream(device));
+  }
+  return rc == 0;
+}
+
+std::vector<at::Tensor> slow_path(c10::string_view spec, at::TensorList inputs) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("evt::fused_gemm_slow", "")
+                       .typed<std::vector<at::Tensor>(c10::string_view, at::TensorList)>();
+  return op.call(spec, inputs);
+}
+
+std::vector<at::Tensor> fused_gemm(c10::string_view spec, at::TensorList inputs) {
+  if (enabled.load(std::memory_order_relaxed) && !inputs.empty() &&
+      !env_set("EVT_VERIFY", true) && !env_set("EVT_INJECT", false)) {
+    thread_local std::string key;
+    thread_local std::vector<int64_t> layout;
+    key.assign(spec.data(), spec.size());
+    layout_of(inputs, layout);
+    std::shared_lock lock(mutex);
+    auto it = registry.find(key);
+    if (it != registry.end()) {
+      Entry& e = *it->second;
+      for (Plan const& plan : e.plans) {
+        if (plan.layout != layout) continue;
+        std::vector<at::Tensor> outs;
+        if (launch(e, plan, inputs, outs)) {
+          e.launches.fetch_add(1, std::memory_order_relaxed);
+          return outs;
+        }
+        break;  // the Python path launches again, and warns and falls back if it must
+      }
+    }
+  }
+  return slow_path(spec, inputs);
+}
+
+// Python's side: remember a launch that just succeeded (see the file's comment).
+int64_t remember(c10::string_view spec, int64_t run, bool nested, at::TensorList inputs,
+                 at::TensorList outputs, c10::IntArrayRef input_strides,
+                 c10::IntArrayRef output_strides, c10::IntArrayRef abi, int64_t workspace_bytes) {
+  TORCH_CHECK(run != 0, "evt_fast.remember: no run function");
+  TORCH_CHECK(!inputs.empty() && inputs.size() <= kMaxTensors && outputs.size() <= kMaxTensors,
+              "evt_fast.remember: ", inputs.size(), " inputs and ", outputs.size(),
+              " outputs (at most ", kMaxTensors, " each)");
+  TORCH_CHECK(abi.size() == (nested ? 5u : 4u), "evt_fast.remember: ", abi.size(),
+              " problem sizes for a ", nested ? "nested" : "flat", " batch");
+  Plan plan;
+  layout_of(inputs, plan.layout);
+  plan.input_strides.assign(input_strides.begin(), input_strides.end());
+  plan.output_strides.assign(output_strides.begin(), output_strides.end());
+  plan.abi.assign(abi.begin(), abi.end());
+  plan.workspace_bytes = workspace_bytes;
+  for (at::Tensor const& o : outputs) {
+    TORCH_CHECK(o.is_contiguous(), "evt_fast.remember: outputs are fresh contiguous tensors");
+    plan.outputs.push_back({o.sizes().vec(), o.strides().vec(), o.scalar_type()});
+  }
+  std::unique_lock lock(mutex);
+  auto& slot = registry[std::string(spec)];
+  if (!slot) {
+    slot = std::make_unique<Entry>();
+    slot->id = static_cast<int64_t>(by_id.size());
+    slot->run = reinterpret_cast<void*>(run);
+    slot->nested = nested;
+    by_id.push_back(slot.get());
+  }
+  TORCH_CHECK(slot->run == reinterpret_cast<void*>(run) && slot->nested == nested,
+              "evt_fast.remember: one spec, two kernels");
+  bool known = false;
+  for (Plan const& p : slot->plans) known = known || p.layout == plan.layout;
+  if (!known && slot->plans.size() < kMaxPlansPerSpec) slot->plans.push_back(std::move(plan));
+  return slot->id;
+}
+
+// Launches per registration id since the last `forget_all`.
+std::vector<int64_t> launch_counts() {
+  std::shared_lock lock(mutex);
+  std::vector<int64_t> out;
+  for (Entry const* e : by_id) out.push_back(e->launches.load(std::memory_order_relaxed));
+  return out;
+}
+
+void forget_all() {
+  std::unique_lock lock(mutex);
+  registry.clear();
+  by_id.clear();
+}
+
+void set_enabled(bool on) { enabled.store(on, std::memory_order_relaxed); }
+
+}  // namespace
+
+TORCH_LIBRARY(evt_fast, m) {
+  m.def("remember(str spec, int run, bool nested, Tensor[] inputs, Tensor[] outputs, "
+        "int[] input_strides, int[] output_strides, int[] abi, int workspace_bytes) -> int",
+        &remember);
+  m.def("launch_counts() -> int[]", &launch_counts);
+  m.def("forget_all() -> ()", &forget_all);
+  m.def("set_enabled(bool on) -> ()", &set_enabled);
+}
+
+#ifdef EVT_FAST_CUDA
+TORCH_LIBRARY_IMPL(evt, CUDA, m) { m.impl("fused_gemm", &fused_gemm); }
+#else
+TORCH_LIBRARY_IMPL(evt, CPU, m) { m.impl("fused_gemm", &fused_gemm); }
+#endif

@@ -1,0 +1,110 @@
+"""The C++ launch path (evt/runtime/fast_launch.cpp, evt/runtime/fast.py) without a GPU: its CPU
+variant against a fake kernel library in a child process (tests/fast_launch_cpu.py), the CUDA
+variant's source through the host compiler's front end, and the build's failure paths."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from evt.errors import CompileError
+from evt.runtime import fast
+
+CC = shutil.which("cc") or shutil.which("gcc")
+CXX = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+ROOT = Path(__file__).resolve().parent.parent
+needs_compilers = pytest.mark.skipif(CC is None or CXX is None, reason="no host C/C++ compiler")
+
+
+@needs_compilers
+def test_cpu_variant_serves_repeated_calls(tmp_path):
+    env = {**os.environ, "EVT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    for var in ("EVT_INJECT", "EVT_VERIFY", "EVT_FAST_LAUNCH"):
+        env.pop(var, None)
+    proc = subprocess.run([sys.executable, "-m", "tests.fast_launch_cpu", str(tmp_path), CC],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ok:") == 7, proc.stdout
+
+
+@needs_compilers
+def test_cuda_variant_compiles(tmp_path):
+    """The CUDA variant through the compiler's front end (linking needs a CUDA torch). A CPU
+    torch ships c10/cuda's headers but not the one its CMake generates: a stand-in is added."""
+    try:
+        cmd = fast.command(fast.SOURCE, tmp_path / "x.so", "cuda")
+    except CompileError as e:
+        pytest.skip(f"no CUDA headers here: {e}")
+    assert "-DEVT_FAST_CUDA" in cmd and "-lc10_cuda" in cmd
+    generated = tmp_path / "include" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    generated.parent.mkdir(parents=True)
+    generated.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    i = cmd.index("-o")
+    syntax = [*cmd[:i], "-fsyntax-only", str(fast.SOURCE), f"-idirafter{tmp_path / 'include'}"]
+    syntax = [a for a in syntax if a != "-shared"]
+    proc = subprocess.run(syntax, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_command_matches_this_torch(tmp_path):
+    import torch
+
+    cmd = fast.command(Path("a.cpp"), Path("a.so"), "cpu")
+    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    assert abi in cmd and "-DEVT_FAST_CUDA" not in cmd and "-lc10_cuda" not in cmd
+    assert f"-I{Path(torch.__file__).resolve().parent / 'include'}" in cmd
+    assert cmd[cmd.index("-o") + 1 :][:2] == ["a.so", "a.cpp"]
+
+
+def test_no_cuda_headers_is_a_clear_error(monkeypatch):
+    from evt.codegen import nvcc
+
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: None)
+    monkeypatch.setattr(fast, "CUDA_DEFAULT", "/nonexistent")
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(CompileError, match="cuda_runtime_api.h not found.*CUDA_HOME"):
+        fast.command(Path("a.cpp"), Path("a.so"), "cuda")
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """fast's process state as in a new process, the cache in tmp_path."""
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    for name, value in (("_future", None), ("_loaded", None), ("_failed", False), ("_names", [])):
+        monkeypatch.setattr(fast, name, value)
+    monkeypatch.setattr(fast, "_pool", fast._pool.__wrapped__)  # a pool per test
+
+
+def test_a_failed_build_warns_once_and_keeps_python(fresh, monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert fast.ensure("cpu") is False
+        assert fast.ensure("cpu") is False
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "C++ launch path is unavailable" in messages[0], messages
+    assert fast.loaded() is None and not fast.launches()
+
+
+def test_a_compile_error_names_the_compiler_and_keeps_the_log(fresh, monkeypatch, tmp_path):
+    broken = tmp_path / "fast_launch.cpp"
+    broken.write_text("this is not C++;\n")
+    monkeypatch.setattr(fast, "SOURCE", broken)
+    if CXX is None:
+        pytest.skip("no host C++ compiler")
+    with pytest.raises(CompileError, match="failed to compile.*error"):
+        fast.build("cpu")
+    logs = list((tmp_path / "failed").glob("*/build.log"))
+    assert len(logs) == 1 and "error" in logs[0].read_text()
+
+
+def test_off_switch(fresh, monkeypatch):
+    monkeypatch.setenv("EVT_FAST_LAUNCH", "0")
+    assert not fast.wanted() and fast.prefetch("cuda") is None and fast.ensure("cuda") is False

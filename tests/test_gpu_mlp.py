@@ -131,11 +131,15 @@ def test_launches_equal_explained_regions(kernels):
 
 
 @pytest.mark.parametrize("dynamic", [False, None], ids=["static", "dynamic"])
-def test_new_batch_size_reuses_binaries(kernels, dynamic):
+def test_new_batch_size_reuses_binaries(kernels, dynamic, monkeypatch):
     """Static graphs recompiled per batch size reuse the first one's binaries. With dynamic=None
     the second batch size recompiles the graph with symbolic sizes, whose regions may differ
-    (the MLP's loss region then also stores its input: a kernel of its own, built once); every
-    batch size after that reuses them."""
+    (the partitioner sees symbolic sizes); every batch size after that reuses its kernels, and
+    each step launches every region of the graph last compiled."""
+    from evt import backend
+
+    reports = []
+    monkeypatch.setattr(backend, "_listeners", [*backend._listeners, reports.append])
     model = make_model(3)
     compiled = torch.compile(model, backend="evt", dynamic=dynamic)
     sizes = [TOKENS, 384, 640, 896]
@@ -143,11 +147,13 @@ def test_new_batch_size_reuses_binaries(kernels, dynamic):
     for tokens in sizes[:warm]:
         check_against_fp32(compiled, model, fresh_x(tokens))
     builds, entries = sum(build.BUILDS.values()), cache_entries()
-    launches = sum(dispatch.launches().values())
+    regions = len(reports[-1].regions)
+    assert regions >= 3, str(reports[-1])
     for tokens in sizes[warm:]:
+        launches = sum(dispatch.launches().values())
         check_against_fp32(compiled, model, fresh_x(tokens))
+        assert_kernels_ran(launches + regions)
     assert sum(build.BUILDS.values()) == builds and cache_entries() == entries
-    assert_kernels_ran(launches + (len(sizes) - warm) * len(kernels))
 
 
 def test_cuda_graphs(kernels):

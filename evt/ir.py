@@ -244,6 +244,10 @@ NODE_TYPES: dict[str, type] = {
 }  # fmt: skip
 LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
 REDUCTIONS = (RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)
+# the reductions a kernel with a nested batch (L = L1 x L2) cannot have yet: over M and L (an
+# N-vector) and over everything; M-vectors (column reductions and statistics over N) it can, their
+# partials and outputs indexed by the flat batch l1 * L2 + l2 (evt_statistics.h: flat_batch)
+NOT_NESTED = (RowReduction, ScalarReduction)
 # per-row statistics over N: evt's Sm90RowStatistics, finished by a kernel after the GEMM
 ROW_STATISTICS = (ColReduction, SoftmaxStats, WelfordStats)
 WRITERS = (AuxStore, *REDUCTIONS)  # write outputs, pass their argument through

@@ -200,6 +200,16 @@ def nested_attention_scores() -> KernelSpec:
                       flat.num_inputs)  # fmt: skip
 
 
+def nested_attention_softmax_stats() -> KernelSpec:
+    """`nested_attention_scores` plus softmax's statistics of the scores over N (the row max,
+    output 2, and the sum of exp, output 3: [B * H, S] each, fp32), as the forward of
+    softmax(Q·Kᵀ) with q and k read in place fuses them."""
+    spec = nested_attention_scores()
+    stat = SoftmaxStats("softmax", "add_2", "f32", max_output=2, sum_output=3)
+    return dataclasses.replace(spec, name="nested_attention_softmax_stats",
+                               nodes=(*spec.nodes, stat))  # fmt: skip
+
+
 def nested_attention_values() -> KernelSpec:
     """Attention's P·V with v read in place from a [B, S, H, D] projection: A = the probabilities
     [B * H, S, S] (contiguous), B = v's [B, H, S, D] view (n-major): the nested batch (B, H)
@@ -271,6 +281,7 @@ ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
-              statistics_edge_cases, nested_attention_scores, nested_attention_values,
+              statistics_edge_cases, nested_attention_scores, nested_attention_softmax_stats,
+              nested_attention_values,
               nested_attention_key_grad)
 }  # fmt: skip

@@ -137,13 +137,37 @@ def test_guards_refuse_mismatched_or_expanded_batches():
         guards.check(specs.nested_attention_scores(), infos([*inputs[:3], bias, inputs[4]]))
 
 
-def test_statistics_are_refused_with_a_nested_batch():
+def test_statistics_over_n_render_with_a_nested_batch():
+    """Softmax's statistics of nested scores: partials and finishing step sized for L1 x L2
+    batches, the outputs' stride loaded from the nested ABI's L1 and L2 strides."""
+    spec = specs.nested_attention_softmax_stats()
+    assert guards.static_reason(spec) is None
+    text = render(spec)
+    assert "partials_bytes(M, N, L1 * L2)" in text and "M, N, L1 * L2, stream)" in text
+    assert "cute::Stride<cute::_1, cute::_0, int64_t> evt_softmax_stride" in text
+
+
+@pytest.mark.parametrize("kind", [ir.RowReduction, ir.ScalarReduction])
+def test_reductions_over_m_or_everything_are_refused_with_a_nested_batch(kind):
     spec = specs.nested_attention_scores()
-    stat = ir.SoftmaxStats("softmax", "add_2", "f32", max_output=2)
-    spec = dataclasses.replace(spec, nodes=(*spec.nodes, stat))
+    spec = dataclasses.replace(spec, nodes=(*spec.nodes, kind("r", "add_2", 2, "f32")))
     assert "nested batch" in guards.static_reason(spec)
-    with pytest.raises(CodegenError, match="node softmax: a nested batch"):
+    with pytest.raises(CodegenError, match="node r: a nested batch"):
         render(spec)
+
+
+def test_statistics_reference_with_a_nested_batch():
+    """The reference path of nested scores with softmax statistics: the row max and sum of exp of
+    each head's scores (eager, in fp32), [B * H, S] each."""
+    spec = specs.nested_attention_softmax_stats()
+    inputs = scores_inputs()
+    d, scaled, row_max, row_sum = reference.run(spec, inputs)
+    want = eager_scores(*inputs)[0]
+    assert row_max.shape == row_sum.shape == (B * H, S) and row_max.dtype == torch.float32
+    torch.testing.assert_close(d.float(), want, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(row_max, want.amax(-1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(row_sum, (want - want.amax(-1, keepdim=True)).exp().sum(-1),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
 
 
 def test_launcher_passes_both_batch_extents_and_four_strides():

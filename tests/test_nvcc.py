@@ -33,11 +33,12 @@ pytestmark = [
 # everything), in a tree and (batched) in a DAG visitor, an fp32 GEMM on TF32 tensor cores, and
 # LayerNorm's backward (two row and two column reductions in one epilogue), and attention's scores
 # with a nested batch L = (B, H) (q and k read in place from [B, S, H, D]; GETT strides for A, B,
-# D, the aux loads, the aux store and the row broadcast), P·V with v read in place (n-major B)
+# D, the aux loads, the aux store and the row broadcast) and softmax's statistics over N (partials
+# and outputs by the flat batch l1 * L2 + l2), P·V with v read in place (n-major B)
 # and dK = dSᵀ·Q (m-major A, q read in place), both without an epilogue
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
            "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
-           "layer_norm_backward", "nested_attention_scores", "nested_attention_values",
+           "layer_norm_backward", "nested_attention_softmax_stats", "nested_attention_values",
            "nested_attention_key_grad", "batched_row_statistics_streamk")  # fmt: skip
 # kernels built from a spec of tests.specs at another tile config than its default: name ->
 # (spec, config). Stream-K: CUTLASS's stream-K scheduler with the statistics' deferred partials

@@ -164,17 +164,35 @@ def softmax_of_scores(x, w):
     return torch.softmax(torch.bmm(q, k.transpose(1, 2)), -1)
 
 
-def test_a_region_with_statistics_reads_the_copies():
+def test_a_region_with_statistics_reads_in_place():
     x, w = torch.randn(B, S, 32), torch.randn(32, 64)
     graph = capture_joint(softmax_of_scores, x, w)
     pipeline.run_passes(graph, pipeline.GRAPH_PASSES, check=True)
     (bmm,) = [n for n in graph.nodes if n.target == aten.bmm.default]
-    assert bmm.meta[GEMM].nested  # readable in place, until statistics join its region
+    assert bmm.meta[GEMM].nested
     report = evt.explain(softmax_of_scores, x, w)
     (scores,) = [r for r in report.regions if r.anchor == "aten.bmm"]
-    assert scores.fused == ["aten.amax", "evt.softmax_sum"] and not scores.spec.gemm.nested
+    assert scores.fused == ["aten.amax", "evt.softmax_sum"] and scores.spec.gemm.nested
     compiled = torch.compile(softmax_of_scores, backend=evt_backend, options={"rest": "eager"})
     torch.testing.assert_close(compiled(x, w), softmax_of_scores(x, w), rtol=1e-5, atol=1e-6)
+
+
+def sum_of_scores(x, w):
+    """Q·Kᵀ summed over everything (q and k cut from one projection): a scalar reduction."""
+    qk = (x @ w).view(B, S, 2, 2, 16)
+    q = qk[:, :, 0].transpose(1, 2).reshape(B * 2, S, 16)
+    k = qk[:, :, 1].transpose(1, 2).reshape(B * 2, S, 16)
+    return torch.bmm(q, k.transpose(1, 2)).sum()
+
+
+def test_a_region_with_a_scalar_reduction_reads_the_copies():
+    """No nested-batch kernel sums over everything yet: the region reads the graph's copies."""
+    x, w = torch.randn(B, S, 32), torch.randn(32, 64)
+    report = evt.explain(sum_of_scores, x, w)
+    (scores,) = [r for r in report.regions if r.anchor == "aten.bmm"]
+    assert scores.fused == ["aten.sum"] and not scores.spec.gemm.nested
+    compiled = torch.compile(sum_of_scores, backend=evt_backend, options={"rest": "eager"})
+    torch.testing.assert_close(compiled(x, w), sum_of_scores(x, w), rtol=1e-4, atol=1e-3)
 
 
 def test_free_head_copies_can_be_switched_off(monkeypatch):

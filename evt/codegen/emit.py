@@ -20,6 +20,7 @@ from evt.errors import CodegenError
 from evt.ir import (
     COMPUTE_OPS,
     DTYPES,
+    NOT_NESTED,
     ROW_STATISTICS,
     WRITERS,
     AuxLoad,
@@ -107,9 +108,9 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
     if g.nested and config.scheduler == "streamk":
         raise CodegenError(f"kernel {spec.name}: CUTLASS's stream-K scheduler takes one batch "
                            "mode, not a nested batch (L1 x L2): use the persistent scheduler")  # fmt: skip
-    if g.nested and (statistic := next((n for n in plan.nodes if isinstance(n, STATISTICS)), None)):
-        raise CodegenError(f"node {statistic.name}: a nested batch (L1 x L2) has no reductions or "
-                           "statistics yet; read the batch's contiguous copy")  # fmt: skip
+    if g.nested and (node := next((n for n in plan.nodes if isinstance(n, NOT_NESTED)), None)):
+        raise CodegenError(f"node {node.name}: a nested batch (L1 x L2) has no reductions over M "
+                           "or over the whole problem yet; read the batch's contiguous copy")  # fmt: skip
     return _template().render(
         kernel=c_identifier(spec.name),
         signature=json.dumps(signature(spec, config)),

@@ -66,7 +66,9 @@ inline bool load_stride(int64_t const* s, int e0, int e1, int e2, Stride& out) {
 }
 
 // A nested batch L = (L1, L2): the caller's 4 strides (M|N, K|N, L1, L2) into a CuTe stride whose
-// third mode is a pair, as load_stride does for 3.
+// third mode is a pair, as load_stride does for 3. A stride with one L mode (a statistic's
+// [L1 * L2, M] outputs, indexed by the flat l1 * L2 + l2) takes the L2 stride, which the L1
+// stride must be L2 times.
 template <class Stride>
 inline bool load_stride(int64_t const* s, int e0, int e1, int l1, int l2, Stride& out) {
   if (s == nullptr) {
@@ -74,8 +76,13 @@ inline bool load_stride(int64_t const* s, int e0, int e1, int l1, int l2, Stride
   }
   bool ok = load_mode(s[0], e0, cute::get<0>(out));
   ok = load_mode(s[1], e1, cute::get<1>(out)) && ok;
-  ok = load_mode(s[2], l1, cute::get<2, 0>(out)) && ok;
-  return load_mode(s[3], l2, cute::get<2, 1>(out)) && ok;
+  if constexpr (cute::is_tuple<cute::remove_cvref_t<decltype(cute::get<2>(out))>>::value) {
+    ok = load_mode(s[2], l1, cute::get<2, 0>(out)) && ok;
+    return load_mode(s[3], l2, cute::get<2, 1>(out)) && ok;
+  } else {
+    ok = (l1 <= 1 || s[2] == int64_t(l2) * s[3]) && ok;
+    return load_mode(s[3], l1 * l2, cute::get<2>(out)) && ok;
+  }
 }
 
 // The current device and its SM count (cached per device); the count is 0 when unavailable.

@@ -27,6 +27,22 @@
 
 namespace evt {
 
+namespace detail {
+
+// The flat batch index of a tile's batch coordinate: `l` itself, or for a nested batch
+// L = (L1, L2) the row-major l1 * L2 + l2, the order of the [L1 * L2, M] outputs and of the
+// finishing kernels' blockIdx.y.
+template <class Coord, class Shape>
+CUTLASS_HOST_DEVICE int64_t flat_batch(Coord const& l, Shape const& L) {
+  if constexpr (cute::is_tuple<Coord>::value) {
+    return int64_t(cute::get<0>(l)) * int64_t(cute::get<1>(L)) + int64_t(cute::get<1>(l));
+  } else {
+    return int64_t(l);
+  }
+}
+
+}  // namespace detail
+
 CUTLASS_DEVICE float max_nan(float a, float b) {  // torch.amax: NaN wins
   return (a > b || a != a) ? a : b;
 }
@@ -458,7 +474,8 @@ struct Sm90RowStatistics {
     auto [m, n, k, l] = args.tile_coord_mnkl;
     // this tile's slot: partials[l][n][m * CTA_M + row]
     Partial* slot = static_cast<Partial*>(params.partials) +
-                    (int64_t(l) * ceil_div(int(N), int(kTileN)) + int(n)) * padded_rows(int(M)) +
+                    (detail::flat_batch(l, L) * ceil_div(int(N), int(kTileN)) + int(n)) *
+                        padded_rows(int(M)) +
                     int64_t(m) * kTileM;
     Tensor gSlot = make_tensor(make_gmem_ptr(slot),
                                make_layout(take<0, 2>(args.tile_shape_mnk), Stride<_1, _0>{}));

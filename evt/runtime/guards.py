@@ -90,13 +90,14 @@ def static_reason(spec: ir.KernelSpec) -> str | None:
 def tf32_reason(gemm: ir.Gemm) -> str | None:
     """Why an fp32 GEMM cannot run on TF32 tensor cores, else None. torch multiplies fp32 in
     TF32 only where `torch.get_float32_matmul_precision()` is not "highest" (its default), and
-    WGMMA reads TF32 operands K-major only. The kernels compile (the nvcc tier) and their GPU
-    tests passed on an H100 (session 9) but they have not been benchmarked: `EVT_TF32=1` opts
-    in until they are."""
+    WGMMA reads TF32 operands K-major only. The kernels compile (the nvcc tier) and pass their GPU
+    tests (H100, session 9), but fp32 training steps ran slower with them than with torch.compile
+    (H100, session 12: MLP 0.84x, GPT-2 block 0.93x under CUDA graphs): `EVT_TF32=1` opts in."""
     if torch.get_float32_matmul_precision() == "highest":
         return "fp32 needs TF32 kernels; torch.get_float32_matmul_precision() is 'highest'"
     if os.environ.get("EVT_TF32", "0") in ("", "0"):
-        return "TF32 kernels are experimental (not yet benchmarked): EVT_TF32=1 enables them"
+        return ("TF32 kernels are opt-in (fp32 steps measured slower with them than with "
+                "torch.compile): EVT_TF32=1 enables them")  # fmt: skip
     majors = {"A": gemm.a.major, "B": gemm.b.major}
     if any(m != "k" for m in majors.values()):
         which = ", ".join(f"{k} is {m}-major" for k, m in majors.items() if m != "k")

@@ -245,9 +245,10 @@ NODE_TYPES: dict[str, type] = {
 LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
 REDUCTIONS = (RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)
 # the reductions a kernel with a nested batch (L = L1 x L2) cannot have yet: over M and L (an
-# N-vector) and over everything; M-vectors (column reductions and statistics over N) it can, their
-# partials and outputs indexed by the flat batch l1 * L2 + l2 (evt_statistics.h: flat_batch)
-NOT_NESTED = (RowReduction, ScalarReduction)
+# N-vector; the epilogue rules make none of a batched value); M-vectors (column reductions and
+# statistics over N) and reductions over everything it can, their partials and outputs indexed by
+# the flat batch l1 * L2 + l2 (evt_statistics.h: flat_batch)
+NOT_NESTED = (RowReduction,)
 # per-row statistics over N: evt's Sm90RowStatistics, finished by a kernel after the GEMM
 ROW_STATISTICS = (ColReduction, SoftmaxStats, WelfordStats)
 WRITERS = (AuxStore, *REDUCTIONS)  # write outputs, pass their argument through

@@ -37,7 +37,6 @@ from evt.partition import Region, partition, validate
 from evt.partition.free_head_copies import free_head_copies
 from evt.partition.narrow_outputs import narrow_outputs
 from evt.partition.recompute_outside import recompute_outside
-from evt.partition.restore_head_copies import restore_head_copies
 from evt.partition.trim_for_inductor import inductor_savings, trim_for_inductor
 from evt.report import (
     GraphReport,
@@ -96,7 +95,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
     casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
     trimmed = trim_for_inductor(graph, recompute_outside(graph, narrowed))
     given_back = {r.anchor for r in narrowed} - {r.anchor for r in trimmed}
-    regions = free_head_copies(graph, restore_head_copies(graph, trimmed))
+    regions = free_head_copies(graph, trimmed)
     validate(graph, regions)
     drawing = _draw(graph, regions) if draw else None
     gemms = [n for n in graph.nodes if GEMM in n.meta]

@@ -200,14 +200,16 @@ def nested_attention_scores() -> KernelSpec:
                       flat.num_inputs)  # fmt: skip
 
 
-def nested_attention_softmax_stats() -> KernelSpec:
+def nested_attention_statistics() -> KernelSpec:
     """`nested_attention_scores` plus softmax's statistics of the scores over N (the row max,
     output 2, and the sum of exp, output 3: [B * H, S] each, fp32), as the forward of
-    softmax(Q·Kᵀ) with q and k read in place fuses them."""
+    softmax(Q·Kᵀ) with q and k read in place fuses them, and their sum over everything (output
+    4, fp32 [])."""
     spec = nested_attention_scores()
     stat = SoftmaxStats("softmax", "add_2", "f32", max_output=2, sum_output=3)
-    return dataclasses.replace(spec, name="nested_attention_softmax_stats",
-                               nodes=(*spec.nodes, stat))  # fmt: skip
+    total = ScalarReduction("total", "add_2", 4, "f32")
+    return dataclasses.replace(spec, name="nested_attention_statistics",
+                               nodes=(*spec.nodes, stat, total))  # fmt: skip
 
 
 def nested_attention_values() -> KernelSpec:
@@ -281,7 +283,7 @@ ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
-              statistics_edge_cases, nested_attention_scores, nested_attention_softmax_stats,
+              statistics_edge_cases, nested_attention_scores, nested_attention_statistics,
               nested_attention_values,
               nested_attention_key_grad)
 }  # fmt: skip

@@ -24,7 +24,7 @@ def kernels(tmp_path_factory) -> dict[str, ir.KernelSpec]:
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
     nested = (specs.nested_attention_scores(), specs.nested_attention_values(),
-              specs.nested_attention_key_grad(), specs.nested_attention_softmax_stats())  # fmt: skip
+              specs.nested_attention_key_grad(), specs.nested_attention_statistics())  # fmt: skip
     built = {s.name: s for s in nested}
     for future in [build.prefetch(s) for s in built.values()]:
         future.result()
@@ -70,17 +70,18 @@ def test_scores_read_heads_in_place_like_eager(kernels, shape):
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_softmax_statistics_of_scores_read_in_place(kernels, shape):
     """The scores' row max and sum of exp per head ([B * H, S] each, fp32), from partials
-    indexed by the flat batch l1 * L2 + l2, against eager and the reference path."""
-    spec = kernels["nested_attention_softmax_stats"]
+    indexed by the flat batch l1 * L2 + l2, and their sum over everything, against eager and
+    the reference path."""
+    spec = kernels["nested_attention_statistics"]
     torch.manual_seed(sum(shape) + 1)
     inputs = projection_inputs(*shape)
-    d, scaled, row_max, row_sum = poisoned_launch(spec, inputs)
+    got = poisoned_launch(spec, inputs)
     want_d, want_scaled = eager(*inputs)
     want_max = want_d.amax(-1)
     want_sum = (want_d - want_max[..., None]).exp().sum(-1)
     ref = reference.run(spec, inputs)
-    for i, (out, want) in enumerate(zip((d, scaled, row_max, row_sum),
-                                        (want_d, want_scaled, want_max, want_sum))):  # fmt: skip
+    wants = (want_d, want_scaled, want_max, want_sum, want_d.sum())
+    for i, (out, want) in enumerate(zip(got, wants, strict=True)):
         assert out.shape == want.shape and not out.float().isnan().any(), (i, "unwritten")
         dtype = "bf16" if out.dtype == BF16 else "f32"
         assert verify.relative_error(out, ref[i]) <= verify.TOLERANCE[dtype], i

@@ -137,33 +137,41 @@ def test_guards_refuse_mismatched_or_expanded_batches():
         guards.check(specs.nested_attention_scores(), infos([*inputs[:3], bias, inputs[4]]))
 
 
-def test_statistics_over_n_render_with_a_nested_batch():
-    """Softmax's statistics of nested scores: partials and finishing step sized for L1 x L2
-    batches, the outputs' stride loaded from the nested ABI's L1 and L2 strides."""
-    spec = specs.nested_attention_softmax_stats()
+def test_statistics_render_with_a_nested_batch():
+    """Softmax's statistics of nested scores and their sum: partials and finishing step sized
+    for L1 x L2 batches, the outputs' stride loaded from the nested ABI's L1 and L2 strides."""
+    spec = specs.nested_attention_statistics()
     assert guards.static_reason(spec) is None
     text = render(spec)
     assert "partials_bytes(M, N, L1 * L2)" in text and "M, N, L1 * L2, stream)" in text
     assert "cute::Stride<cute::_1, cute::_0, int64_t> evt_softmax_stride" in text
+    assert "evt::Sm90ScalarStatistic" in text
 
 
-@pytest.mark.parametrize("kind", [ir.RowReduction, ir.ScalarReduction])
-def test_reductions_over_m_or_everything_are_refused_with_a_nested_batch(kind):
+def test_a_reduction_over_m_is_refused_with_a_nested_batch():
     spec = specs.nested_attention_scores()
-    spec = dataclasses.replace(spec, nodes=(*spec.nodes, kind("r", "add_2", 2, "f32")))
+    spec = dataclasses.replace(spec, nodes=(*spec.nodes, ir.RowReduction("r", "add_2", 2, "f32")))
     assert "nested batch" in guards.static_reason(spec)
     with pytest.raises(CodegenError, match="node r: a nested batch"):
         render(spec)
 
 
+def test_a_reduction_over_everything_renders_with_a_nested_batch():
+    spec = specs.nested_attention_scores()
+    spec = dataclasses.replace(spec, nodes=(*spec.nodes, ir.ScalarReduction("r", "add_2", 2, "f32")))
+    assert guards.static_reason(spec) is None
+    assert "evt::Sm90ScalarStatistic" in render(spec)
+
+
 def test_statistics_reference_with_a_nested_batch():
     """The reference path of nested scores with softmax statistics: the row max and sum of exp of
     each head's scores (eager, in fp32), [B * H, S] each."""
-    spec = specs.nested_attention_softmax_stats()
+    spec = specs.nested_attention_statistics()
     inputs = scores_inputs()
-    d, scaled, row_max, row_sum = reference.run(spec, inputs)
+    d, scaled, row_max, row_sum, total = reference.run(spec, inputs)
     want = eager_scores(*inputs)[0]
     assert row_max.shape == row_sum.shape == (B * H, S) and row_max.dtype == torch.float32
+    torch.testing.assert_close(total, want.sum(), rtol=1e-4, atol=1e-2)
     torch.testing.assert_close(d.float(), want, rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(row_max, want.amax(-1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(row_sum, (want - want.amax(-1, keepdim=True)).exp().sum(-1),

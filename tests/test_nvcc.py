@@ -38,7 +38,7 @@ pytestmark = [
 # and dK = dSᵀ·Q (m-major A, q read in place), both without an epilogue
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
            "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
-           "layer_norm_backward", "nested_attention_softmax_stats", "nested_attention_values",
+           "layer_norm_backward", "nested_attention_statistics", "nested_attention_values",
            "nested_attention_key_grad", "batched_row_statistics_streamk")  # fmt: skip
 # kernels built from a spec of tests.specs at another tile config than its default: name ->
 # (spec, config). Stream-K: CUTLASS's stream-K scheduler with the statistics' deferred partials

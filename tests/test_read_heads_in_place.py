@@ -185,12 +185,11 @@ def sum_of_scores(x, w):
     return torch.bmm(q, k.transpose(1, 2)).sum()
 
 
-def test_a_region_with_a_scalar_reduction_reads_the_copies():
-    """No nested-batch kernel sums over everything yet: the region reads the graph's copies."""
+def test_a_region_with_a_scalar_reduction_reads_in_place():
     x, w = torch.randn(B, S, 32), torch.randn(32, 64)
     report = evt.explain(sum_of_scores, x, w)
     (scores,) = [r for r in report.regions if r.anchor == "aten.bmm"]
-    assert scores.fused == ["aten.sum"] and not scores.spec.gemm.nested
+    assert scores.fused == ["aten.sum"] and scores.spec.gemm.nested
     compiled = torch.compile(sum_of_scores, backend=evt_backend, options={"rest": "eager"})
     torch.testing.assert_close(compiled(x, w), sum_of_scores(x, w), rtol=1e-4, atol=1e-3)
 

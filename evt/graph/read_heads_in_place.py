@@ -3,9 +3,7 @@ view (`view(clone(x), [B * H, rows, cols])`, what Inductor's decomposition of `q
 and `att @ v` makes of heads cut from a [B, S, H·D] projection) is read from `x` itself, with
 two batch strides (a nested batch, `ir.Gemm.nested`).
 
-Rewrites only `node.meta["evt_gemm"]` (after `fold_gemm_operands`), keeping the operands as the
-copies read them in `node.meta["evt_gemm_copied"]` (`restore_head_copies` goes back to them for a
-region with statistics); the graph keeps its clone, which dead-code elimination removes once no
+Rewrites only `node.meta["evt_gemm"]` (after `fold_gemm_operands`); the graph keeps its clone, which dead-code elimination removes once no
 GEMM reads it (`free_head_copies`). `x` is taken only where a kernel can read it: static sizes and strides, a unit-stride
 last or second-last dimension, every other stride (and the start) a whole 16-byte multiple, no
 expanded batch; anything else keeps the copy.
@@ -28,7 +26,6 @@ from evt.graph.fold_gemm_operands import GEMM, GemmOperands
 aten = torch.ops.aten
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 ALIGN = 16  # bytes: TMA strides and base addresses
-COPIED = "evt_gemm_copied"  # the GemmOperands reading the copies, where heads are read in place
 
 
 def enabled() -> bool:
@@ -44,7 +41,6 @@ def read_heads_in_place(graph: Graph) -> Graph:
             a, b = _heads(g.a), _heads(g.b)
             if a is not None or b is not None:
                 node.meta[GEMM] = dataclasses.replace(g, a=a or g.a, b=b or g.b, nested=True)
-                node.meta[COPIED] = g
     return graph
 
 

@@ -789,7 +789,7 @@ struct Sm90ScalarStatistic {
   static int num_tiles(ProblemShape const& problem_shape) {
     auto [M, N, K, L] = cute::append<4>(problem_shape, 1);
     auto [tile_M, tile_N, tile_K] = CtaTileShapeMNK{};
-    return int(cute::ceil_div(M, tile_M) * cute::ceil_div(N, tile_N) * L);
+    return int(cute::ceil_div(M, tile_M) * cute::ceil_div(N, tile_N) * cute::size(L));
   }
 
   template <class ProblemShape>
@@ -928,11 +928,11 @@ struct Sm90ScalarStatistic {
     auto [m, n, k, l] = args.tile_coord_mnkl;
     int tiles_m = cute::ceil_div(int(M), int(cute::size<0>(CtaTileShapeMNK{})));
     int tiles_n = cute::ceil_div(int(N), int(cute::size<1>(CtaTileShapeMNK{})));
-    int tile = (int(l) * tiles_n + int(n)) * tiles_m + int(m);
+    int tile = (int(detail::flat_batch(l, L)) * tiles_n + int(n)) * tiles_m + int(m);
     return ConsumerStoreCallbacks<decltype(args.cD), decltype(args.tCcD), decltype(args.residue_cD),
                                   decltype(args.residue_tCcD), decltype(args.tiled_copy)>(
         params, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD, args.tiled_copy,
-        args.thread_idx, tile, tiles_m * tiles_n * int(L));
+        args.thread_idx, tile, tiles_m * tiles_n * int(cute::size(L)));
   }
 };
 

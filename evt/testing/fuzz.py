@@ -9,8 +9,8 @@ Then, from a stream of their own (so older seeds keep their specs), 0-2 more red
 kind: row/col/scalar sum or max, softmax statistics, Welford statistics.
 A fraction (`NESTED`) of seeds, decided by a stream of their own (the other seeds keep their
 specs), get a GEMM with a nested batch (L = L1 x L2, `ir.Gemm.nested`) instead: drawn with
-0-2 reductions over N only (column reductions, softmax and Welford statistics; `ir.NOT_NESTED`),
-some aux loads read by every batch (`broadcast_l`, an [M, N] tensor).
+0-2 reductions, none over M (column and scalar reductions, softmax and Welford statistics;
+`ir.NOT_NESTED`), some aux loads read by every batch (`broadcast_l`, an [M, N] tensor).
 Domain safety and mask stability come from `evt.testing.facts`; `check` verifies a spec.
 """
 
@@ -141,8 +141,8 @@ def _draw(rng: random.Random, max_ops: int, seed: int, nested: bool) -> ir.Kerne
     a_in, b_in = (0, 1) if rng.random() < 0.8 else (1, 0)
     gemm = ir.Gemm(ir.Operand(a_in, rng.random() < 0.5, rng.choice("km")),
                    ir.Operand(b_in, rng.random() < 0.5, rng.choice("kn")), gemm_dtype)  # fmt: skip
-    if nested:  # reductions over N only (ir.NOT_NESTED)
-        _add_reductions(g, random.Random(f"{rng.random()}/reductions"), row=False, scalar=False)
+    if nested:  # no reductions over M (ir.NOT_NESTED)
+        _add_reductions(g, random.Random(f"{rng.random()}/reductions"), row=False)
         spec = ir.KernelSpec(f"fuzz_{seed}", gemm, tuple(g.nodes), d, d_dtype, g.inputs)
         return _nest(spec, random.Random(f"{rng.random()}/nested"))
     _add_reductions(g, random.Random(f"{rng.random()}/reductions"), row=d_dtype != "b8")
@@ -158,12 +158,12 @@ def _nest(spec: ir.KernelSpec, r: random.Random) -> ir.KernelSpec:
     return dataclasses.replace(spec, gemm=gemm, nodes=nodes)
 
 
-def _add_reductions(g: _Gen, r: random.Random, row: bool, scalar: bool = True) -> None:
-    """0-2 reductions or statistics of computed values (`row`, `scalar`: a row or scalar
-    reduction may be drawn), each right after its value, numbered after the other outputs."""
+def _add_reductions(g: _Gen, r: random.Random, row: bool) -> None:
+    """0-2 reductions or statistics of computed values (`row`: a row reduction may be drawn),
+    each right after its value, numbered after the other outputs."""
     values = [n.name for n in g.nodes if isinstance(n, (ir.Compute, ir.AccFetch))]
     out = 1 + sum(len(ir.writes(n)) for n in g.nodes)
-    kinds = ["col", "col"] + ["scalar"] * scalar + ["softmax", "welford"] + ["row"] * row
+    kinds = ["col", "col", "scalar", "softmax", "welford"] + ["row"] * row
     for _ in range(r.choice((0, 1, 1, 2))):
         v, dtype, kind = r.choice(values), r.choice(("f32", "f32", "bf16")), r.choice(kinds)
         op, keepdim = r.choice(ir.REDUCE_OPS), r.random() < 0.5

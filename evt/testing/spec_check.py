@@ -4,8 +4,8 @@ It holds every rule the generator follows, so the minimizer can try any rewrite 
 ones: names unique and read after they are defined, one accumulator, ops of the table with their
 arity, inputs 0..n-1 each read once, outputs 1..k, at most `MAX_AUX` aux loads + stores, bool only
 for mask loads and stores of masks (and D when it is a mask), no dead nodes, a batch only as a
-nested one (L = L1 x L2) and then no reductions over M or everything (as `evt.runtime.guards`
-refuses them), aux loads read by every batch only in a batched kernel, and the domain and stability rules
+nested one (L = L1 x L2) and then no reductions over M (as `evt.runtime.guards` refuses
+them), aux loads read by every batch only in a batched kernel, and the domain and stability rules
 of `evt.testing.facts`. (The accumulator may go unread: the minimizer makes such
 specs, D = a function of the loads alone.) Plus the codegen's known limits, found by the fuzzer
 and excluded until fixed (`_known_codegen_limits`).
@@ -129,7 +129,7 @@ def _batch(spec: ir.KernelSpec) -> list[str]:
     p += ["a nested batch in a GEMM that is not batched"] * (g.nested and not g.batched)
     p += ["flat batched GEMMs are not fuzzed yet (only nested ones)"] * (g.batched and not g.nested)
     if g.nested:
-        p += [f"{n.name}: a reduction over M or everything with a nested batch (no kernel has one)"
+        p += [f"{n.name}: a reduction over M with a nested batch (no kernel has one)"
               for n in spec.nodes if isinstance(n, ir.NOT_NESTED)]  # fmt: skip
     every = [n.name for n in spec.nodes if isinstance(n, ir.AuxLoad) and n.broadcast_l]
     return p + [f"{name}: read by every batch of an unbatched GEMM" for name in every

@@ -93,10 +93,8 @@ def remember(key: str, region: str, kernel, problem, inputs, outputs) -> None:
     text) and inputs of this layout launch from C++."""
     if loaded() is None:
         return
-    plan = kernel._plans.get(problem)
-    if plan is None:
-        return
     try:
+        plan = kernel.plan(problem)
         run = ctypes.cast(kernel.library.run, ctypes.c_void_p).value
         rid = torch.ops.evt_fast.remember(
             key, run, kernel.library.nested, list(inputs), list(outputs),

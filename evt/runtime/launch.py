@@ -153,7 +153,7 @@ class Kernel:
 
     def launch(self, p: guards.Problem, inputs: Sequence[torch.Tensor], outputs=None):
         """Enqueue the kernel; `outputs` (contiguous, e.g. NaN-poisoned by a test) or fresh ones."""
-        plan = self._plans.get(p) or self._plan(p)
+        plan = self.plan(p)
         device = inputs[0].device
         if device.type == "cuda" and device.index != torch.cuda.current_device():
             with torch.cuda.device(device):  # the launcher launches on the current device
@@ -175,8 +175,12 @@ class Kernel:
             raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): {why}")
         return outputs
 
+    def plan(self, p: guards.Problem) -> LaunchPlan:
+        """What a launch at problem `p` needs besides the tensors (also what the C++ launch path
+        is handed), computed once per problem."""
+        return self._plans.get(p) or self._plan(p)
+
     def _plan(self, p: guards.Problem) -> LaunchPlan:
-        """What a launch at problem `p` needs besides the tensors, computed once per problem."""
         if self.library.nested != self.spec.gemm.nested:
             raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): its library "
                               f"{'has' if self.library.nested else 'has no'} nested batch, the "

@@ -108,3 +108,29 @@ def test_a_compile_error_names_the_compiler_and_keeps_the_log(fresh, monkeypatch
 def test_off_switch(fresh, monkeypatch):
     monkeypatch.setenv("EVT_FAST_LAUNCH", "0")
     assert not fast.wanted() and fast.prefetch("cuda") is None and fast.ensure("cuda") is False
+
+
+def test_the_backend_loads_it_after_a_compile_on_sm90(monkeypatch):
+    """On an SM90 machine the backend starts the build beside the kernels and loads the library
+    after the compile returns (never inside an op call); elsewhere it does neither."""
+    import torch
+
+    from evt import backend
+    from evt.runtime import dispatch
+
+    calls = []
+    monkeypatch.setattr(fast, "prefetch", lambda: calls.append("prefetch"))
+    monkeypatch.setattr(fast, "ensure", lambda: calls.append("ensure"))
+    monkeypatch.setattr(dispatch, "prefetch", lambda spec, problem=None: None)  # no nvcc here
+
+    def f(x, w):
+        return torch.relu(x @ w)
+
+    x, w = torch.randn(32, 16), torch.randn(16, 24)
+    for sm90 in (False, True):
+        calls.clear()
+        monkeypatch.setattr(dispatch, "sm90_available", lambda sm90=sm90: sm90)
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend=backend.evt_backend, options={"rest": "eager"})
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+        assert calls == (["prefetch", "ensure"] if sm90 else []), (sm90, calls)

@@ -83,7 +83,9 @@ def ensure(device: str = "cuda") -> bool:
                 debug.log(1, f"C++ launch path loaded from {path}")
     except Exception as e:  # noqa: BLE001 - the Python path stays: slower on the host, same results
         _disable(f"evt: the C++ launch path is unavailable, regions launch from Python "
-                 f"(~2x the host time per call): {e}")  # fmt: skip
+                 f"(~3x the host time per call): {e}. It needs a host C++ compiler (c++ or "
+                 "$CXX) and the CUDA headers ($CUDA_HOME); EVT_DEBUG=5 prints its command, "
+                 "EVT_FAST_LAUNCH=0 skips it")  # fmt: skip
         return False
     return loaded() == device
 

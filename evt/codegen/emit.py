@@ -110,7 +110,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
                            "mode, not a nested batch (L1 x L2): use the persistent scheduler")  # fmt: skip
     if g.nested and (node := next((n for n in plan.nodes if isinstance(n, NOT_NESTED)), None)):
         raise CodegenError(f"node {node.name}: a nested batch (L1 x L2) has no reductions over M "
-                           "yet; read the batch's contiguous copy")  # fmt: skip
+                           "yet; give the kernel a flat batch (the heads' contiguous copy)")  # fmt: skip
     return _template().render(
         kernel=c_identifier(spec.name),
         signature=json.dumps(signature(spec, config)),

@@ -3,10 +3,11 @@ view (`view(clone(x), [B * H, rows, cols])`, what Inductor's decomposition of `q
 and `att @ v` makes of heads cut from a [B, S, H·D] projection) is read from `x` itself, with
 two batch strides (a nested batch, `ir.Gemm.nested`).
 
-Rewrites only `node.meta["evt_gemm"]` (after `fold_gemm_operands`); the graph keeps its clone, which dead-code elimination removes once no
-GEMM reads it (`free_head_copies`). `x` is taken only where a kernel can read it: static sizes and strides, a unit-stride
-last or second-last dimension, every other stride (and the start) a whole 16-byte multiple, no
-expanded batch; anything else keeps the copy.
+Rewrites only `node.meta["evt_gemm"]` (after `fold_gemm_operands`); the graph keeps its clone,
+which dead-code elimination removes once no GEMM reads it (`free_head_copies`). `x` is taken
+only where a kernel can read it: static sizes and strides, a unit-stride last or second-last
+dimension, every other stride (and the start) a whole 16-byte multiple, no expanded batch;
+anything else keeps the copy.
 
 On by default (`EVT_NESTED_BATCH=0` turns it off): the nested kernels and GPT-2/BERT training
 with them matched eager on an H100 (`tests/test_gpu_nested_batch.py`), and a GPT-2 block with

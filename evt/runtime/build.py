@@ -135,10 +135,15 @@ def _label(config) -> str:
     return getattr(config, "label", None) or "default"
 
 
+def first_errors(log: str, count: int = 5) -> list[str]:
+    """A compiler log's first lines that say "error", else its last lines."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    return [ln for ln in lines if "error" in ln.lower()][:count] or lines[-count:]
+
+
 def _failure(job: Job, what: str, log: str) -> str:
     where = cache.failed_dir(job.key)
-    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "error" in ln.lower()][:5] or lines[-5:]
+    errors = first_errors(log)
     return "\n".join([
         f"evt: kernel {job.name} (built for region {job.region}) failed to compile: {what}",
         f"  source: {where / cache.CU}",

@@ -32,6 +32,7 @@ import torch
 from evt import debug
 from evt.errors import CompileError
 from evt.runtime import cache
+from evt.runtime.build import first_errors
 
 SOURCE = Path(__file__).with_name("fast_launch.cpp")
 BUILD_TIMEOUT_S = 600
@@ -173,9 +174,8 @@ def _compile(tmp: Path, cmd: list[str]) -> None:
     log = proc.stdout + proc.stderr
     (tmp / cache.LOG).write_text(log)
     if proc.returncode != 0:
-        first = [ln for ln in log.splitlines() if "error" in ln][:5] or log.splitlines()[-5:]
         raise CompileError("the C++ launch path failed to compile (" + shlex.join(cmd[:1]) + "): "
-                           + " | ".join(first))  # fmt: skip
+                           + " | ".join(first_errors(log)))  # fmt: skip
 
 
 def command(source: Path, out: Path, device: str = "cuda") -> list[str]:

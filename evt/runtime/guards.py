@@ -83,7 +83,7 @@ def static_reason(spec: ir.KernelSpec) -> str | None:
             return f"aux store {n.name} is {n.major}-major; outputs are allocated N-major"
         if spec.gemm.nested and isinstance(n, ir.NOT_NESTED):
             return (f"{n.name}: a nested batch (L1 x L2) has no reductions over M yet; the "
-                    "region reads the batch's contiguous copy instead")  # fmt: skip
+                    "region runs unfused")  # fmt: skip
     return None
 
 

@@ -3,9 +3,11 @@
 // Sm90Compute<ComputeFn, ...> instantiates ComputeFn<Array<ElementCompute, FragmentSize>> and calls
 // it with one Array per child, so each functor is a scalar template plus an Array specialization
 // that applies it to every element of the fragment (`ForEach`), the way
-// cutlass/epilogue/thread/activation.h does it. Every functor computes in float, with the accurate
-// libm functions (no fast-math) or, for the exact GELU, a formula of the same accuracy, so
-// results match torch's to a few ulp.
+// cutlass/epilogue/thread/activation.h does it. Every functor computes in float. Exponentials and
+// reciprocals go straight to the SFU (MUFU.EX2 / MUFU.RCP, as Triton's exp and torch.compile's
+// kernels do): libm's wrappers around them cost a GEMM epilogue more instructions than the
+// function itself. tanh and log stay libm's (their SFU forms lose digits); the exact GELU has
+// its own formula of float32's accuracy.
 #pragma once
 
 #include "cutlass/array.h"
@@ -47,51 +49,100 @@ struct ForEach {
   template <class T, int N>                                                      \
   struct NAME<cutlass::Array<T, N>> : ForEach<NAME, T, N> {};
 
-// 1 / x for x >= 1 (MUFU.RCP, 1 ulp on the device; IEEE division needs a Newton step and a
-// slow path).
-CUTLASS_HOST_DEVICE float rcp_ge1(float x) {
+// 2^x and 1 / x as the SFU computes them (MUFU.EX2: relative error 2^-22; MUFU.RCP: 1 ulp;
+// subnormal inputs and results flushed to zero). libm's exp2f and expf and IEEE division wrap
+// the same instruction in range reduction and subnormal fix-ups: in the GELU epilogue's SASS that
+// was 3 compares and 3-4 multiplies per exp2f, a third of the epilogue's instructions, and the
+// epilogue's instruction count is what a GEMM with a small K waits for. The host (tests) uses libm.
+CUTLASS_HOST_DEVICE float exp2_approx(float x) {
 #if defined(__CUDA_ARCH__)
-  return __fdividef(1.0f, x);
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+CUTLASS_HOST_DEVICE float rcp_approx(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 #else
   return 1.0f / x;
 #endif
 }
 
-// The standard normal CDF Phi(z) = erfc(-z / sqrt 2) / 2, branch-free and through erfc for both
-// tails: erfc(u) = t exp(-u^2 + P(t)), t = 1 / (1 + u / 2), u = |z| / sqrt 2 (Numerical
-// Recipes' erfcc, fractional error below 1.2e-7 for every u >= 0), evaluated in base 2 with log2 e
-// and the 1/2 folded into P's coefficients: branch-free, one reciprocal and one exp2.
-// Against a float64 reference (tests/test_functors_host.py), gelu(z) = z Phi(z) has relative
-// error below 1e-6 for |z| < 3 and 5e-6 down to z = -10, where torch's
-// 0.5 z (1 + erf(z / sqrt 2)) loses its digits to cancellation (1e-5 at |z| < 3, all of them
-// below z = -5.5 in float32); gelu's derivative has absolute error 2.3e-7 (erff's form: 1.4e-7).
-// Speed on the H100 (benchmarks/config_sweep.py against CUTLASS's erff form via --functor):
-// GELU's backward in the dgrad GEMM 3-8% faster, the forward the same (within 2%); both stay
-// ALU-bound in the epilogue, ~25% behind the tanh form.
-CUTLASS_HOST_DEVICE float normal_cdf(float z) {
-  float const t = rcp_ge1(fmaf(0.35355339059327376f, fabsf(z), 1.0f));  // 1 / (1 + u / 2)
-  float p = 0.246517298f;
-  p = fmaf(p, t, -1.18611495f);
-  p = fmaf(p, t, 2.14747446f);
-  p = fmaf(p, t, -1.63775315f);
-  p = fmaf(p, t, 0.402321582f);
-  p = fmaf(p, t, -0.26875686f);
-  p = fmaf(p, t, 0.139630057f);
-  p = fmaf(p, t, 0.539700616f);
-  p = fmaf(p, t, 1.4427292f);
-  p = fmaf(p, t, -2.82574822f);
-  float const half_erfc = t * exp2f(fmaf(-z, z * 0.72134752044448170f, p));  // erfc(u) / 2
-  return z < 0.0f ? half_erfc : 1.0f - half_erfc;
+// maximum / minimum propagating NaN, as torch.maximum / torch.amax do: max.NaN.f32, one
+// instruction (CUTLASS's maximum<float, true> issues it as `asm volatile`, which pins it between
+// the epilogue's barriers and TMA instructions, like tanh below).
+CUTLASS_HOST_DEVICE float max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+#else
+  return (a > b || a != a) ? a : b;
+#endif
+}
+
+CUTLASS_HOST_DEVICE float min_nan(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+#else
+  return (a < b || a != a) ? a : b;
+#endif
+}
+
+// e^x as exp2(x log2 e): the rounding of x log2 e adds |x| 1e-7 to the relative error (1e-6 at
+// |x| = 10), as Triton's exp (torch.compile's kernels) computes it.
+CUTLASS_HOST_DEVICE float exp_approx(float x) { return exp2_approx(x * 1.4426950408889634f); }
+
+// The standard normal distribution's lower tail and density at z:
+//   tail = Phi(-|z|) = erfc(|z| / sqrt 2) / 2 = t e Q(t),  t = 1 / (1 + 0.28 |z|),  e = exp(-z^2 / 2)
+// with Q a degree-8 minimax polynomial (relative error 1.7e-7 for every z in float64:
+// scripts/fit_normal_tail.py prints its coefficients). Through the tail there is no cancellation
+// where Phi is small, unlike torch's 0.5 (1 + erf(z / sqrt 2)) (1e-5 at |z| < 3, all digits
+// below z = -5.5 in float32), and the density shares its exp: GELU's backward takes one exp2 and
+// one reciprocal per element (the Numerical Recipes erfc, t exp(-u^2 + P(t)), takes two exp2).
+// Against float64 (tests/test_functors_host.py, libm's exp2 for the SFU's) gelu has relative
+// error below 6e-7 for |z| < 3 and 5e-6 down to z = -10 (the rounding of z^2 in the exponent),
+// its derivative absolute error 2.3e-7.
+struct NormalTail {
+  float tail;  // Phi(-|z|)
+  float e;     // exp(-z^2 / 2)
+};
+CUTLASS_HOST_DEVICE NormalTail normal_tail(float z) {
+  float const e = exp2_approx(-0.72134752044448170f * z * z);  // log2(e) / 2
+  float const t = rcp_approx(fmaf(0.28f, fabsf(z), 1.0f));
+  float q = 2.479657451e-02f;
+  q = fmaf(q, t, -9.389450109e-02f);
+  q = fmaf(q, t, 9.291193263e-02f);
+  q = fmaf(q, t, -6.857043227e-03f);
+  q = fmaf(q, t, 7.296853204e-02f);
+  q = fmaf(q, t, 8.357939591e-02f);
+  q = fmaf(q, t, 1.030917969e-01f);
+  q = fmaf(q, t, 1.116993650e-01f);
+  q = fmaf(q, t, 1.117038653e-01f);
+  return {t * e * q, e};
+}
+
+// Phi(z) from its tail
+CUTLASS_HOST_DEVICE float normal_cdf(NormalTail n, float z) {
+  return z < 0.0f ? n.tail : 1.0f - n.tail;
 }
 
 // The exact (erf) GELU, torch's gelu(approximate="none"): z Phi(z).
-EVT_ELEMENTWISE(Gelu, z * normal_cdf(z), float z)
+EVT_ELEMENTWISE(Gelu, z * normal_cdf(normal_tail(z), z), float z)
 
 // grad * d/dz gelu(z) for the exact GELU: grad * (Phi(z) + z phi(z)), as torch's
 // gelu_backward(approximate="none") computes it; phi(z) = exp(-z^2 / 2) / sqrt(2 pi).
 CUTLASS_HOST_DEVICE float gelu_grad(float z) {
-  float const pdf = exp2f(-z * z * 0.72134752044448170f) * 0.39894228040143268f;
-  return normal_cdf(z) + z * pdf;
+  NormalTail const n = normal_tail(z);
+  return normal_cdf(n, z) + z * n.e * 0.39894228040143268f;
 }
 EVT_ELEMENTWISE(GeluBackward, grad * gelu_grad(z), float grad, float z)
 
@@ -125,7 +176,8 @@ CUTLASS_HOST_DEVICE float gelu_tanh_grad(float z) {
 EVT_ELEMENTWISE(GeluTanhBackward, grad * gelu_tanh_grad(z), float grad, float z)
 
 // SiLU's backward, as torch's silu_backward: grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
-CUTLASS_HOST_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// 1 / (1 + e^-x): 1 + e^-x >= 1, so the SFU reciprocal is exact to 1 ulp (x -> -inf: 1 / inf = 0)
+CUTLASS_HOST_DEVICE float sigmoid(float x) { return rcp_approx(1.0f + exp_approx(-x)); }
 EVT_ELEMENTWISE(SiluBackward, grad * sigmoid(x) * (1.0f + x * (1.0f - sigmoid(x))),
                 float grad, float x)
 // sigmoid's and tanh's backwards from the forward output y
@@ -136,7 +188,7 @@ EVT_ELEMENTWISE(TanhBackward, grad * (1.0f - y * y), float grad, float y)
 EVT_ELEMENTWISE(ThresholdBackward, x <= threshold ? 0.0f : grad, float grad, float x,
                 float threshold)
 
-EVT_ELEMENTWISE(Exp, expf(x), float x)
+EVT_ELEMENTWISE(Exp, exp_approx(x), float x)
 EVT_ELEMENTWISE(Log, logf(x), float x)
 #if defined(__CUDA_ARCH__)
 EVT_ELEMENTWISE(Rsqrt, rsqrtf(x), float x)
@@ -144,11 +196,8 @@ EVT_ELEMENTWISE(Rsqrt, rsqrtf(x), float x)
 EVT_ELEMENTWISE(Rsqrt, 1.0f / sqrtf(x), float x)
 #endif
 
-// maximum/minimum propagate NaN, as torch.maximum/minimum do (max.NaN.f32 on SM90)
-template <class T>
-using Maximum = cutlass::maximum<T, true>;
-template <class T>
-using Minimum = cutlass::minimum<T, true>;
+EVT_ELEMENTWISE(Maximum, max_nan(a, b), float a, float b)
+EVT_ELEMENTWISE(Minimum, min_nan(a, b), float a, float b)
 
 // Comparisons give 1 or 0 (a mask as the epilogue holds it); Where(cond, a, b) picks a where cond
 // is not 0. A comparison with NaN is false (NotEqual: true), as in torch.

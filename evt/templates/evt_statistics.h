@@ -24,6 +24,7 @@
 #include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/workspace.h"
+#include "evt_functors.h"
 
 namespace evt {
 
@@ -42,10 +43,6 @@ CUTLASS_HOST_DEVICE int64_t flat_batch(Coord const& l, Shape const& L) {
 }
 
 }  // namespace detail
-
-CUTLASS_DEVICE float max_nan(float a, float b) {  // torch.amax: NaN wins
-  return (a > b || a != a) ? a : b;
-}
 
 CUTLASS_DEVICE bool is_inf(float x) { return fabsf(x) == INFINITY; }
 
@@ -84,22 +81,22 @@ struct SoftmaxStat {
     for (int j = 0; j < size(rows_flt); ++j) {
       Partial& p = rows_flt(j);
       if (mx_flt(j) != p.m) {  // a new maximum (or NaN): the sum so far, rescaled to it
-        p.s = p.s == 0.f ? 0.f : p.s * expf(p.m - mx_flt(j));
+        p.s = p.s == 0.f ? 0.f : p.s * exp_approx(p.m - mx_flt(j));
         p.m = mx_flt(j);
       }
     }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(xs); ++i) {
       Partial& p = rows(i);
-      float e = expf(xs(i) - p.m);
+      float e = exp_approx(xs(i) - p.m);
       p.s += (valid(i) && xs(i) != -INFINITY) ? e : 0.f;
     }
   }
 
   CUTLASS_DEVICE static Partial combine(Partial a, Partial b) {
     float m = max_nan(a.m, b.m);
-    float sa = a.s == 0.f ? 0.f : a.s * expf(a.m - m);  // an empty partial adds nothing
-    float sb = b.s == 0.f ? 0.f : b.s * expf(b.m - m);
+    float sa = a.s == 0.f ? 0.f : a.s * exp_approx(a.m - m);  // an empty partial adds nothing
+    float sb = b.s == 0.f ? 0.f : b.s * exp_approx(b.m - m);
     return {m, sa + sb};
   }
 

@@ -53,9 +53,19 @@ def time_ms(fn) -> float:
 
 def bare_mm(spec, x):
     a, b = x[spec.gemm.a.input], x[spec.gemm.b.input]
-    a = a.t() if spec.gemm.a.transposed else a
-    b = b.t() if spec.gemm.b.transposed else b
-    return lambda: torch.mm(a, b)
+    a = a.transpose(-1, -2) if spec.gemm.a.transposed else a
+    b = b.transpose(-1, -2) if spec.gemm.b.transposed else b
+    return lambda: torch.matmul(a, b)
+
+
+def problem(dims: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...] | None]:
+    """(M, N, K, batch) of a suite shape: M x N x K, or attention's (B, H, S, D): B * H
+    products of S x D by D x S (the scores)."""
+    if len(dims) == 4:
+        b, h, s, d = dims
+        return s, s, d, (b * h,)
+    m, n, k = dims
+    return m, n, k, None
 
 
 def main() -> None:
@@ -96,17 +106,22 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             print(f"{name} {region} {cfg.label}: build failed: {str(e)[:300]}", flush=True)
             continue
-        for shape, (m, n, k) in (shapes or ops.PATTERNS[name].shapes).items():
-            x = make_inputs(spec, m, n, k, seed=1, device="cuda")
+        for shape, dims in (shapes or ops.PATTERNS[name].shapes).items():
+            m, n, k, batch = problem(dims)
+            if batch and (spec.gemm.nested or not spec.gemm.batched):
+                print(f"{name} {region}: {shape} needs a flat batched spec", flush=True)
+                continue
+            x = make_inputs(spec, m, n, k, seed=1, device="cuda", batch=batch)
             got, want = kernel(x), reference.run(spec, x)
             err = max(
                 ((g.float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-6)).item()
                 for g, w in zip(got, want)
             )
             ms, mm = time_ms(lambda kernel=kernel, x=x: kernel(x)), time_ms(bare_mm(spec, x))
-            rank = [c.label for c in cfgs.heuristic(spec, m, n, k)]
-            row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, config=cfg.label,
-                       functors=a.functor, ms=ms, mm_ms=mm, tflops=2 * m * n * k / ms / 1e9, vs_mm=mm / ms, err=err,
+            L = batch[0] if batch else 1
+            rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
+            row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
+                       functors=a.functor, ms=ms, mm_ms=mm, tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
                        heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
             rows.append(row)
             print(f"{name:20} {shape:9} {cfg.label:30} {row['tflops']:6.1f} TFLOP/s "

@@ -46,7 +46,7 @@ def score(groups, specs) -> list[tuple[tuple, dict, dict]]:
         spec = specs[(key[1], key[2])]
         r = rows[0]
         timed = {row["config"]: row for row in rows}
-        ranked = [c.label for c in cfgs.heuristic(spec, r["m"], r["n"], r["k"])]
+        ranked = [c.label for c in cfgs.heuristic(spec, r["m"], r["n"], r["k"], r.get("l", 1))]
         pick = next(timed[label] for label in ranked if label in timed)
         out.append((key, pick, max(rows, key=lambda row: row["tflops"])))
     return out

@@ -309,9 +309,10 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     # grad * d/dz gelu(z): CUTLASS's dGELU is the tanh form, so exact GELU has its own functor.
     "gelu_backward": ComputeOp(2, "evt::GeluBackward", "gelu_backward"),
     "gelu_tanh_backward": ComputeOp(2, "evt::GeluTanhBackward", "gelu_tanh_backward"),
-    "silu": ComputeOp(1, "cutlass::epilogue::thread::SiLu", "silu"),
+    # evt's SiLU and sigmoid take the SFU's exp and reciprocal (CUTLASS's: expf and a division)
+    "silu": ComputeOp(1, "evt::Silu", "silu"),
     "silu_backward": ComputeOp(2, "evt::SiluBackward", "silu_backward"),  # (grad, x)
-    "sigmoid": ComputeOp(1, "cutlass::epilogue::thread::Sigmoid", "sigmoid"),
+    "sigmoid": ComputeOp(1, "evt::Sigmoid", "sigmoid"),
     "sigmoid_backward": ComputeOp(2, "evt::SigmoidBackward", "sigmoid_backward"),  # (grad, y)
     # CUTLASS's Tanh is tanh.approx.f32 (relative error ~2^-11): evt's uses tanhf
     "tanh": ComputeOp(1, "evt::Tanh", "tanh"),

@@ -25,7 +25,9 @@ PROGRAM = r"""
 int main() {
   for (int i = 0; i <= 40000; ++i) {
     float z = -10.0f + i * 5e-4f;
-    std::printf("%.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z), evt::GeluBackward<float>{}(1.0f, z));
+    std::printf("%.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
+                evt::GeluBackward<float>{}(1.0f, z), evt::Sigmoid<float>{}(2.0f * z),
+                evt::Silu<float>{}(2.0f * z), evt::Exp<float>{}(2.0f * z));
   }
 }
 """
@@ -66,3 +68,14 @@ def test_exact_gelu_backward_matches_float64(values):
     x = z.clone().requires_grad_()
     F.gelu(x).sum().backward()  # torch's gelu_backward
     assert (grad - x.grad).abs().max() < 1e-6
+
+
+def test_exp_sigmoid_and_silu_through_exp2_match_float64(values):
+    """exp(x) as exp2(x log2 e), as Triton's exp: the rounding of x log2 e adds |x| 1e-7 to the
+    relative error (here |x| <= 20); sigmoid and SiLU take it and the SFU reciprocal."""
+    x = 2 * values[:, 0]
+    sig, silu, exp = values[:, 3], values[:, 4], values[:, 5]
+    assert ((exp - torch.exp(x)) / torch.exp(x)).abs().max() < 3e-6
+    assert ((sig - torch.sigmoid(x)) / torch.sigmoid(x)).abs().max() < 3e-6
+    want = x * torch.sigmoid(x)
+    assert ((silu - want).abs() / want.abs().clamp_min(1e-30)).max() < 3e-6

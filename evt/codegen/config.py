@@ -158,14 +158,17 @@ _SPECIAL = {"exp", "log", "gelu_tanh", "gelu_tanh_backward", "silu", "silu_backw
             "tanh", "rsqrt"}  # fmt: skip
 _ERF = {"gelu", "gelu_backward"}  # the exact GELU: ~20 FP32 instructions and 2 SFU an element
 # Epilogue cost per 128x256 tile, in k-blocks of main loop: storing D, aux tensors read and
-# written (per 2 bytes an element), special functions and reductions. A cooperative tile's
-# epilogue follows its main loop; a ping-pong warp group runs its tile's epilogue alone
-# (`_PINGPONG_EPILOGUE` times a cooperative one per area) while the other group's main loop runs.
-# Session 13's grid search (with the ping-pong model corrected: a CTA's two warp groups share the
-# SM's tensor cores, they do not double its throughput) scores 0.996 of the measured best in
-# geomean over the 60 swept cases, 0.94 at worst (0.980 / 0.86 before).
-_COST = {"load": 4.0, "store": 5.0, "special": 1.1, "reduction": 2.0, "d": 4.0}
-_PINGPONG_EPILOGUE = 2.0
+# written (per 2 bytes an element), special functions and reductions; plus a fixed cost per tile
+# whatever its area ("tile": filling the pipeline, the epilogue's barriers), which makes the
+# widest tile win where K is one k-block (attention's scores: 128x256 cooperative ran at 0.93-0.95
+# of the bare GEMM on the H100, 128x128 at 0.81-0.91). A cooperative tile's epilogue follows its
+# main loop; a ping-pong warp group runs its tile's epilogue alone (its arithmetic
+# `_PINGPONG_EPILOGUE` times slower per area) while the other group's main loop runs. Session
+# 13's grid search (with the ping-pong model corrected: a CTA's two warp groups share the SM's
+# tensor cores, they do not double its throughput) scores 0.994 of the measured best in geomean
+# over the 60 swept cases, 0.944 at worst (0.980 / 0.86 before).
+_COST = {"load": 4.0, "store": 5.0, "special": 1.1, "reduction": 2.0, "d": 4.0, "tile": 1.0}
+_PINGPONG_EPILOGUE = 3.0
 # Stream-K, in tiles' time: each tile's work costs `_STREAMK_SLOWER` of the persistent kernel's
 # (its scheduler's bookkeeping), and a grid not whole waves pays `_STREAMK_FIXUP` more (peers'
 # fp32 partials written to and read back from the workspace on the finishing CTAs' critical
@@ -179,7 +182,7 @@ _STREAMK_SLOWER = 1.06
 _STREAMK_FIXUP = 0.5
 # The share of the shorter of (main loop, epilogue) ping-pong still pays (its warp groups hand
 # the tensor cores over at barriers; the epilogue's TMA stores compete for shared memory).
-_OVERLAP_LEFT = 0.2
+_OVERLAP_LEFT = 0.3
 
 
 def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[TileConfig]:
@@ -247,19 +250,20 @@ def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int =
     else:
         waves = math.ceil(tiles / SM_COUNT)
     mainloop = area * math.ceil(K / cfg.tile_k) / _MAINLOOP[(cfg.tile_m, cfg.tile_n, cfg.schedule)]
-    epilogue = area * (epilogue_cost(spec) + _COST["d"] * _bytes(spec.d_dtype) / 2)
+    memory, arithmetic = epilogue_parts(spec)
+    memory += _COST["d"] * _bytes(spec.d_dtype) / 2
     if cfg.schedule == "pingpong":
         # The two math warp groups take turns on the SM's tensor cores and, in the same order,
         # on the epilogue (CUTLASS orders both by one barrier): one group's epilogue runs during
         # the other's main loop, so a tile costs the longer of the two, plus what the hand-over
-        # leaves unhidden. The epilogue is one warp group's alone: `_PINGPONG_EPILOGUE` times a
-        # cooperative tile's per area.
-        epilogue *= _PINGPONG_EPILOGUE
+        # leaves unhidden. The epilogue is one warp group's alone: its arithmetic takes
+        # `_PINGPONG_EPILOGUE` times a cooperative tile's per area, its memory traffic as long.
+        epilogue = area * (memory + arithmetic * _PINGPONG_EPILOGUE)
         per_tile = max(mainloop, epilogue) + _OVERLAP_LEFT * min(mainloop, epilogue)
     else:
-        per_tile = mainloop + epilogue
+        per_tile = mainloop + area * (memory + arithmetic)
     cluster = 1.02 if cfg.cluster_m * cfg.cluster_n > 1 else 1.0
-    return waves * per_tile * cluster
+    return waves * (per_tile + _COST["tile"]) * cluster
 
 
 def _has_erf(spec: KernelSpec) -> bool:
@@ -271,20 +275,28 @@ def _has_statistic(spec: KernelSpec) -> bool:
 
 
 def epilogue_cost(spec: KernelSpec) -> float:
-    """The epilogue of one 128x256 cooperative tile beyond storing D, in k-blocks of main loop:
-    aux tensors read and written (per 2 bytes an element), special functions (erf, exp, tanh)
-    and reductions. Fitted on `benchmarks/config_sweep.py`."""
-    cost = 0.0
+    """The epilogue of one 128x256 cooperative tile beyond storing D, in k-blocks of main loop
+    (`epilogue_parts` summed)."""
+    return sum(epilogue_parts(spec))
+
+
+def epilogue_parts(spec: KernelSpec) -> tuple[float, float]:
+    """(memory, arithmetic) of one 128x256 cooperative tile's epilogue beyond storing D, in
+    k-blocks of main loop: aux tensors read and written (per 2 bytes an element), then special
+    functions (erf, exp, tanh) and reductions. A ping-pong warp group alone runs the arithmetic
+    slower (half the warps issue it) but moves memory as fast. Fitted on
+    `benchmarks/config_sweep.py`."""
+    memory = arithmetic = 0.0
     for n in spec.nodes:
         if isinstance(n, AuxLoad):
-            cost += _COST["load"] * _bytes(n.dtype) / 2
+            memory += _COST["load"] * _bytes(n.dtype) / 2
         elif isinstance(n, AuxStore):
-            cost += _COST["store"] * _bytes(n.dtype) / 2
+            memory += _COST["store"] * _bytes(n.dtype) / 2
         elif getattr(n, "op", None) in _SPECIAL | _ERF:
-            cost += _COST["special"]
+            arithmetic += _COST["special"]
         elif n.kind in ("row_reduction", "col_reduction", "scalar_reduction", "softmax_stats", "welford"):
-            cost += _COST["reduction"]
-    return cost
+            arithmetic += _COST["reduction"]
+    return memory, arithmetic
 
 
 def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:

@@ -178,6 +178,8 @@ EVT_ELEMENTWISE(GeluTanhBackward, grad * gelu_tanh_grad(z), float grad, float z)
 // SiLU's backward, as torch's silu_backward: grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
 // 1 / (1 + e^-x): 1 + e^-x >= 1, so the SFU reciprocal is exact to 1 ulp (x -> -inf: 1 / inf = 0)
 CUTLASS_HOST_DEVICE float sigmoid(float x) { return rcp_approx(1.0f + exp_approx(-x)); }
+EVT_ELEMENTWISE(Sigmoid, sigmoid(x), float x)
+EVT_ELEMENTWISE(Silu, x * sigmoid(x), float x)
 EVT_ELEMENTWISE(SiluBackward, grad * sigmoid(x) * (1.0f + x * (1.0f - sigmoid(x))),
                 float grad, float x)
 // sigmoid's and tanh's backwards from the forward output y

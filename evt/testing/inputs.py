@@ -32,10 +32,13 @@ FLAT_BATCH = (3,)  # L of a batched spec without one
 
 
 def make_inputs(spec: ir.KernelSpec, M: int, N: int, K: int, seed: int,
-                device: str = "cpu") -> list[torch.Tensor]:  # fmt: skip
+                device: str = "cpu", batch: tuple[int, ...] | None = None) -> list[torch.Tensor]:  # fmt: skip
+    """Random inputs of `spec` at M x N x K (`batch`: the batch dimensions of a batched spec,
+    else small ones)."""
     gen = torch.Generator().manual_seed(seed)
     g = spec.gemm
-    batch = NESTED_BATCH if g.nested else FLAT_BATCH if g.batched else ()
+    if batch is None:
+        batch = NESTED_BATCH if g.nested else FLAT_BATCH if g.batched else ()
     operand = _Heads(random.Random(f"{seed}/layout"), device) if g.nested else _matrix
     scale = 2.0 ** -math.ceil(math.log2(math.sqrt(4 * K / 9) / 0.35))
     out: list[torch.Tensor | None] = [None] * spec.num_inputs

@@ -1,0 +1,92 @@
+"""Count the SASS instructions of a suite pattern's kernel, by opcode, without a GPU: the region
+is captured on the CPU, rendered at one tile config, compiled to a cubin with evt's flags and
+disassembled. A CUTLASS epilogue is unrolled over the tile, so these static counts are what each
+thread runs per output tile: where an epilogue does not hide behind the main loop (K <= 1024),
+fewer instructions there is a faster kernel (session 13: benchmarks/results/
+2026-11-23-H100-session13/README.md).
+
+    python scripts/sass_count.py bias_gelu dgrad_gelu [--config 128x256x64_c1x1_cooperative]
+        [--headers DIR]   (evt's own headers from DIR instead: before/after a functor change)
+
+Needs nvcc, and cuobjdump with nvdisasm beside it: on PATH, in $CUDA_HOME/bin, or from the wheels
+(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm). About a minute per kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from config_sweep import capture  # noqa: E402
+
+from evt.codegen import config as cfgs  # noqa: E402
+from evt.codegen import nvcc  # noqa: E402
+from evt.runtime import build  # noqa: E402
+
+OPCODE = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")
+
+
+def cuobjdump() -> str:
+    found = shutil.which("cuobjdump")
+    home = os.environ.get("CUDA_HOME")
+    if not found and home and (Path(home) / "bin" / "cuobjdump").is_file():
+        found = str(Path(home) / "bin" / "cuobjdump")
+    if not found and importlib.util.find_spec("nvidia") is not None:
+        for root in importlib.util.find_spec("nvidia").submodule_search_locations:
+            hits = sorted(Path(root).glob("*/bin/cuobjdump"))
+            found = str(hits[0]) if hits else None
+    if not found:
+        sys.exit("cuobjdump not found: put it on PATH, set CUDA_HOME, or "
+                 "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")  # fmt: skip
+    return found
+
+
+def count(pattern: str, label: str, headers: str | None, work: Path) -> collections.Counter:
+    spec = capture(pattern)[0]
+    config = next((c for c in cfgs.CANDIDATES if c.label == label), None)
+    if config is None:
+        sys.exit(f"unknown config {label}: one of {[c.label for c in cfgs.CANDIDATES]}")
+    cu, cubin = work / f"{pattern}.cu", work / f"{pattern}.cubin"
+    cu.write_text(build.plan(spec, config).source)
+    flags = [f for f in nvcc.nvcc_flags() if f not in nvcc.SO_FLAGS]
+    if headers:
+        flags.insert(0, f"-I{headers}")
+    subprocess.run([nvcc.nvcc_path(), *flags, "-cubin", "-o", str(cubin), str(cu)], check=True)
+    tool = cuobjdump()  # it runs the nvdisasm beside it
+    env = {**os.environ, "NVDISASM_PATH": str(Path(tool).parent)}
+    sass = subprocess.run([tool, "-sass", str(cubin)], check=True, capture_output=True, text=True,
+                          env=env).stdout  # fmt: skip
+    ops = collections.Counter()
+    for line in sass.splitlines():
+        m = OPCODE.match(line)
+        if m:  # the SFU's functions apart: MUFU.EX2, MUFU.RCP, MUFU.TANH
+            ops[m.group(1) + ((m.group(2) or "") if m.group(1) == "MUFU" else "")] += 1
+    return ops
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("patterns", nargs="+", help="suite patterns (evt.bench.ops.PATTERNS)")
+    p.add_argument("--config", default="128x256x64_c1x1_cooperative")
+    p.add_argument("--headers", help="a folder with evt_functors.h etc. to compile against")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for pattern in a.patterns:
+            ops = count(pattern, a.config, a.headers, Path(tmp))
+            top = " ".join(f"{k}:{v}" for k, v in ops.most_common(14))
+            print(f"{pattern} ({a.config}): {sum(ops.values())} instructions; {top}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

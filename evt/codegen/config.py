@@ -166,7 +166,7 @@ _ERF = {"gelu", "gelu_backward"}  # the exact GELU: ~20 FP32 instructions and 2 
 # `_PINGPONG_EPILOGUE` times slower per area) while the other group's main loop runs. Session
 # 13's grid search (with the ping-pong model corrected: a CTA's two warp groups share the SM's
 # tensor cores, they do not double its throughput) scores 0.994 of the measured best in geomean
-# over the 60 swept cases, 0.944 at worst (0.980 / 0.86 before).
+# over the 62 swept cases, 0.944 at worst (0.980 / 0.86 before, over the 60 without attention's).
 _COST = {"load": 4.0, "store": 5.0, "special": 1.1, "reduction": 2.0, "d": 4.0, "tile": 1.0}
 _PINGPONG_EPILOGUE = 3.0
 # Stream-K, in tiles' time: each tile's work costs `_STREAMK_SLOWER` of the persistent kernel's
@@ -188,13 +188,14 @@ _OVERLAP_LEFT = 0.3
 def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[TileConfig]:
     """`CANDIDATES` that fit `spec`, best first, for an M x N x K (x L) problem (none: the
     epilogue leaves no candidate 2 mainloop stages). Statistics over N with a special function
-    (softmax's and cross-entropy's exp) rank ping-pong last (`_pingpong_last`): on the H100
-    sweep of their patterns (`benchmarks/results/2026-11-22-H100/config_sweep_stats.json`) a
-    cooperative tile won, while the cost model's ping-pong picks ran at 0.75-0.98 of the best.
-    The exact GELU ranked ping-pong last too until its epilogue got cheaper in session 13, after
-    which ping-pong won it at K <= 1024. Stream-K tiles rank by `estimate`: first only where the
-    last wave is mostly empty. `benchmarks/heuristic_score.py` scores this against every
-    committed sweep: 0.996 of the measured best in geomean over 60 cases, 0.94 at worst."""
+    (softmax's and cross-entropy's exp) rank ping-pong last (`_pingpong_last`): a cooperative
+    tile won four of the six (pattern, shape) cases of session 13's H100 sweep
+    (`config_sweep_sfu_stats_pingpong.json`; ping-pong won GPT-2's vocabulary by 4-5%), and
+    ranking ping-pong last scores 0.994 against 0.992 over the sweeps. The exact GELU ranked
+    ping-pong last too until its epilogue got cheaper in session 13, after which ping-pong won
+    it at K <= 1024. Stream-K tiles rank by `estimate`: first only where the last wave is mostly
+    empty. `benchmarks/heuristic_score.py` scores this against every committed sweep: 0.994 of
+    the measured best in geomean over 62 cases, 0.944 at worst."""
     fitting = [c for c in CANDIDATES if fits(spec, c)]
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
@@ -264,10 +265,6 @@ def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int =
         per_tile = mainloop + area * (memory + arithmetic)
     cluster = 1.02 if cfg.cluster_m * cfg.cluster_n > 1 else 1.0
     return waves * (per_tile + _COST["tile"]) * cluster
-
-
-def _has_erf(spec: KernelSpec) -> bool:
-    return any(getattr(n, "op", None) in _ERF for n in spec.nodes)
 
 
 def _has_statistic(spec: KernelSpec) -> bool:

@@ -79,3 +79,36 @@ def test_exp_sigmoid_and_silu_through_exp2_match_float64(values):
     assert ((sig - torch.sigmoid(x)) / torch.sigmoid(x)).abs().max() < 3e-6
     want = x * torch.sigmoid(x)
     assert ((silu - want).abs() / want.abs().clamp_min(1e-30)).max() < 3e-6
+
+
+SFU_KERNEL = r"""
+#include "evt_functors.h"
+__global__ void apply(float const* a, float const* b, float* out) {
+  out[threadIdx.x] = evt::FUNCTOR<float>{}(ARGS);
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "functor, args, ex2, rcp",
+    [("Gelu", "a[threadIdx.x]", 1, 1), ("GeluBackward", "a[threadIdx.x], b[threadIdx.x]", 1, 1),
+     ("Sigmoid", "a[threadIdx.x]", 1, 1), ("Silu", "a[threadIdx.x]", 1, 1),
+     ("Exp", "a[threadIdx.x]", 1, 0)],
+)  # fmt: skip
+def test_special_functions_take_the_sfu_once_each(tmp_path, functor, args, ex2, rcp):
+    """Each exponential and reciprocal is one SFU instruction with no libm wrapper (range
+    reduction, subnormal fix-ups, IEEE division's slow path): in a GEMM epilogue at K <= 1024
+    those wrappers cost more than the functions (session 13: 20-35% of the exact GELU's and
+    softmax's epilogue instructions). GELU's backward shares its exp with the normal tail; the
+    whole exact GELU backward stays within 25 float instructions (PTX, before ptxas)."""
+    cu = tmp_path / "k.cu"
+    cu.write_text(SFU_KERNEL.replace("FUNCTOR", functor).replace("ARGS", args))
+    flags = [f for f in nvcc_flags() if f.startswith(("-I", "-std", "--expt", "-gencode"))]
+    subprocess.run([nvcc_path(), *flags, "-ptx", "-o", str(tmp_path / "k.ptx"), str(cu)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    ptx = (tmp_path / "k.ptx").read_text()
+    ops = [line.split()[0] for line in ptx.splitlines() if line.strip()[:1].isalpha()]
+    assert ops.count("ex2.approx.ftz.f32") == ex2 and ops.count("rcp.approx.ftz.f32") == rcp
+    assert not [op for op in ops if op.startswith(("div.", "ex2.approx.f32", "lg2."))], ops
+    arithmetic = [op for op in ops if op.endswith(".f32") and not op.startswith(("mov", "ld", "st"))]
+    assert len(arithmetic) <= 25, arithmetic

@@ -19,7 +19,12 @@ if [ "$mode" = bench ]; then
   exit 0
 fi
 start=$(date +%s)
-python3 -m pytest -q -m gpu tests/ "${@}" 2>&1 | tail -60 | tee "$OUT/gpu_tests.log"
+# -v: one line per test as it finishes, so a call cut short by the device's limit still says
+# which tests passed (with -q a killed pytest leaves only dots)
+python3 -m pytest -v -m gpu -p no:cacheprovider -p no:logging --show-capture=no --tb=short -rf \
+  tests/ "${@}" >"$OUT/gpu_tests.log" 2>&1
+grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -40
+echo "$(grep -c PASSED "$OUT/gpu_tests.log") passed ($OUT/gpu_tests.log)"
 echo "gpu tests: $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu_tests.log"
 grep -rl C7510 "$EVT_CACHE_DIR" 2>/dev/null | head -3 | sed 's/^/C7510 in: /' | tee -a "$OUT/gpu_tests.log"
 python3 scripts/mlp_step_time.py --json "$OUT/mlp_step.json" 2>&1 | tail -8 | tee "$OUT/mlp_step.log"

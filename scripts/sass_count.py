@@ -8,18 +8,15 @@ fewer instructions there is a faster kernel (session 13: benchmarks/results/
     python scripts/sass_count.py bias_gelu dgrad_gelu [--config 128x256x64_c1x1_cooperative]
         [--headers DIR]   (evt's own headers from DIR instead: before/after a functor change)
 
-Needs nvcc, and cuobjdump with nvdisasm beside it: on PATH, in $CUDA_HOME/bin, or from the wheels
-(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm). About a minute per kernel.
+Needs nvcc, and cuobjdump with nvdisasm beside it (`benchmarks/compile_time.py: sass` finds them:
+on PATH or from the nvidia-cuda-cuobjdump and -nvdisasm wheels). About a minute per kernel.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,28 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+from compile_time import sass  # noqa: E402
 from config_sweep import capture  # noqa: E402
 
 from evt.codegen import config as cfgs  # noqa: E402
 from evt.codegen import nvcc  # noqa: E402
 from evt.runtime import build  # noqa: E402
 
-OPCODE = re.compile(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")
-
-
-def cuobjdump() -> str:
-    found = shutil.which("cuobjdump")
-    home = os.environ.get("CUDA_HOME")
-    if not found and home and (Path(home) / "bin" / "cuobjdump").is_file():
-        found = str(Path(home) / "bin" / "cuobjdump")
-    if not found and importlib.util.find_spec("nvidia") is not None:
-        for root in importlib.util.find_spec("nvidia").submodule_search_locations:
-            hits = sorted(Path(root).glob("*/bin/cuobjdump"))
-            found = str(hits[0]) if hits else None
-    if not found:
-        sys.exit("cuobjdump not found: put it on PATH, set CUDA_HOME, or "
-                 "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")  # fmt: skip
-    return found
+OPCODE = re.compile(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")  # after the predicate
 
 
 def count(pattern: str, label: str, headers: str | None, work: Path) -> collections.Counter:
@@ -63,13 +46,13 @@ def count(pattern: str, label: str, headers: str | None, work: Path) -> collecti
     if headers:
         flags.insert(0, f"-I{headers}")
     subprocess.run([nvcc.nvcc_path(), *flags, "-cubin", "-o", str(cubin), str(cu)], check=True)
-    tool = cuobjdump()  # it runs the nvdisasm beside it
-    env = {**os.environ, "NVDISASM_PATH": str(Path(tool).parent)}
-    sass = subprocess.run([tool, "-sass", str(cubin)], check=True, capture_output=True, text=True,
-                          env=env).stdout  # fmt: skip
+    code = sass(cubin)
+    if code is None:
+        sys.exit("cuobjdump or nvdisasm not found: put them on PATH or "
+                 "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")  # fmt: skip
     ops = collections.Counter()
-    for line in sass.splitlines():
-        m = OPCODE.match(line)
+    for instruction in code:
+        m = OPCODE.match(instruction)
         if m:  # the SFU's functions apart: MUFU.EX2, MUFU.RCP, MUFU.TANH
             ops[m.group(1) + ((m.group(2) or "") if m.group(1) == "MUFU" else "")] += 1
     return ops

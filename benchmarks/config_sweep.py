@@ -10,6 +10,7 @@ put the measured winner.
     python benchmarks/config_sweep.py [--patterns bias_relu,dgrad_gelu] [--json out.json]
         [--configs LABELS] [--shapes 2048x768x3072,...]   (instead of each pattern's shapes)
         [--epilogue-tiles 64,128]   (epilogue subtile N: not a candidate)
+        [--source-stages 2,3]   (aux loads' shared-memory stages, fewer than CUTLASS's)
         [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B)
 """
 
@@ -83,6 +84,9 @@ def main() -> None:
     p.add_argument("--epilogue-tiles", default="",
                    help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
                         "every chosen config (0 or empty: CUTLASS's automatic tile only)")
+    p.add_argument("--source-stages", default="",
+                   help="comma-separated aux-load stage counts (e.g. 2,3) also swept for every "
+                        "config so far, where they differ from CUTLASS's")
     p.add_argument("--functor", default="",
                    help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
                         "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form)")
@@ -98,6 +102,9 @@ def main() -> None:
     configs = list(base)
     for n in (int(x) for x in a.epilogue_tiles.split(",") if x.strip() and int(x)):
         configs += [dataclasses.replace(c, epi_n=n) for c in base if c.tile_n % n == 0]
+    for sc in (int(x) for x in a.source_stages.split(",") if x.strip()):
+        configs += [dataclasses.replace(c, epi_stages_c=sc) for c in list(configs)
+                    if not c.epi_stages_c and sc < min(cfgs._subtiles(c), 4)]  # fmt: skip
     specs = {name: capture(name) for name in a.patterns.split(",")}
     t0 = time.time()
     jobs = {}

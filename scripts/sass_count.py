@@ -35,7 +35,8 @@ from evt.runtime import build  # noqa: E402
 OPCODE = re.compile(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")  # after the predicate
 
 
-def count(pattern: str, label: str, headers: str | None, work: Path) -> collections.Counter:
+def count(pattern: str, label: str, headers: str | None, work: Path,
+          defines: tuple[str, ...] = ()) -> collections.Counter:
     spec = capture(pattern)[0]
     config = next((c for c in cfgs.CANDIDATES if c.label == label), None)
     if config is None:
@@ -45,6 +46,7 @@ def count(pattern: str, label: str, headers: str | None, work: Path) -> collecti
     flags = [f for f in nvcc.nvcc_flags() if f not in nvcc.SO_FLAGS]
     if headers:
         flags.insert(0, f"-I{headers}")
+    flags += [f"-D{d}" for d in defines]
     subprocess.run([nvcc.nvcc_path(), *flags, "-cubin", "-o", str(cubin), str(cu)], check=True)
     code = sass(cubin)
     if code is None:
@@ -63,11 +65,15 @@ def main() -> None:
     p.add_argument("patterns", nargs="+", help="suite patterns (evt.bench.ops.PATTERNS)")
     p.add_argument("--config", default="128x256x64_c1x1_cooperative")
     p.add_argument("--headers", help="a folder with evt_functors.h etc. to compile against")
+    p.add_argument("--fast-path", action="store_true",
+                   help="statistics: count only what an interior tile of finite values runs")
+    p.add_argument("--top", type=int, default=14, help="opcodes listed")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for pattern in a.patterns:
-            ops = count(pattern, a.config, a.headers, Path(tmp))
-            top = " ".join(f"{k}:{v}" for k, v in ops.most_common(14))
+            defines = ("EVT_STATISTICS_CHECKED_PATHS=0",) if a.fast_path else ()
+            ops = count(pattern, a.config, a.headers, Path(tmp), defines)
+            top = " ".join(f"{k}:{v}" for k, v in ops.most_common(a.top))
             print(f"{pattern} ({a.config}): {sum(ops.values())} instructions; {top}", flush=True)
 
 

@@ -23,8 +23,8 @@ PROGRAM = r"""
 #include <cstdio>
 #include "evt_functors.h"
 int main() {
-  for (int i = 0; i <= 40000; ++i) {
-    float z = -10.0f + i * 5e-4f;
+  for (int i = 0; i <= 40002; ++i) {
+    float z = i < 40001 ? -10.0f + i * 5e-4f : (i == 40001 ? -0.0f : 0.0f);  // then both zeros
     std::printf("%.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
                 evt::GeluBackward<float>{}(1.0f, z), evt::Sigmoid<float>{}(2.0f * z),
                 evt::Silu<float>{}(2.0f * z), evt::Exp<float>{}(2.0f * z));
@@ -68,6 +68,8 @@ def test_exact_gelu_backward_matches_float64(values):
     x = z.clone().requires_grad_()
     F.gelu(x).sum().backward()  # torch's gelu_backward
     assert (grad - x.grad).abs().max() < 1e-6
+    zeros = values[-2:]  # -0 and +0: Phi(0) = 0.5 from either side of the tail's select
+    assert zeros[:, 0].abs().max() == 0 and (zeros[:, 2] - 0.5).abs().max() < 2e-7
 
 
 def test_exp_sigmoid_and_silu_through_exp2_match_float64(values):

@@ -12,7 +12,7 @@ exhaustive sweep it is judged against.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evt.errors import CodegenError
 from evt.ir import ROW_STATISTICS, AuxLoad, AuxStore, KernelSpec, RowBroadcast, SoftmaxStats
@@ -52,6 +52,8 @@ class TileConfig:
     schedule: str = "cooperative"
     epi_n: int = 0  # the epilogue subtile's N (its M is the schedule's: 128 / 64); 0: CUTLASS's (32)
     scheduler: str = "persistent"
+    # Shared-memory stages of the aux loads (the epilogue's source); 0: CUTLASS's, min(subtiles, 4)
+    epi_stages_c: int = 0
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -70,6 +72,9 @@ class TileConfig:
                 f"unsupported {self}: tile M must be a multiple of {granule} for {self.schedule}, "
                 "tile N and K multiples of 16, tiles at most 256, cluster of 1, 2 or 4 CTAs"
             )
+        if self.epi_stages_c not in (0, 1, 2, 3, 4):
+            raise CodegenError(f"unsupported {self}: the epilogue's source stages are 1 to 4 "
+                               "(0: CUTLASS's choice)")  # fmt: skip
         if self.epi_n and (self.epi_n % 16 or self.tile_n % self.epi_n or self.tile_m < self.epi_m):
             raise CodegenError(f"unsupported {self}: the epilogue tile's N must be a multiple of "
                                "16 dividing tile N, and tile M at least the schedule's "
@@ -95,6 +100,7 @@ class TileConfig:
             f"_c{self.cluster_m}x{self.cluster_n}_{self.schedule}"
             + (f"_e{self.epi_n}" if self.epi_n else "")
             + ("_sk" if self.scheduler == "streamk" else "")
+            + (f"_sc{self.epi_stages_c}" if self.epi_stages_c else "")
         )
 
 
@@ -133,6 +139,36 @@ def default_config(spec: KernelSpec) -> TileConfig:
         f"kernel {spec.name}: its epilogue's shared memory leaves no tile 2 mainloop stages; "
         "the region runs unfused"
     )
+
+
+# A main loop with fewer stages than this loses to the same tile with fewer aux-load stages
+# (`source_stages`).
+_WANTED_STAGES = 5
+
+
+def source_stages(spec: KernelSpec, cfg: TileConfig) -> TileConfig:
+    """`cfg` with fewer shared-memory stages for the aux loads where CUTLASS's (min(subtiles, 4))
+    leave the main loop under `_WANTED_STAGES` and fewer give it more: the most aux-load stages
+    that reach the main loop's best count (at least 2). On the H100 (session 14,
+    `config_sweep_source_stages.json`), LayerNorm's statistics with a bf16 residual at
+    8192x1024x4096 ran at 0.82 of the bare GEMM with 128x256 tiles and 2 aux stages (4 main-loop
+    stages) against 0.77 with CUTLASS's 4 (3 main-loop stages); an fp32 residual at 0.79 against
+    0.49 (3 main-loop stages against 2), at 128x192 0.76-0.77 against 0.65-0.67, at 128x128
+    cooperative 0.69-0.77 against 0.63-0.70 (5 against 4). Where the main loop kept 5 or more
+    (128x128 ping-pong), fewer aux stages won as often as they lost (+-5%)."""
+    if cfg.epi_stages_c or not any(isinstance(n, AuxLoad) for n in spec.nodes):
+        return cfg
+    default = mainloop_stages(spec, cfg)
+    if default >= _WANTED_STAGES:
+        return cfg
+    fewer = [replace(cfg, epi_stages_c=c) for c in range(min(_subtiles(cfg), 4) - 1, 1, -1)]
+    best = max(fewer, key=lambda c: mainloop_stages(spec, c), default=cfg)  # the first: most stages
+    return best if mainloop_stages(spec, best) > default else cfg
+
+
+def _subtiles(cfg: TileConfig) -> int:
+    epi_m, epi_n = cfg.epilogue_tile
+    return (cfg.tile_m // epi_m) * (cfg.tile_n // epi_n)
 
 
 def fits(spec: KernelSpec, cfg: TileConfig) -> bool:
@@ -196,7 +232,7 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     it at K <= 1024. Stream-K tiles rank by `estimate`: first only where the last wave is mostly
     empty. `benchmarks/heuristic_score.py` scores this against every committed sweep: 0.994 of
     the measured best in geomean over 62 cases, 0.944 at worst."""
-    fitting = [c for c in CANDIDATES if fits(spec, c)]
+    fitting = [source_stages(spec, c) for c in CANDIDATES if fits(spec, c)]
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
 
@@ -299,8 +335,8 @@ def epilogue_parts(spec: KernelSpec) -> tuple[float, float]:
 def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     """An estimate of what StageCountAutoCarveout leaves for the mainloop."""
     epi_m, epi_n = cfg.epilogue_tile
-    epi_tiles = (cfg.tile_m // epi_m) * (cfg.tile_n // epi_n)
-    stages_c, stages_d = min(epi_tiles, 4), min(epi_tiles, 2)
+    epi_tiles = _subtiles(cfg)
+    stages_c, stages_d = cfg.epi_stages_c or min(epi_tiles, 4), min(epi_tiles, 2)
     epi_bytes = epi_m * epi_n * stages_d * _bytes(spec.d_dtype)
     for n in spec.nodes:
         if isinstance(n, AuxLoad):

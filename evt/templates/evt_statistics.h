@@ -28,6 +28,12 @@
 
 namespace evt {
 
+// 0: compile only the paths an interior tile of finite values runs (no bounds or finiteness
+// checks): for counting their instructions (scripts/sass_count.py --fast-path), never for use.
+#ifndef EVT_STATISTICS_CHECKED_PATHS
+#define EVT_STATISTICS_CHECKED_PATHS 1
+#endif
+
 namespace detail {
 
 // The flat batch index of a tile's batch coordinate: `l` itself, or for a nested batch
@@ -119,7 +125,8 @@ struct SoftmaxStat {
 // Welford: count, mean and M2 = sum (x - mean)^2 of the finite elements, partials combined with
 // Chan's formula, plus the plain sum of the others (+-inf, NaN), which then decides: torch's mean
 // is that sum (inf, -inf or NaN) and its var NaN. Outputs mean and M2 / max(count - Correction, 0)
-// (torch.var_mean's var with that correction).
+// (torch.var_mean's var with that correction). Divisions by counts go through the SFU's
+// reciprocal (1 ulp): an IEEE division is ~10 instructions and a branch to a slow path.
 template <int Correction>
 struct WelfordStat {
   struct alignas(16) Partial {
@@ -132,8 +139,12 @@ struct WelfordStat {
 
   CUTLASS_DEVICE static Partial identity() { return {0.f, 0.f, 0.f, 0.f}; }
 
-  // The subtile's elements of each row as one partial (count and sum, the mean, then M2 about it:
-  // one division per row, not per element), combined into the row's running partial.
+  // The subtile's elements of each row as one partial (count and sum, the mean, then M2 about
+  // it: one reciprocal per row, not per element), combined into the row's running partial.
+  // Every element is summed first without a finiteness check (3 float instructions an element
+  // where the subtile lies inside the problem); a row whose sum is not finite holds an inf or a
+  // NaN (or overflowed), and only then is the subtile pushed again element by element
+  // (`push_checked`).
   template <class Rows, class Xs, class Valid>
   CUTLASS_DEVICE static void push_subtile(Rows&& rows, Xs const& xs, Valid const& valid) {
     using namespace cute;
@@ -145,21 +156,21 @@ struct WelfordStat {
     }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(xs); ++i) {
-      float x = xs(i);
-      bool finite = fabsf(x) < INFINITY;  // false for NaN too
-      part(i).n += (valid(i) && finite) ? 1.f : 0.f;
-      part(i).mean += (valid(i) && finite) ? x : 0.f;
-      part(i).nonfinite += (valid(i) && !finite) ? x : 0.f;
+      if (valid(i)) {
+        part(i).n += 1.f;
+        part(i).mean += xs(i);
+      }
     }
+    bool finite = true;
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < size(part_flt); ++j) {
-      part_flt(j).mean = part_flt(j).n > 0.f ? part_flt(j).mean / part_flt(j).n : 0.f;
+      finite &= fabsf(part_flt(j).mean) < INFINITY;
     }
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(xs); ++i) {
-      float d = xs(i) - part(i).mean;
-      part(i).m2 += (valid(i) && fabsf(xs(i)) < INFINITY) ? d * d : 0.f;
+    if (EVT_STATISTICS_CHECKED_PATHS && !finite) {
+      push_checked(rows, xs, valid);
+      return;
     }
+    mean_and_m2(part, xs, valid);
     Tensor rows_flt = filter_zeros(rows);
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < size(rows_flt); ++j) {
@@ -167,18 +178,61 @@ struct WelfordStat {
     }
   }
 
+  // part's sums divided into means, then M2 about them over the elements `keep` accepts
+  template <class Part, class Xs, class Keep>
+  CUTLASS_DEVICE static void mean_and_m2(Part& part, Xs const& xs, Keep const& keep) {
+    using namespace cute;
+    Tensor part_flt = filter_zeros(part);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(part_flt); ++j) {
+      float n = part_flt(j).n;
+      part_flt(j).mean = n > 0.f ? part_flt(j).mean * rcp_approx(n) : 0.f;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(xs); ++i) {
+      float d = xs(i) - part(i).mean;
+      if (keep(i)) {
+        part(i).m2 = fmaf(d, d, part(i).m2);
+      }
+    }
+  }
+
+  // The subtile with a non-finite element: finite and non-finite elements apart.
+  template <class Rows, class Xs, class Valid>
+  CUTLASS_DEVICE static void push_checked(Rows&& rows, Xs const& xs, Valid const& valid) {
+    using namespace cute;
+    Tensor part = make_tensor_like<Partial>(rows);
+    Tensor part_flt = filter_zeros(part);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(part_flt); ++j) {
+      part_flt(j) = identity();
+    }
+    auto keep = [&](int i) { return valid(i) && fabsf(xs(i)) < INFINITY; };  // false for NaN too
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(xs); ++i) {
+      float x = xs(i);
+      part(i).n += keep(i) ? 1.f : 0.f;
+      part(i).mean += keep(i) ? x : 0.f;
+      part(i).nonfinite += (valid(i) && !keep(i)) ? x : 0.f;
+    }
+    mean_and_m2(part, xs, keep);
+    Tensor rows_flt = filter_zeros(rows);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < size(rows_flt); ++j) {
+      rows_flt(j) = combine(rows_flt(j), part_flt(j));
+    }
+  }
+
+  // Branch-free (selects): an empty side adds nothing but its non-finite sum.
   CUTLASS_DEVICE static Partial combine(Partial a, Partial b) {
     float nonfinite = a.nonfinite + b.nonfinite;
-    if (b.n == 0.f) {
-      return {a.n, a.mean, a.m2, nonfinite};
-    }
-    if (a.n == 0.f) {
-      return {b.n, b.mean, b.m2, nonfinite};
-    }
     float n = a.n + b.n;
     float delta = b.mean - a.mean;
-    float wb = b.n / n;
-    return {n, a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, nonfinite};
+    float wb = b.n * rcp_approx(n);
+    Partial both{n, fmaf(delta, wb, a.mean), a.m2 + b.m2 + delta * delta * a.n * wb, nonfinite};
+    Partial only_a{a.n, a.mean, a.m2, nonfinite};
+    Partial only_b{b.n, b.mean, b.m2, nonfinite};
+    return b.n == 0.f ? only_a : (a.n == 0.f ? only_b : both);
   }
 
   CUTLASS_DEVICE static Partial shuffle_down(Partial p, int delta) {
@@ -405,8 +459,13 @@ struct Sm90RowStatistics {
                                bool is_last_iteration, VTensor) {
       using namespace cute;
       Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
-      Stat::push_subtile(tCrRow(_, _, _, epi_m, epi_n), tCrBuf,
-                         [&](int i) { return elem_less(tCcD_mn(i), residue_tCcD); });
+      // A tile inside the problem pushes without a bounds check per element (2 compares each)
+      if (!EVT_STATISTICS_CHECKED_PATHS || elem_less(make_coord(kTileM - 1, kTileN - 1), residue_cD)) {
+        Stat::push_subtile(tCrRow(_, _, _, epi_m, epi_n), tCrBuf, [](int) { return true; });
+      } else {
+        Stat::push_subtile(tCrRow(_, _, _, epi_m, epi_n), tCrBuf,
+                           [&](int i) { return elem_less(tCcD_mn(i), residue_tCcD); });
+      }
       if (!is_last_iteration || !elem_less(cD(_0{}, _0{}), residue_cD)) {
         return;  // not done yet, or a CTA of a cluster that is wholly out of bounds
       }

@@ -237,3 +237,17 @@ def test_a_linear_on_a_transposed_activation_fuses(monkeypatch):
         report = evt.explain(step, x)
     assert not [w for w in caught if "graph left unfused" in str(w.message)]
     assert any("aten.silu" in r.fused for r in report.regions), str(report)
+
+
+def test_division_by_a_number_is_a_multiply_by_its_float32_reciprocal():
+    """x / 3 in an epilogue is x * float32(1 / 3), as ATen's CUDA kernel divides by a CPU scalar:
+    eager's bits, and no IEEE division per element (a slow-path call in the SASS)."""
+    from evt import ir
+
+    w = torch.randn(48, 32)
+    report = evt.explain(lambda x: (x @ w.t()) / 3.0, torch.randn(24, 32))
+    (region,) = report.regions
+    nodes = region.spec.nodes
+    assert not [n for n in nodes if isinstance(n, ir.Compute) and n.op == "div"], nodes
+    (scalar,) = [n for n in nodes if isinstance(n, ir.ScalarBroadcast)]
+    assert scalar.value == (torch.tensor(1.0) / torch.tensor(3.0)).item() != 1 / 3

@@ -7,8 +7,8 @@ kernel evt_f0_mm
   mul = Compute(mul; mm_acc, mul_c1) -> f32
   primals_3 = AuxLoad(in2, bf16, n-major)
   sub = Compute(sub; mul, primals_3) -> f32
-  div_c1 = ScalarBroadcast(2.0)
-  div = Compute(div; sub, div_c1) -> f32
+  div_c1 = ScalarBroadcast(0.5)
+  div = Compute(mul; sub, div_c1) -> f32
   neg = Compute(neg; div) -> f32
   convert_element_type_2 = Compute(identity; neg) -> f32
   add = Compute(add; convert_element_type_2, primals_3) -> f32
@@ -89,11 +89,11 @@ using evt_primals_3 = fusion::Sm90AuxLoad<
 // sub: Compute sub(mul, primals_3) -> f32
 using evt_sub = fusion::Sm90Compute<cutlass::minus, float, ElementCompute, kRound>;
 
-// div_c1: ScalarBroadcast 2.0
+// div_c1: ScalarBroadcast 0.5
 using evt_div_c1 = fusion::Sm90ScalarBroadcast<ElementCompute>;
 
-// div: Compute div(sub, div_c1) -> f32
-using evt_div = fusion::Sm90Compute<cutlass::divides, float, ElementCompute, kRound>;
+// div: Compute mul(sub, div_c1) -> f32
+using evt_div = fusion::Sm90Compute<cutlass::multiplies, float, ElementCompute, kRound>;
 
 // neg: Compute neg(div) -> f32
 using evt_neg = fusion::Sm90Compute<cutlass::negate, float, ElementCompute, kRound>;
@@ -203,7 +203,7 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   evt_mul::Arguments evt_mul_args{};
   evt_primals_3::Arguments evt_primals_3_args{in_ptr<cutlass::bfloat16_t>(inputs, 2), cutlass::bfloat16_t(0), evt_primals_3_stride};
   evt_sub::Arguments evt_sub_args{};
-  evt_div_c1::Arguments evt_div_c1_args{{static_cast<float>(2.0)}};
+  evt_div_c1::Arguments evt_div_c1_args{{static_cast<float>(0.5)}};
   evt_div::Arguments evt_div_args{};
   evt_neg::Arguments evt_neg_args{};
   evt_convert_element_type_2::Arguments evt_convert_element_type_2_args{};
@@ -304,5 +304,5 @@ EVT_EXPORT size_t evt_evt_f0_mm_workspace(int M, int N, int K, int L) {
 }
 
 EVT_EXPORT char const* evt_evt_f0_mm_signature() {
-  return "evt_f0_mm;128x128x64_c1x1_cooperative;{\"d\":\"mul_1\",\"d_dtype\":\"f32\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"mm_acc\"},{\"kind\":\"scalar\",\"name\":\"mul_c1\",\"value\":0.5},{\"args\":[\"mm_acc\",\"mul_c1\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"mul\",\"op\":\"mul\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_3\"},{\"args\":[\"mul\",\"primals_3\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"sub\",\"op\":\"sub\"},{\"kind\":\"scalar\",\"name\":\"div_c1\",\"value\":2.0},{\"args\":[\"sub\",\"div_c1\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"div\",\"op\":\"div\"},{\"args\":[\"div\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"neg\",\"op\":\"neg\"},{\"args\":[\"neg\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_2\",\"op\":\"identity\"},{\"args\":[\"convert_element_type_2\",\"primals_3\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"add\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":3,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_4\"},{\"args\":[\"add\",\"primals_4\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"mul_1\",\"op\":\"mul\"},{\"arg\":\"mul_1\",\"dtype\":\"f32\",\"keepdim\":false,\"kind\":\"scalar_reduction\",\"name\":\"sum_1\",\"output\":1}],\"num_inputs\":4}";
+  return "evt_f0_mm;128x128x64_c1x1_cooperative;{\"d\":\"mul_1\",\"d_dtype\":\"f32\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"mm_acc\"},{\"kind\":\"scalar\",\"name\":\"mul_c1\",\"value\":0.5},{\"args\":[\"mm_acc\",\"mul_c1\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"mul\",\"op\":\"mul\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_3\"},{\"args\":[\"mul\",\"primals_3\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"sub\",\"op\":\"sub\"},{\"kind\":\"scalar\",\"name\":\"div_c1\",\"value\":0.5},{\"args\":[\"sub\",\"div_c1\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"div\",\"op\":\"mul\"},{\"args\":[\"div\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"neg\",\"op\":\"neg\"},{\"args\":[\"neg\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"convert_element_type_2\",\"op\":\"identity\"},{\"args\":[\"convert_element_type_2\",\"primals_3\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"add\",\"op\":\"add\"},{\"dtype\":\"bf16\",\"input\":3,\"kind\":\"aux_load\",\"major\":\"n\",\"name\":\"primals_4\"},{\"args\":[\"add\",\"primals_4\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"mul_1\",\"op\":\"mul\"},{\"arg\":\"mul_1\",\"dtype\":\"f32\",\"keepdim\":false,\"kind\":\"scalar_reduction\",\"name\":\"sum_1\",\"output\":1}],\"num_inputs\":4}";
 }

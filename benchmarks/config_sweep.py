@@ -104,7 +104,7 @@ def main() -> None:
         configs += [dataclasses.replace(c, epi_n=n) for c in base if c.tile_n % n == 0]
     for sc in (int(x) for x in a.source_stages.split(",") if x.strip()):
         configs += [dataclasses.replace(c, epi_stages_c=sc) for c in list(configs)
-                    if not c.epi_stages_c and sc < min(cfgs._subtiles(c), 4)]  # fmt: skip
+                    if not c.epi_stages_c and sc < min(cfgs.epilogue_subtiles(c), 4)]  # fmt: skip
     specs = {name: capture(name) for name in a.patterns.split(",")}
     t0 = time.time()
     jobs = {}

@@ -38,9 +38,10 @@ OPCODE = re.compile(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")  # af
 def count(pattern: str, label: str, headers: str | None, work: Path,
           defines: tuple[str, ...] = ()) -> collections.Counter:
     spec = capture(pattern)[0]
-    config = next((c for c in cfgs.CANDIDATES if c.label == label), None)
+    pickable = [*cfgs.CANDIDATES, *cfgs.heuristic(spec, 4096, 4096, 4096)]  # with aux-load stages
+    config = next((c for c in pickable if c.label == label), None)
     if config is None:
-        sys.exit(f"unknown config {label}: one of {[c.label for c in cfgs.CANDIDATES]}")
+        sys.exit(f"unknown config {label}: one of {sorted({c.label for c in pickable})}")
     cu, cubin = work / f"{pattern}.cu", work / f"{pattern}.cubin"
     cu.write_text(build.plan(spec, config).source)
     flags = [f for f in nvcc.nvcc_flags() if f not in nvcc.SO_FLAGS]

@@ -1,6 +1,7 @@
 """Every tile config the heuristic (or max-autotune) can pick computes the same result: each
-candidate of `evt.codegen.config.CANDIDATES` that fits a spec, against the reference path, with
-NaN-poisoned outputs, on whole tiles and on residues; and max-autotune end to end."""
+candidate of `evt.codegen.config.CANDIDATES` that fits a spec, with the aux-load stages
+`config.source_stages` gives it, against the reference path, with NaN-poisoned outputs, on
+whole tiles and on residues; and max-autotune end to end."""
 
 from __future__ import annotations
 

@@ -148,12 +148,7 @@ struct WelfordStat {
   template <class Rows, class Xs, class Valid>
   CUTLASS_DEVICE static void push_subtile(Rows&& rows, Xs const& xs, Valid const& valid) {
     using namespace cute;
-    Tensor part = make_tensor_like<Partial>(rows);
-    Tensor part_flt = filter_zeros(part);
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < size(part_flt); ++j) {
-      part_flt(j) = identity();  // mean holds the sum until it is divided
-    }
+    auto part = empty_partials(rows);  // mean holds the sum until it is divided
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(xs); ++i) {
       if (valid(i)) {
@@ -162,6 +157,7 @@ struct WelfordStat {
       }
     }
     bool finite = true;
+    Tensor part_flt = filter_zeros(part);
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < size(part_flt); ++j) {
       finite &= fabsf(part_flt(j).mean) < INFINITY;
@@ -171,9 +167,28 @@ struct WelfordStat {
       return;
     }
     mean_and_m2(part, xs, valid);
-    Tensor rows_flt = filter_zeros(rows);
+    combine_into(rows, part);
+  }
+
+  // One identity Partial per row of `rows` (a register tensor of its layout)
+  template <class Rows>
+  CUTLASS_DEVICE static auto empty_partials(Rows const& rows) {
+    auto part = cute::make_tensor_like<Partial>(rows);
+    auto part_flt = cute::filter_zeros(part);
     CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < size(rows_flt); ++j) {
+    for (int j = 0; j < cute::size(part_flt); ++j) {
+      part_flt(j) = identity();
+    }
+    return part;
+  }
+
+  // Each row's subtile partial into the row's running partial
+  template <class Rows, class Part>
+  CUTLASS_DEVICE static void combine_into(Rows&& rows, Part& part) {
+    auto rows_flt = cute::filter_zeros(rows);
+    auto part_flt = cute::filter_zeros(part);
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < cute::size(rows_flt); ++j) {
       rows_flt(j) = combine(rows_flt(j), part_flt(j));
     }
   }
@@ -201,12 +216,7 @@ struct WelfordStat {
   template <class Rows, class Xs, class Valid>
   CUTLASS_DEVICE static void push_checked(Rows&& rows, Xs const& xs, Valid const& valid) {
     using namespace cute;
-    Tensor part = make_tensor_like<Partial>(rows);
-    Tensor part_flt = filter_zeros(part);
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < size(part_flt); ++j) {
-      part_flt(j) = identity();
-    }
+    auto part = empty_partials(rows);
     auto keep = [&](int i) { return valid(i) && fabsf(xs(i)) < INFINITY; };  // false for NaN too
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(xs); ++i) {
@@ -216,11 +226,7 @@ struct WelfordStat {
       part(i).nonfinite += (valid(i) && !keep(i)) ? x : 0.f;
     }
     mean_and_m2(part, xs, keep);
-    Tensor rows_flt = filter_zeros(rows);
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < size(rows_flt); ++j) {
-      rows_flt(j) = combine(rows_flt(j), part_flt(j));
-    }
+    combine_into(rows, part);
   }
 
   // Branch-free (selects): an empty side adds nothing but its non-finite sum.

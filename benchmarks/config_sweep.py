@@ -11,7 +11,8 @@ put the measured winner.
         [--configs LABELS] [--shapes 2048x768x3072,...]   (instead of each pattern's shapes)
         [--epilogue-tiles 64,128]   (epilogue subtile N: not a candidate)
         [--source-stages 2,3]   (aux loads' shared-memory stages, fewer than CUTLASS's)
-        [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B)
+        [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B;
+                                    variants separated by ';', an empty one is evt's own)
 """
 
 from __future__ import annotations
@@ -89,15 +90,14 @@ def main() -> None:
                         "config so far, where they differ from CUTLASS's")
     p.add_argument("--functor", default="",
                    help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
-                        "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form)")
+                        "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form); "
+                        "several variants separated by ';' are swept side by side (an empty "
+                        "variant: evt's own functors)")
     p.add_argument("--shapes", default="",
                    help="comma-separated MxNxK problems swept instead of each pattern's own")
     p.add_argument("--json")
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
-    for item in filter(None, a.functor.split(",")):
-        op, _, functor = item.partition("=")
-        ir.COMPUTE_OPS[op] = dataclasses.replace(ir.COMPUTE_OPS[op], functor=functor)
     base = [c for c in cfgs.CANDIDATES if not a.configs or c.label in a.configs.split(",")]
     configs = list(base)
     for n in (int(x) for x in a.epilogue_tiles.split(",") if x.strip() and int(x)):
@@ -108,14 +108,22 @@ def main() -> None:
     specs = {name: capture(name) for name in a.patterns.split(",")}
     t0 = time.time()
     jobs = {}
-    for name, regions in specs.items():
-        for spec in regions:
-            for cfg in configs:
-                if cfgs.fits(spec, cfg):
-                    jobs[(name, spec.name, cfg)] = (spec, build.prefetch(spec, cfg))
+    own = dict(ir.COMPUTE_OPS)
+    for variant in a.functor.split(";"):
+        ir.COMPUTE_OPS.update(own)
+        for item in filter(None, variant.split(",")):
+            op, _, functor = item.partition("=")
+            ir.COMPUTE_OPS[op] = dataclasses.replace(own[op], functor=functor)
+        # rendered now, so the variant's functors are in the source
+        for name, regions in specs.items():
+            for spec in regions:
+                for cfg in configs:
+                    if cfgs.fits(spec, cfg):
+                        jobs[(name, spec.name, cfg, variant)] = (spec, build.prefetch(spec, cfg))
+    ir.COMPUTE_OPS.update(own)
     print(f"{len(jobs)} kernels to build", flush=True)
     rows = []
-    for (name, region, cfg), (spec, fut) in jobs.items():
+    for (name, region, cfg, variant), (spec, fut) in jobs.items():
         try:
             kernel = launch.Kernel(spec, launch.load(fut.result()))
         except Exception as e:  # noqa: BLE001
@@ -137,11 +145,11 @@ def main() -> None:
             L = batch[0] if batch else 1
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
             row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
-                       functors=a.functor, ms=ms, mm_ms=mm, tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
+                       functors=variant, ms=ms, mm_ms=mm, tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
                        heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
             rows.append(row)
             print(f"{name:20} {shape:9} {cfg.label:30} {row['tflops']:6.1f} TFLOP/s "
-                  f"{row['vs_mm']:.2f}x mm  err {err:.1e}", flush=True)  # fmt: skip
+                  f"{row['vs_mm']:.2f}x mm  err {err:.1e}  {variant}", flush=True)  # fmt: skip
     print(f"built and timed in {time.time() - t0:.0f} s")
     summarize(rows)
     if a.json:
@@ -150,19 +158,20 @@ def main() -> None:
 
 
 def summarize(rows: list[dict]) -> None:
-    """Per (pattern, shape): the winner, the heuristic's pick and where it ranks the winner."""
+    """Per (pattern, shape, functor variant): the winner, the heuristic's pick and where it ranks
+    the winner."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["pattern"], r["region"], r["shape"]), []).append(r)
+        groups.setdefault((r["pattern"], r["region"], r["shape"], r["functors"]), []).append(r)
     print("\npattern/shape               best config                    vs mm  heuristic pick"
           "                 vs mm  winner's rank")  # fmt: skip
-    for (pattern, _, shape), rs in groups.items():
+    for (pattern, _, shape, variant), rs in groups.items():
         best = max(rs, key=lambda r: r["tflops"])
         pick = min((r for r in rs if r["heuristic_rank"] is not None),
                    key=lambda r: r["heuristic_rank"], default=None)  # fmt: skip
         print(f"{pattern + '/' + shape:27} {best['config']:30} {best['vs_mm']:.2f}  "
               f"{pick['config'] if pick else '-':30} {pick['vs_mm'] if pick else 0:.2f}  "
-              f"{best['heuristic_rank']}")  # fmt: skip
+              f"{best['heuristic_rank']}  {variant}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -51,20 +51,33 @@ def cdf(z: torch.Tensor) -> torch.Tensor:
     return 0.5 * torch.special.erfc(-z / math.sqrt(2))
 
 
-def test_exact_gelu_matches_float64_to_a_few_ulp_of_float32(values):
+def test_exact_gelu_is_never_less_accurate_than_torchs_float32_gelu(values):
+    """Against float64: float32's few ulp where GELU's values matter (|z| < 3), and at every z no
+    worse than torch's own float32 formula, 0.5 z (1 + erf(z / sqrt 2)), whose cancellation loses
+    digits as Phi(z) gets small (evt's normal tail is a degree-5 fit to the error relative to
+    max(tail, 1e-2): scripts/fit_normal_tail.py)."""
     z, gelu = values[:, 0], values[:, 1]
     want = z * cdf(z)
     rel = (gelu - want).abs() / want.abs().clamp_min(1e-30)
     assert rel[z.abs() < 3].max() < 2e-6  # float32's epsilon is 1.2e-7
-    assert rel.max() < 2e-5  # down to z = -10, where the value is -7.6e-23
-    near = z > -5  # where torch's form keeps its digits, the two agree too
+    assert rel[z.abs() < 5].max() < 2e-4
+    assert rel.max() < 1e-2  # down to z = -10, where the value is -7.6e-23
+    torch_rel = (F.gelu(z.float()).double() - want).abs() / want.abs().clamp_min(1e-30)
+    assert torch_rel[z.abs() < 5].max() > 0.1  # what torch's float32 formula keeps there
+    # worst case per quarter of z (pointwise, torch's rounding is at times exact by luck)
+    window = torch.floor(z * 4).long() + 40
+    worst = torch.zeros(81, dtype=rel.dtype).scatter_reduce(0, window, rel, "amax")
+    torch_worst = torch.zeros(81, dtype=rel.dtype).scatter_reduce(0, window, torch_rel, "amax")
+    ulp = 2.0**-23
+    assert (worst <= torch_worst + 4 * ulp).all(), (worst - torch_worst).argmax() / 4 - 10
+    near = z > -3  # torch's form in float64 keeps its digits: the two agree
     assert torch.allclose(gelu[near], F.gelu(z[near]), rtol=1e-5, atol=1e-12)
 
 
 def test_exact_gelu_backward_matches_float64(values):
     z, grad = values[:, 0], values[:, 2]
     want = cdf(z) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    assert (grad - want).abs().max() < 1e-6
+    assert (grad - want).abs().max() < 3e-7  # torch's float32 gelu_backward: 2.4e-7
     x = z.clone().requires_grad_()
     F.gelu(x).sum().backward()  # torch's gelu_backward
     assert (grad - x.grad).abs().max() < 1e-6

@@ -11,6 +11,7 @@ put the measured winner.
         [--configs LABELS] [--shapes 2048x768x3072,...]   (instead of each pattern's shapes)
         [--epilogue-tiles 64,128]   (epilogue subtile N: not a candidate)
         [--source-stages 2,3]   (aux loads' shared-memory stages, fewer than CUTLASS's)
+        [--tile-orders 0:0,0:1,1:1,2:1,0:4,...]   (raster:swizzle, runtime arguments of one binary)
         [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B;
                                     variants separated by ';', an empty one is evt's own)
 """
@@ -93,11 +94,16 @@ def main() -> None:
                         "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form); "
                         "several variants separated by ';' are swept side by side (an empty "
                         "variant: evt's own functors)")
+    p.add_argument("--tile-orders", default="0:0",
+                   help="comma-separated RASTER:SWIZZLE timed for every kernel (raster 0: "
+                        "CUTLASS's choice, 1: along M, 2: along N; swizzle 0: evt's choice, "
+                        "1, 2, 4, 8); 0:0 is what evt launches")
     p.add_argument("--shapes", default="",
                    help="comma-separated MxNxK problems swept instead of each pattern's own")
     p.add_argument("--json")
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
+    orders = [tuple(map(int, o.split(":"))) for o in a.tile_orders.split(",")]
     base = [c for c in cfgs.CANDIDATES if not a.configs or c.label in a.configs.split(",")]
     configs = list(base)
     for n in (int(x) for x in a.epilogue_tiles.split(",") if x.strip() and int(x)):
@@ -140,16 +146,23 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 (a guard's refusal: this shape runs unfused)
                 print(f"{name} {shape} {cfg.label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 continue
-            err = max(_error(g.float(), w.float()) for g, w in zip(got, want))
-            ms, mm = time_ms(lambda kernel=kernel, x=x: kernel(x)), time_ms(bare_mm(spec, x))
+            mm = time_ms(bare_mm(spec, x))
             L = batch[0] if batch else 1
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
-            row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
-                       functors=variant, ms=ms, mm_ms=mm, tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
-                       heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
-            rows.append(row)
-            print(f"{name:20} {shape:9} {cfg.label:30} {row['tflops']:6.1f} TFLOP/s "
-                  f"{row['vs_mm']:.2f}x mm  err {err:.1e}  {variant}", flush=True)  # fmt: skip
+            for raster, swizzle in orders:
+                kernel.library.set_tile_order(raster, swizzle)
+                got = kernel(x)  # each order checked before it is timed
+                err = max(_error(g.float(), w.float()) for g, w in zip(got, want))
+                ms = time_ms(lambda kernel=kernel, x=x: kernel(x))
+                kernel.library.set_tile_order(0, 0)
+                order = f"{raster}:{swizzle}"
+                row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
+                           tile_order=order, functors=variant, ms=ms, mm_ms=mm,
+                           tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
+                           heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
+                rows.append(row)
+                print(f"{name:20} {shape:9} {cfg.label:30} {order:4} {row['tflops']:6.1f} TFLOP/s "
+                      f"{row['vs_mm']:.2f}x mm  err {err:.1e}  {variant}", flush=True)  # fmt: skip
     print(f"built and timed in {time.time() - t0:.0f} s")
     summarize(rows)
     if a.json:
@@ -167,9 +180,12 @@ def summarize(rows: list[dict]) -> None:
           "                 vs mm  winner's rank")  # fmt: skip
     for (pattern, _, shape, variant), rs in groups.items():
         best = max(rs, key=lambda r: r["tflops"])
-        pick = min((r for r in rs if r["heuristic_rank"] is not None),
+        pick = min((r for r in rs if r["heuristic_rank"] is not None
+                    and r.get("tile_order", "0:0") == "0:0"),
                    key=lambda r: r["heuristic_rank"], default=None)  # fmt: skip
-        print(f"{pattern + '/' + shape:27} {best['config']:30} {best['vs_mm']:.2f}  "
+        label = best["config"] + ("" if best.get("tile_order", "0:0") == "0:0" else
+                                  f" @{best['tile_order']}")  # fmt: skip
+        print(f"{pattern + '/' + shape:27} {label:30} {best['vs_mm']:.2f}  "
               f"{pick['config'] if pick else '-':30} {pick['vs_mm'] if pick else 0:.2f}  "
               f"{best['heuristic_rank']}  {variant}")  # fmt: skip
 

@@ -1,10 +1,10 @@
 """Score the tile-config heuristic against every committed exhaustive sweep: for each (sweep,
 pattern, region, shape), the config `evt.codegen.config.heuristic` ranks first among the configs
 that sweep timed, and its speed as a fraction of the measured best. No GPU: the sweeps are
-`benchmarks/results/*/config_sweep*.json` (written by benchmarks/config_sweep.py; a sweep that
-timed another functor with --functor is left out, and so is a sweep of an epilogue with an exp or
-erf taken before those functors went straight to the SFU in session 13: `SFU_SINCE`), the specs
-are captured on the CPU.
+`benchmarks/results/*/config_sweep*.json` (written by benchmarks/config_sweep.py; left out: rows
+that timed another functor (--functor) or another raster order / swizzle than evt launches
+(--tile-orders; sweeps before session 15 timed CUTLASS's, which evt launched then), and sweeps of an epilogue with an exp or erf taken before those functors went
+straight to the SFU in session 13: `SFU_SINCE`), the specs are captured on the CPU.
 
     python benchmarks/heuristic_score.py [--show 0.97]   (cases below that fraction are listed)
 """
@@ -34,6 +34,8 @@ def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
         for r in json.loads(f.read_text()):
             if r.get("functors"):
                 continue  # an A/B run of another functor, not what evt renders
+            if r.get("tile_order", "0:0") != "0:0":
+                continue  # another raster order / swizzle than the one evt launches
             if r["pattern"] in SFU_PATTERNS and f.parent.name < SFU_SINCE:
                 continue  # the functors of an earlier session
             groups.setdefault((f.parent.name, r["pattern"], r["region"], r["shape"]), []).append(r)

@@ -132,14 +132,17 @@ def test_exports_the_abi(built, name):
     ).stdout
     exported = {line.split()[-1] for line in symbols.splitlines() if " T " in line}
     spec_name = variant(name)[0].name
-    assert {f"evt_{spec_name}_{fn}" for fn in ("run", "workspace", "signature")} <= exported
+    fns = ("run", "workspace", "signature", "set_tile_order")
+    assert {f"evt_{spec_name}_{fn}" for fn in fns} <= exported
 
 
 def assert_host_functions_answer(so: Path, spec_name: str, nested: bool = False) -> None:
-    """The workspace query and the signature are host code: called here (no GPU), they answer.
-    (A device-only function called from host code compiles, and nvcc makes the whole host
-    function an `exit(1)`: a kernel whose launcher killed its process, warning nowhere.) A
-    nested batch's workspace query takes L1, L2 where the others take L."""
+    """The workspace query, the signature and the tile-order setter are host code: called here
+    (no GPU), they answer. (A device-only function called from host code compiles, and nvcc
+    makes the whole host function an `exit(1)`: a kernel whose launcher killed its process,
+    warning nowhere.) A nested batch's workspace query takes L1, L2 where the others take L.
+    The setter takes raster 0-2 and swizzle 0 (evt's choice), 1, 2, 4, 8 and refuses the rest
+    (-1)."""
     batch = "2, 3" if nested else "2"
     code = (
         "import ctypes, sys\n"
@@ -148,11 +151,15 @@ def assert_host_functions_answer(so: Path, spec_name: str, nested: bool = False)
         f"ws.restype, ws.argtypes = ctypes.c_size_t, [ctypes.c_int] * {5 if nested else 4}\n"
         f"sig = lib.evt_{spec_name}_signature\n"
         "sig.restype = ctypes.c_char_p\n"
-        f"print(ws(256, 256, 128, {batch}), len(sig()))\n"
+        f"order = lib.evt_{spec_name}_set_tile_order\n"
+        "order.restype, order.argtypes = ctypes.c_int, [ctypes.c_int] * 2\n"
+        "orders = [order(r, s) for r, s in ((1, 4), (2, 8), (0, 0), (3, 1), (0, 3), (-1, 2))]\n"
+        f"print(ws(256, 256, 128, {batch}), len(sig()), *orders)\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip(), (done.returncode, done.stdout, done.stderr)
+    assert done.stdout.split()[2:] == ["0", "0", "0", "-1", "-1", "-1"], done.stdout
 
 
 @pytest.mark.parametrize("name", KERNELS)

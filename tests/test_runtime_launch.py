@@ -96,3 +96,16 @@ def test_signature_mismatch_and_missing_library(fake_library, tmp_path):
         launch._load(tmp_path / cache.SO)
     with pytest.raises(LaunchError, match="cannot load"):
         launch.load(tmp_path / "missing" / cache.SO)
+
+
+def test_tile_order_is_set_through_the_library_or_refused(fake_library, tmp_path):
+    """A library built before the tile-order setter existed says so; an order the kernel refuses
+    (its setter returns -1) is a LaunchError naming the valid ones."""
+    with pytest.raises(LaunchError, match=f"no evt_{fake_library.name}_set_tile_order"):
+        fake_library.set_tile_order(1, 4)
+    calls = []
+    lib = dataclasses.replace(fake_library, tile_order=lambda r, s: calls.append((r, s)) or -(r > 2))
+    lib.set_tile_order(2, 8)
+    with pytest.raises(LaunchError, match="raster is 0, 1 or 2, swizzle 0, 1, 2, 4 or 8"):
+        lib.set_tile_order(3, 1)
+    assert calls == [(2, 8), (3, 1)]

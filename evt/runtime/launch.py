@@ -6,6 +6,11 @@ The library's ABI (rendered by `evt.codegen.emit`):
                           workspace, workspace_bytes, stream)      // 0 = success
     size_t evt_<name>_workspace(M, N, K, L)
     char const* evt_<name>_signature()
+    int    evt_<name>_set_tile_order(raster, swizzle)   // the launches after it; 0 = success
+
+The tile order (the persistent scheduler's raster order, 0 CUTLASS's choice, 1 along M, 2 along N,
+and swizzle 0 evt's choice per problem, 1/2/4/8) is a runtime argument: one binary runs every
+order; evt launches 0, 0 (`auto_swizzle` in evt/templates/evt_launch.h).
 
 A kernel with a nested batch (L = L1 x L2) takes `L1, L2` where the others take `L`, and 4
 strides per tensor (M, N, L1, L2) where the others take 3.
@@ -53,6 +58,17 @@ class Library:
     run: Any
     workspace: Any
     nested: bool = False  # its ABI takes a nested batch's L1, L2 (and 4 strides per tensor)
+    tile_order: Any = None  # evt_<name>_set_tile_order
+
+    def set_tile_order(self, raster: int, swizzle: int) -> None:
+        """Raster order (0: CUTLASS's choice, 1: along M, 2: along N) and swizzle (0: evt's
+        choice per problem, 1, 2, 4, 8) of this library's launches from now on, in every
+        thread."""
+        if self.tile_order is None:
+            raise LaunchError(f"{self.path} has no evt_{self.name}_set_tile_order (built before it)")
+        if self.tile_order(raster, swizzle) != 0:
+            raise LaunchError(f"tile order raster={raster} swizzle={swizzle}: raster is 0, 1 or 2, "
+                              "swizzle 0, 1, 2, 4 or 8")  # fmt: skip
 
 
 _libraries: dict[str, Library] = {}
@@ -84,7 +100,10 @@ def _load(path: Path) -> Library:
     nested = _nested(got)
     run.argtypes, run.restype = RUN_ARGTYPES_NESTED if nested else RUN_ARGTYPES, ctypes.c_int
     workspace.argtypes, workspace.restype = [_I] * (5 if nested else 4), ctypes.c_size_t
-    return Library(path, name, handle, run, workspace, nested)
+    tile_order = getattr(handle, f"evt_{name}_set_tile_order", None)
+    if tile_order is not None:
+        tile_order.argtypes, tile_order.restype = [_I, _I], ctypes.c_int
+    return Library(path, name, handle, run, workspace, nested, tile_order)
 
 
 def _nested(signature: str) -> bool:

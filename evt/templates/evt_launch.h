@@ -103,6 +103,31 @@ inline cutlass::KernelHardwareInfo hardware_info() {
   return info;
 }
 
+// The persistent tile scheduler's swizzle where a launch leaves it to evt (tile order swizzle
+// 0, the default): 2 at K <= 1024, else CUTLASS's 1. H100, session 15
+// (benchmarks/results/2026-11-23-H100-session15/config_sweep_tile_orders.json): at K = 768-1024
+// swizzle 2 ran bias + ReLU 11-28% and the exact GELU up to 11% faster at 128x128 ping-pong, the
+// softmax and cross-entropy statistics 0-4%; at K = 3072-4096 it moved them -4% to +4%. CUTLASS
+// rounds both tile counts up to a multiple of swizzle x cluster: where that adds a wave of
+// cooperative tiles (ViT's 12608 rows at 128x256: 1188 tiles, 9 waves, to 10) it stays 1 (a
+// ping-pong SM works two tiles at once, and its padded tail cost under 2% there).
+inline int auto_swizzle(int64_t M, int64_t N, int64_t K, int64_t L, int tile_m, int tile_n,
+                        int cluster_m, int cluster_n, bool pingpong, int sm_count) {
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  int64_t const tm = ceil_div(M, tile_m), tn = ceil_div(N, tile_n);
+  if (K > 1024 || tm < 2 || tn < 2) {
+    return 1;
+  }
+  if (!pingpong) {
+    int64_t const padded = ceil_div(tm, 2 * cluster_m) * 2 * cluster_m *
+                           ceil_div(tn, 2 * cluster_n) * 2 * cluster_n * L;
+    if (sm_count <= 0 || ceil_div(padded, sm_count) > ceil_div(tm * tn * L, sm_count)) {
+      return 1;
+    }
+  }
+  return 2;
+}
+
 // Raise a kernel's dynamic shared-memory limit once per device. Gemm::initialize would call
 // cudaFuncSetAttribute on every launch: a driver round trip each time, on the training step's path.
 template <class Kernel>
@@ -122,21 +147,23 @@ inline cudaError_t configure_shared_memory_once(int device, int bytes) {
   return err;
 }
 
-// The key of a launch: everything the kernel parameters are built from (device, problem shape,
-// workspace, pointers and S strides each of NI inputs and NO outputs; a nested batch L = (L1, L2)
-// has S = 4 and passes L1 as L).
+// The key of a launch: everything the kernel parameters are built from (device, tile order,
+// problem shape, workspace, pointers and S strides each of NI inputs and NO outputs; a nested batch
+// L = (L1, L2) has S = 4 and passes L1 as L).
 template <int NI, int NO, int S = 3>
-using LaunchKey = std::array<int64_t, 8 + (S + 1) * (NI + NO)>;
+using LaunchKey = std::array<int64_t, 9 + (S + 1) * (NI + NO)>;
 
 template <int NI, int NO, int S = 3>
 inline LaunchKey<NI, NO, S> launch_key(void const* const* inputs, int64_t const* input_strides,
                                        void* const* outputs, int64_t const* output_strides,
                                        int M, int N, int K, int L, void* workspace,
-                                       size_t workspace_bytes, int device, int L2 = 1) {
+                                       size_t workspace_bytes, int device, int tile_order,
+                                       int L2 = 1) {
   LaunchKey<NI, NO, S> key{};
   int i = 0;
-  for (int64_t v : {int64_t(device), int64_t(M), int64_t(N), int64_t(K), int64_t(L), int64_t(L2),
-                    reinterpret_cast<int64_t>(workspace), int64_t(workspace_bytes)}) {
+  for (int64_t v : {int64_t(device), int64_t(tile_order), int64_t(M), int64_t(N), int64_t(K),
+                    int64_t(L), int64_t(L2), reinterpret_cast<int64_t>(workspace),
+                    int64_t(workspace_bytes)}) {
     key[i++] = v;
   }
   for (int t = 0; t < NI; ++t) {

@@ -7,6 +7,7 @@ kernel evt_b3_mm_2
   add_1 = Compute(add; mul_1, mm_2_acc) -> f32
   D = add_1 -> out0 (bf16)
 */
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -102,6 +103,13 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 struct Finishers {};  // nothing to finish after the GEMM
 
+// The persistent tile scheduler's raster order and swizzle: runtime arguments of one binary,
+// `tile_order` = raster + 4 * swizzle (raster 0: CUTLASS's choice, along M where the grid has more
+// tiles along N; 1: along M; 2: along N; swizzle 0: evt's choice per problem, `auto_swizzle`;
+// 1, 2, 4 or 8 tiles). evt_evt_b3_mm_2_set_tile_order sets it for the launches after (the
+// config sweep times each).
+std::atomic<int> tile_order{0};
+
 // Fill the kernel arguments from the ABI's pointers and strides: 0 or a negative return code.
 // `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).
 int make_arguments(void const* const* inputs, int64_t const* input_strides,
@@ -138,6 +146,16 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
       {in_ptr<ElementAB>(inputs, 0), stride_a, in_ptr<ElementAB>(inputs, 1), stride_b},
       {evt_args, nullptr, GemmKernel::StrideC{}, out_ptr<ElementD>(outputs, 0), stride_d},
       hw_info};
+  int const order = tile_order.load(std::memory_order_relaxed);
+  using RasterOrder = decltype(args.scheduler.raster_order);
+  args.scheduler.raster_order = order % 4 == 1   ? RasterOrder::AlongM
+                                : order % 4 == 2 ? RasterOrder::AlongN
+                                                 : RasterOrder::Heuristic;
+  args.scheduler.max_swizzle_size =
+      order / 4 ? order / 4
+                : auto_swizzle(M, N, K, L, /*tile*/ 128, 256,
+                               /*cluster*/ 1, 1,
+                               /*pingpong*/ false, hw_info.sm_count);
   return 0;
 }
 
@@ -158,7 +176,8 @@ EVT_EXPORT int evt_evt_b3_mm_2_run(
     return kNoDevice;
   }
   Key const key = launch_key<3, 1>(
-      inputs, input_strides, outputs, output_strides, M, N, K, L, workspace, workspace_bytes, device);
+      inputs, input_strides, outputs, output_strides, M, N, K, L, workspace, workspace_bytes, device,
+      tile_order.load(std::memory_order_relaxed));
   if (workspace_bytes == 0) {  // a workspace is re-initialized per launch: no shortcut then
     if (auto* params = memo.find(key)) {
       return static_cast<int>(Gemm::run(*params, stream));
@@ -203,6 +222,16 @@ EVT_EXPORT size_t evt_evt_b3_mm_2_workspace(int M, int N, int K, int L) {
     return 0;
   }
   return Gemm::get_workspace_size(args) + stats_bytes;
+}
+
+// 0, or kCannotImplement for an order outside raster 0-2, swizzle 0 (evt's choice), 1, 2, 4, 8.
+EVT_EXPORT int evt_evt_b3_mm_2_set_tile_order(int raster, int swizzle) {
+  if (raster < 0 || raster > 2 || (swizzle != 0 && swizzle != 1 && swizzle != 2 && swizzle != 4 &&
+                                   swizzle != 8)) {
+    return kCannotImplement;
+  }
+  tile_order.store(raster + 4 * swizzle, std::memory_order_relaxed);
+  return 0;
 }
 
 EVT_EXPORT char const* evt_evt_b3_mm_2_signature() {

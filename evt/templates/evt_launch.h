@@ -104,28 +104,23 @@ inline cutlass::KernelHardwareInfo hardware_info() {
 }
 
 // The persistent tile scheduler's swizzle where a launch leaves it to evt (tile order swizzle
-// 0, the default): 2 at K <= 1024, else CUTLASS's 1. H100, session 15
-// (benchmarks/results/2026-11-23-H100-session15/config_sweep_tile_orders.json): at K = 768-1024
-// swizzle 2 ran bias + ReLU 11-28% and the exact GELU up to 11% faster at 128x128 ping-pong, the
-// softmax and cross-entropy statistics 0-4%; at K = 3072-4096 it moved them -4% to +4%. CUTLASS
-// rounds both tile counts up to a multiple of swizzle x cluster: where that adds a wave of
-// cooperative tiles (ViT's 12608 rows at 128x256: 1188 tiles, 9 waves, to 10) it stays 1 (a
-// ping-pong SM works two tiles at once, and its padded tail cost under 2% there).
+// 0, the default): 2 for one GEMM (L = 1) at K <= 1024, else CUTLASS's 1. H100, session 15
+// (benchmarks/results/2026-11-23-H100-session15/config_sweep_tile_orders.json and suite_swizzle/):
+// at K = 768-1024 swizzle 2 ran bias + ReLU 11-28% and the tanh GELU 6-13% faster at 128x128
+// ping-pong, softmax and cross-entropy statistics 0-4%; at K = 3072-4096 it moved them -4% to
+// +4%, and batched attention scores (K = 64) lost 2-4%. CUTLASS rounds both tile counts up to a
+// multiple of swizzle x cluster: where that adds a wave (ViT's 12608 rows: 99 x 24 tiles of
+// 128x128, 18 waves, to 100 x 24) it stays 1; the exact GELU lost 4% there.
 inline int auto_swizzle(int64_t M, int64_t N, int64_t K, int64_t L, int tile_m, int tile_n,
-                        int cluster_m, int cluster_n, bool pingpong, int sm_count) {
+                        int cluster_m, int cluster_n, int sm_count) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   int64_t const tm = ceil_div(M, tile_m), tn = ceil_div(N, tile_n);
-  if (K > 1024 || tm < 2 || tn < 2) {
+  if (K > 1024 || L != 1 || tm < 2 || tn < 2 || sm_count <= 0) {
     return 1;
   }
-  if (!pingpong) {
-    int64_t const padded = ceil_div(tm, 2 * cluster_m) * 2 * cluster_m *
-                           ceil_div(tn, 2 * cluster_n) * 2 * cluster_n * L;
-    if (sm_count <= 0 || ceil_div(padded, sm_count) > ceil_div(tm * tn * L, sm_count)) {
-      return 1;
-    }
-  }
-  return 2;
+  int64_t const padded =
+      ceil_div(tm, 2 * cluster_m) * 2 * cluster_m * ceil_div(tn, 2 * cluster_n) * 2 * cluster_n;
+  return ceil_div(padded, sm_count) > ceil_div(tm * tn, sm_count) ? 1 : 2;
 }
 
 // Raise a kernel's dynamic shared-memory limit once per device. Gemm::initialize would call

@@ -171,8 +171,7 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
   args.scheduler.max_swizzle_size =
       order / 4 ? order / 4
                 : auto_swizzle(M, N, K, L, /*tile*/ 128, 256,
-                               /*cluster*/ 1, 1,
-                               /*pingpong*/ false, hw_info.sm_count);
+                               /*cluster*/ 1, 1, hw_info.sm_count);
   return 0;
 }
 

@@ -3,8 +3,9 @@ pattern, region, shape), the config `evt.codegen.config.heuristic` ranks first a
 that sweep timed, and its speed as a fraction of the measured best. No GPU: the sweeps are
 `benchmarks/results/*/config_sweep*.json` (written by benchmarks/config_sweep.py; left out: rows
 that timed another functor (--functor) or another raster order / swizzle than evt launches
-(--tile-orders; sweeps before session 15 timed CUTLASS's, which evt launched then), and sweeps of an epilogue with an exp or erf taken before those functors went
-straight to the SFU in session 13: `SFU_SINCE`), the specs are captured on the CPU.
+(--tile-orders; sweeps before session 15 timed CUTLASS's, which evt launched then), and sweeps
+of an epilogue with an exp or erf taken before those functors went straight to the SFU in
+session 13: `SFU_SINCE`), the specs are captured on the CPU.
 
     python benchmarks/heuristic_score.py [--show 0.97]   (cases below that fraction are listed)
 """

@@ -121,12 +121,13 @@ struct Finishers {};  // nothing to finish after the GEMM
 // config sweep times each).
 std::atomic<int> tile_order{0};
 
-// Fill the kernel arguments from the ABI's pointers and strides: 0 or a negative return code.
+// Fill the kernel arguments from the ABI's pointers and strides and a tile order (read once per
+// call: the launch memo keys on the same value): 0 or a negative return code.
 // `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).
 int make_arguments(void const* const* inputs, int64_t const* input_strides,
                    void* const* outputs, int64_t const* output_strides,
-                   int M, int N, int K, int L, void* workspace, size_t& stats_bytes,
-                   Finishers& finishers, Gemm::Arguments& args) {
+                   int M, int N, int K, int L, int order, void* workspace,
+                   size_t& stats_bytes, Finishers& finishers, Gemm::Arguments& args) {
   GemmKernel::StrideA stride_a{};
   GemmKernel::StrideB stride_b{};
   GemmKernel::StrideD stride_d{};
@@ -163,7 +164,6 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
       {in_ptr<ElementAB>(inputs, 0), stride_a, in_ptr<ElementAB>(inputs, 1), stride_b},
       {evt_args, nullptr, GemmKernel::StrideC{}, out_ptr<ElementD>(outputs, 0), stride_d},
       hw_info};
-  int const order = tile_order.load(std::memory_order_relaxed);
   using RasterOrder = decltype(args.scheduler.raster_order);
   args.scheduler.raster_order = order % 4 == 1   ? RasterOrder::AlongM
                                 : order % 4 == 2 ? RasterOrder::AlongN
@@ -187,13 +187,14 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using Key = LaunchKey<3, 2>;
   static thread_local ParamsMemo<typename GemmKernel::Params, Key> memo;
+  int const order = tile_order.load(std::memory_order_relaxed);
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     return kNoDevice;
   }
   Key const key = launch_key<3, 2>(
       inputs, input_strides, outputs, output_strides, M, N, K, L, workspace, workspace_bytes, device,
-      tile_order.load(std::memory_order_relaxed));
+      order);
   if (workspace_bytes == 0) {  // a workspace is re-initialized per launch: no shortcut then
     if (auto* params = memo.find(key)) {
       return static_cast<int>(Gemm::run(*params, stream));
@@ -203,7 +204,7 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
   Finishers finishers;
   size_t stats_bytes = 0;
   if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L,
-                              workspace, stats_bytes, finishers, args)) {
+                              order, workspace, stats_bytes, finishers, args)) {
     return rc;
   }
   if (Gemm::get_workspace_size(args) + stats_bytes > workspace_bytes) {
@@ -233,8 +234,9 @@ EVT_EXPORT size_t evt_evt_f0_addmm_workspace(int M, int N, int K, int L) {
   Gemm::Arguments args;
   Finishers finishers;
   size_t stats_bytes = 0;
-  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, nullptr, stats_bytes,
-                     finishers, args) != 0) {
+  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L,
+                     tile_order.load(std::memory_order_relaxed), nullptr, stats_bytes, finishers,
+                     args) != 0) {
     return 0;
   }
   return Gemm::get_workspace_size(args) + stats_bytes;

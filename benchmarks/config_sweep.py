@@ -8,7 +8,7 @@ The output ranks the configs per (pattern, shape) and says where `evt.codegen.co
 put the measured winner.
 
     python benchmarks/config_sweep.py [--patterns bias_relu,dgrad_gelu] [--json out.json]
-        [--configs LABELS] [--shapes 2048x768x3072,...]   (instead of each pattern's shapes)
+        [--configs LABELS (any config's)] [--shapes 2048x768x3072,...]   (instead of each pattern's shapes)
         [--epilogue-tiles 64,128]   (epilogue subtile N: not a candidate)
         [--source-stages 2,3]   (aux loads' shared-memory stages, fewer than CUTLASS's)
         [--tile-orders 0:0,0:1,1:1,2:1,0:4,...]   (raster:swizzle, runtime arguments of one binary)
@@ -82,7 +82,8 @@ def problem(dims: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...] | Non
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--patterns", default=",".join(PATTERNS))
-    p.add_argument("--configs", help="comma-separated labels (default: every candidate)")
+    p.add_argument("--configs", help="comma-separated labels (default: every candidate; any "
+                   "label, e.g. 128x128x64_c2x1_pingpong, also one that is not a candidate)")
     p.add_argument("--epilogue-tiles", default="",
                    help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
                         "every chosen config (0 or empty: CUTLASS's automatic tile only)")
@@ -104,7 +105,9 @@ def main() -> None:
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
     orders = [tuple(map(int, o.split(":"))) for o in a.tile_orders.split(",")]
-    base = [c for c in cfgs.CANDIDATES if not a.configs or c.label in a.configs.split(",")]
+    # any label: a candidate or a config the heuristic does not choose from (what a sweep may add)
+    base = ([cfgs.TileConfig.from_label(x) for x in a.configs.split(",")] if a.configs
+            else list(cfgs.CANDIDATES))  # fmt: skip
     configs = list(base)
     for n in (int(x) for x in a.epilogue_tiles.split(",") if x.strip() and int(x)):
         configs += [dataclasses.replace(c, epi_n=n) for c in base if c.tile_n % n == 0]

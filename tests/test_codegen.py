@@ -86,6 +86,20 @@ def test_tile_config_validation():
     assert TileConfig(128, 128, 64, schedule="pingpong").label == "128x128x64_c1x1_pingpong"
 
 
+def test_tile_config_from_label():
+    """A label reads back as its config (the sweeps name configs outside the candidates so);
+    a malformed one says what a label looks like, a bad value what the config accepts."""
+    from evt.codegen.config import CANDIDATES
+
+    odd = TileConfig(128, 128, 128, 2, 1, "pingpong", epi_n=64, epi_stages_c=2)
+    for cfg in (*CANDIDATES, odd, TileConfig(128, 256, 64, scheduler="streamk", epi_n=128)):
+        assert TileConfig.from_label(cfg.label) == cfg
+    with pytest.raises(CodegenError, match="TMxTNxTK"):
+        TileConfig.from_label("128x128_pingpong")
+    with pytest.raises(CodegenError, match="cluster of 1, 2 or 4"):
+        TileConfig.from_label("128x128x64_c4x2_cooperative")
+
+
 def test_stream_k_scheduler():
     """A stream-K config names CUTLASS's stream-K scheduler, asks for its deterministic
     reduction, and exists for cooperative kernels with a flat batch only."""

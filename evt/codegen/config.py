@@ -12,6 +12,7 @@ exhaustive sweep it is judged against.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 from evt.errors import CodegenError
@@ -103,6 +104,19 @@ class TileConfig:
             + (f"_sc{self.epi_stages_c}" if self.epi_stages_c else "")
         )
 
+    @classmethod
+    def from_label(cls, label: str) -> TileConfig:
+        """The config whose `label` is `label` (e.g. 128x128x64_c2x1_pingpong_e64_sc2)."""
+        m = _LABEL.fullmatch(label)
+        if m is None:
+            raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
+                               f"SCHEDULE[_eN][_sk][_scS], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc = m.groups()
+        return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
+                   "streamk" if sk else "persistent", int(sc or 0))  # fmt: skip
+
+
+_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?")
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
 
@@ -119,6 +133,7 @@ CANDIDATES = (
     TileConfig(128, 128, 64),
     TileConfig(128, 128, 64, cluster_m=2),
     TileConfig(128, 128, 64, schedule="pingpong"),
+    TileConfig(128, 128, 64, cluster_n=2, schedule="pingpong"),
     TileConfig(64, 256, 64, schedule="pingpong"),
     TileConfig(128, 64, 64),
     TileConfig(128, 256, 64, scheduler="streamk"),
@@ -225,10 +240,8 @@ _OVERLAP_LEFT = 0.3
 def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[TileConfig]:
     """`CANDIDATES` that fit `spec`, best first, for an M x N x K (x L) problem (none: the
     epilogue leaves no candidate 2 mainloop stages). Statistics over N with a special function
-    (softmax's and cross-entropy's exp) rank ping-pong last (`_pingpong_last`): a cooperative
-    tile won four of the six (pattern, shape) cases of session 13's H100 sweep
-    (`config_sweep_sfu_stats_pingpong.json`; ping-pong won GPT-2's vocabulary by 4-5%), and
-    ranking ping-pong last scores 0.994 against 0.992 over the sweeps. The exact GELU ranked
+    (softmax's and cross-entropy's exp) take 128x128 ping-pong with a 1x2 cluster first at
+    K <= 1024 and ping-pong without one last (`_special_statistics_tier`). The exact GELU ranked
     ping-pong last too until its epilogue got cheaper in session 13, after which ping-pong won
     it at K <= 1024. Stream-K tiles rank by `estimate`: first only where the last wave is mostly
     empty. Each config takes its aux loads' stages from `source_stages`.
@@ -241,21 +254,33 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
 
 def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
                      balanced: bool = False):
-    """The heuristic's order without `stage_tier`: ping-pong last for the exact GELU and for
-    statistics with a special function, then the estimate (`evt.codegen.profit` weighs the tier
+    """The heuristic's order without `stage_tier`: `_special_statistics_tier` (statistics with a
+    special function), then the estimate (`evt.codegen.profit` weighs the tier
     against it)."""
-    last = _pingpong_last(spec)
-    return last and cfg.schedule == "pingpong", estimate(spec, cfg, M, N, K, L, balanced)
+    return _special_statistics_tier(spec, cfg, K), estimate(spec, cfg, M, N, K, L, balanced)
 
 
-def _pingpong_last(spec: KernelSpec) -> bool:
-    """Statistics over N with a special function (softmax's exp, a cross-entropy's log): an
-    epilogue a ping-pong warp group, running a whole tile's alone, does not hide behind the other
-    group's main loop. LayerNorm's statistics (Welford: no special function) and, since session
-    13, the exact GELU are left to the estimate (ping-pong won both at K <= 1024 on the H100)."""
+# The largest K at which statistics with a special function take ping-pong with an N cluster first.
+PINGPONG_CLUSTER_STATISTICS_MAX_K = 1024
+
+
+def _special_statistics_tier(spec: KernelSpec, cfg: TileConfig, K: int) -> int:
+    """For statistics over N with a special function (softmax's exp, a cross-entropy's log):
+    0 for ping-pong with a 1x2 cluster at K <= `PINGPONG_CLUSTER_STATISTICS_MAX_K`, 2 for the
+    other ping-pong configs, 1 for the rest (the estimate ranks within a tier); 1 for every
+    config of any other epilogue. Session 16's H100 sweep
+    (`config_sweep_pingpong_clusters.json`, softmax statistics and the cross-entropy forward):
+    128x128 ping-pong ran at 0.67-0.71 of the bare GEMM at K = 1024 and 4096 (0.83-0.88 at
+    K = 768); with a 1x2 cluster (two CTAs sharing A's tile) at 0.86-0.91 at K <= 1024, ahead of
+    the cooperative 128x256 (0.78-0.84; 256x128 timed within 2% of it before session 13), and at 0.85 at
+    K = 4096, behind it (0.99-1.01; ping-pong stays last above K = 1024, as sessions 13-15 ranked
+    it everywhere). LayerNorm's statistics (Welford: no special function) and,
+    since session 13, the exact GELU are left to the estimate (ping-pong won both at K <= 1024)."""
     special = any(isinstance(n, SoftmaxStats) or getattr(n, "op", None) in _SPECIAL
                   for n in spec.nodes)  # fmt: skip
-    return special and _has_statistic(spec)
+    if not (special and _has_statistic(spec)) or cfg.schedule != "pingpong":
+        return 1
+    return 0 if cfg.cluster_n > 1 and K <= PINGPONG_CLUSTER_STATISTICS_MAX_K else 2
 
 
 def stage_tier(spec: KernelSpec, cfg: TileConfig) -> int:

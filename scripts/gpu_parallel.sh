@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Run GPU test selections side by side on the device (kernel builds dominate a fresh machine's
+# GPU tests; one pytest builds its kernels one at a time, so parallel selections build in
+# parallel; the kernel cache's lock keeps two processes from building the same kernel twice).
+# A selection that prefetches through evt's build pool (test_gpu_fuzz.py builds all its seeds,
+# the model tests all their regions) already starts one nvcc per core: run at most one of those
+# at a time (session 16: four fuzz shards beside a model test built one kernel in 480 s, each
+# nvcc taking ~3.5 GB).
+#   scripts/gpu_parallel.sh SECONDS "name: pytest args" ...   (args as a shell line: -k 'a or b')
+# Each selection runs under `timeout SECONDS` with its log in $OUT/logs/<name>.log (or ./logs);
+# prints each one's exit status and summary line.  Source scripts/device_env.sh first.
+set -u
+limit=$1; shift
+logs=${OUT:-.}/logs; mkdir -p "$logs"
+flags="-v -m gpu -p no:cacheprovider -p no:logging --show-capture=no --tb=short -rf"
+pids=()
+for sel in "$@"; do
+  name=${sel%%:*}; args=${sel#*:}
+  (eval "timeout $limit python3 -m pytest $flags $args" >"$logs/$name.log" 2>&1; echo "rc=$?" >>"$logs/$name.log") &
+  pids+=($!)
+done
+wait "${pids[@]}"
+for sel in "$@"; do
+  name=${sel%%:*}
+  echo "== $name ($(tail -1 "$logs/$name.log")): $(grep -E '^=+ .* in [0-9.]+s' "$logs/$name.log" | tail -1)"
+  grep -E "^(FAILED|ERROR)" "$logs/$name.log" | head -5
+done

@@ -255,8 +255,7 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
 def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
                      balanced: bool = False):
     """The heuristic's order without `stage_tier`: `_special_statistics_tier` (statistics with a
-    special function), then the estimate (`evt.codegen.profit` weighs the tier
-    against it)."""
+    special function), then the estimate (`evt.codegen.profit` weighs the tier against it)."""
     return _special_statistics_tier(spec, cfg, K), estimate(spec, cfg, M, N, K, L, balanced)
 
 
@@ -271,11 +270,12 @@ def _special_statistics_tier(spec: KernelSpec, cfg: TileConfig, K: int) -> int:
     config of any other epilogue. Session 16's H100 sweep
     (`config_sweep_pingpong_clusters.json`, softmax statistics and the cross-entropy forward):
     128x128 ping-pong ran at 0.67-0.71 of the bare GEMM at K = 1024 and 4096 (0.83-0.88 at
-    K = 768); with a 1x2 cluster (two CTAs sharing A's tile) at 0.86-0.91 at K <= 1024, ahead of
-    the cooperative 128x256 (0.78-0.84; 256x128 timed within 2% of it before session 13), and at 0.85 at
-    K = 4096, behind it (0.99-1.01; ping-pong stays last above K = 1024, as sessions 13-15 ranked
-    it everywhere). LayerNorm's statistics (Welford: no special function) and,
-    since session 13, the exact GELU are left to the estimate (ping-pong won both at K <= 1024)."""
+    K = 768); with a 1x2 cluster (two CTAs sharing A's tile) at 0.86-0.91 at K <= 1024, ahead
+    of the cooperative 128x256 (0.78-0.84; 256x128 timed within 2% of it before session 13),
+    and at 0.85 at K = 4096, behind it (0.99-1.01; ping-pong stays last above K = 1024, as
+    sessions 13-15 ranked it everywhere). LayerNorm's statistics (Welford: no special function)
+    and, since session 13, the exact GELU are left to the estimate (ping-pong won both at
+    K <= 1024)."""
     special = any(isinstance(n, SoftmaxStats) or getattr(n, "op", None) in _SPECIAL
                   for n in spec.nodes)  # fmt: skip
     if not (special and _has_statistic(spec)) or cfg.schedule != "pingpong":

@@ -30,6 +30,7 @@ from config_sweep import capture  # noqa: E402
 
 from evt.codegen import config as cfgs  # noqa: E402
 from evt.codegen import nvcc  # noqa: E402
+from evt.errors import CodegenError  # noqa: E402
 from evt.runtime import build  # noqa: E402
 
 OPCODE = re.compile(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")  # after the predicate
@@ -38,10 +39,10 @@ OPCODE = re.compile(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]*)?")  # af
 def count(pattern: str, label: str, headers: str | None, work: Path,
           defines: tuple[str, ...] = ()) -> collections.Counter:
     spec = capture(pattern)[0]
-    pickable = [*cfgs.CANDIDATES, *cfgs.heuristic(spec, 4096, 4096, 4096)]  # with aux-load stages
-    config = next((c for c in pickable if c.label == label), None)
-    if config is None:
-        sys.exit(f"unknown config {label}: one of {sorted({c.label for c in pickable})}")
+    try:
+        config = cfgs.TileConfig.from_label(label)  # any config, aux-load stages (_scN) included
+    except CodegenError as e:
+        sys.exit(str(e))
     cu, cubin = work / f"{pattern}.cu", work / f"{pattern}.cubin"
     cu.write_text(build.plan(spec, config).source)
     flags = [f for f in nvcc.nvcc_flags() if f not in nvcc.SO_FLAGS]

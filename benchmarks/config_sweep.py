@@ -104,7 +104,7 @@ def main() -> None:
     p.add_argument("--json")
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
-    orders = [tuple(map(int, o.split(":"))) for o in a.tile_orders.split(",")]
+    orders = [launch.TileOrder.from_label(o) for o in a.tile_orders.split(",")]
     # any label: a candidate or a config the heuristic does not choose from (what a sweep may add)
     base = ([cfgs.TileConfig.from_label(x) for x in a.configs.split(",")] if a.configs
             else list(cfgs.CANDIDATES))  # fmt: skip
@@ -152,13 +152,12 @@ def main() -> None:
             mm = time_ms(bare_mm(spec, x))
             L = batch[0] if batch else 1
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
-            for raster, swizzle in orders:
-                kernel.library.set_tile_order(raster, swizzle)
-                got = kernel(x)  # each order checked before it is timed
+            for tile_order in orders:
+                ordered = kernel.ordered(tile_order)
+                got = ordered(x)  # each order checked before it is timed
                 err = max(_error(g.float(), w.float()) for g, w in zip(got, want))
-                ms = time_ms(lambda kernel=kernel, x=x: kernel(x))
-                kernel.library.set_tile_order(0, 0)
-                order = f"{raster}:{swizzle}"
+                ms = time_ms(lambda ordered=ordered, x=x: ordered(x))
+                order = tile_order.label
                 row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
                            tile_order=order, functors=variant, ms=ms, mm_ms=mm,
                            tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,

@@ -2,9 +2,9 @@
 # Run GPU test selections side by side on the device (kernel builds dominate a fresh machine's
 # GPU tests; most test files build their kernels one at a time, so parallel selections build in
 # parallel; the kernel cache's lock keeps two processes from building the same kernel twice).
-# A selection that prefetches through evt's build pool (test_gpu_fuzz.py builds all its seeds,
-# the model tests all their regions) already starts one nvcc per core, each pool sized to the
-# whole machine: run at most one of those at a time (session 16: four fuzz shards beside a model
+# A selection that prefetches through evt's build pool (test_gpu_fuzz.py builds the seeds it
+# selected, the model tests all their regions) already starts one nvcc per core, each pool sized
+# to the whole machine: run at most one of those at a time (session 16: four fuzz shards beside a model
 # test built one kernel in 480 s, likely some 60 compilers of ~3.5 GB each on 16 cores and
 # 128 GB; the same fuzz file alone next to three one-at-a-time selections passed in 340 s).
 #   scripts/gpu_parallel.sh SECONDS "name: pytest args" ...   (args as a shell line: -k 'a or b')

@@ -48,7 +48,7 @@ def main() -> None:
     plan = kernel._plan(problem)
     out = [torch.empty(s, dtype=d, device="cuda") for s, _, d in plan.outputs]
     args = (launch._pointers([x, w, b]), plan.input_strides, launch._pointers(out),
-            plan.output_strides, problem.M, problem.N, problem.K, problem.L, None, 0,
+            plan.output_strides, problem.M, problem.N, problem.K, problem.L, plan.tile_order, None, 0,
             launch.stream_handle(x.device))  # fmt: skip
     print(f"C++ launcher (ctypes)     {per_call_us(lambda: kernel.library.run(*args)):7.1f} us")
     shape, strides, dtype = plan.outputs[0]

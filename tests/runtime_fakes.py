@@ -104,9 +104,9 @@ FAKE_KERNEL = r"""
 static int64_t rec[64];
 static int rc = 0;
 int evt_kfake_run(void const* const* in, int64_t const* in_strides, void* const* out,
-                  int64_t const* out_strides, int M, int N, int K, int L, void* ws,
+                  int64_t const* out_strides, int M, int N, int K, int L, int order, void* ws,
                   size_t ws_bytes, void* stream) {
-  rec[0] = M; rec[1] = N; rec[2] = K; rec[3] = L;
+  rec[0] = M; rec[1] = N; rec[2] = K; rec[3] = L; rec[7] = order;
   rec[4] = (int64_t)ws_bytes; rec[5] = (int64_t)(intptr_t)ws; rec[6] = (int64_t)(intptr_t)stream;
   for (int i = 0; i < 9; ++i) rec[8 + i] = in_strides[i];
   for (int i = 0; i < 6; ++i) rec[20 + i] = out_strides[i];
@@ -117,7 +117,7 @@ int evt_kfake_run(void const* const* in, int64_t const* in_strides, void* const*
     for (int n = 0; n < N; ++n) d[m * out_strides[0] + n * out_strides[1]] = 0x3F80;  /* 1.0 */
   return rc;
 }
-size_t evt_kfake_workspace(int M, int N, int K, int L) { return 256; }
+size_t evt_kfake_workspace(int M, int N, int K, int L, int order) { rec[36] = order; return 256; }
 char const* evt_kfake_signature(void) { return "kfake;sig"; }
 int64_t const* evt_test_record(void) { return rec; }
 void evt_test_set_rc(int value) { rc = value; }

@@ -3,6 +3,7 @@ injected, nothing here measures speed)."""
 
 import dataclasses
 import math
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -10,10 +11,10 @@ import torch
 from evt import ir, pipeline
 from evt.codegen import config as cfgs
 from evt.codegen.emit import render
-from evt.errors import CodegenError
+from evt.errors import CodegenError, LaunchError
 from evt.examples import MLP
 from evt.graph.statistics_ops import SOFTMAX_SUM
-from evt.runtime import autotune, dispatch, unfused
+from evt.runtime import autotune, build, dispatch, guards, launch, reference, unfused
 from tests import specs
 from tests.graphs import LinearAct, LinearStatistics, capture_joint
 
@@ -184,6 +185,111 @@ def test_choose_fuses_only_when_faster():
     failed = autotune.choose({"a": math.inf}, 0.8)
     assert not failed.fuse and failed.reason == "no candidate config ran"
     assert autotune.choose({"a": 1.0}, None).fuse  # unfused path not measurable: trust the kernel
+
+
+def test_choose_takes_the_fastest_config_and_tile_order():
+    timings = {"a": 1.0, "a@0:2": 0.7, "b": 0.8, "b@1:8": math.inf}
+    d = autotune.choose(timings, 0.9)
+    assert (d.fuse, d.config, d.tile_order, d.fused_ms) == (True, "a", "0:2", 0.7)
+    assert autotune.order_of(d) == launch.TileOrder(0, 2)
+    assert "fused with a in tile order 0:2" in autotune.describe(d)
+    tie = autotune.choose({"a": 0.7, "a@0:2": 0.7}, None)  # evt's order, timed first, on a tie
+    assert (tie.config, tie.tile_order, autotune.order_of(tie)) == ("a", "", launch.EVT_ORDER)
+    assert autotune.split_key("128x128x64_c1x1_pingpong@2:4") == (
+        "128x128x64_c1x1_pingpong", launch.TileOrder(2, 4))
+
+
+def test_tile_orders_come_from_the_environment(monkeypatch):
+    monkeypatch.delenv("EVT_AUTOTUNE_ORDERS", raising=False)
+    assert [o.label for o in autotune.tile_orders()] == ["0:0", "0:1", "0:2", "0:4", "0:8"]
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "1:2, 0:0,2:0")
+    assert [o.label for o in autotune.tile_orders()] == ["0:0", "1:2", "2:0"]  # evt's first
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "")
+    assert autotune.tile_orders() == [launch.EVT_ORDER]
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "0:3")
+    with pytest.raises(LaunchError, match="EVT_AUTOTUNE_ORDERS='0:3': tile order 0:3"):
+        autotune.tile_orders()
+
+
+class _OrderedFake:
+    """Stands in for a built kernel in `time_candidates`: computes the reference path, except
+    in tile order 0:8 of the config `wrong`, where it returns zeros; records every call."""
+
+    calls: list = []
+    wrong = ""
+
+    def __init__(self, spec, label, order=launch.EVT_ORDER):
+        self.spec, self.label, self.order = spec, label, order
+
+    def ordered(self, order):
+        return _OrderedFake(self.spec, self.label, order)
+
+    def __call__(self, inputs):
+        _OrderedFake.calls.append((self.label, self.order.label))
+        out = reference.run(self.spec, inputs)
+        bad = self.label == _OrderedFake.wrong and self.order == launch.TileOrder(0, 8)
+        return [torch.zeros_like(o) for o in out] if bad else out
+
+
+def test_every_candidate_is_timed_in_every_tile_order(monkeypatch):
+    """Each shortlisted config runs, checked, in each order (one binary: no build per order);
+    an order whose outputs differ is rejected, not chosen; the fastest pair wins."""
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    problem = _problem(built)
+    labels = [c.label for c in autotune.shortlist(built.spec, problem)]
+    built_for = []
+
+    def prefetch(spec, cfg, compile_fn=None):
+        built_for.append(cfg.label)
+        done = Future()
+        done.set_result(cfg.label)
+        return done
+
+    monkeypatch.setattr(build, "prefetch", prefetch)
+    monkeypatch.setattr(launch, "load", lambda label: label)
+    monkeypatch.setattr(launch, "Kernel", _OrderedFake)
+    monkeypatch.setattr(_OrderedFake, "calls", [])
+    monkeypatch.setattr(_OrderedFake, "wrong", labels[0])
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "0:2,0:8")
+
+    def timer(fn):  # 0:2 of the last config is the fastest; evt's own orders next
+        fn()
+        label, order = _OrderedFake.calls[-1]
+        return 0.5 if (label, order) == (labels[-1], "0:2") else 1.0 + (order != "0:0")
+
+    timings = autotune.time_candidates(built, problem, timer, device="cpu")
+    assert built_for == labels  # one build per config
+    assert set(timings) == {k for c in labels for k in (c, f"{c}@0:2", f"{c}@0:8")}
+    assert math.isinf(timings[f"{labels[0]}@0:8"]) and math.isfinite(timings[f"{labels[1]}@0:8"])
+    d = autotune.choose(timings, 0.9)
+    assert (d.config, d.tile_order, d.fuse) == (labels[-1], "0:2", True)
+
+
+def test_a_decided_tile_order_reaches_the_launch_plan(monkeypatch, tmp_path):
+    """max-autotune's order applies to its config at its problem, in this process and from the
+    disk cache in the next; anything else launches in evt's order."""
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    dispatch.reset()
+    autotune.reset()
+    spec, problem = specs.mlp_fc1_forward(), (8192, 3072, 768, 1)
+    label = cfgs.heuristic(spec, *problem[:3])[0].label
+    at = guards.Problem(*problem, input_strides=())
+    elsewhere = guards.Problem(4096, 3072, 768, 1, input_strides=())
+    assert dispatch.tile_order(spec, label, at) == launch.EVT_ORDER
+    dispatch.reset()
+    decision = autotune.Decision(True, label, 1.0, 2.0, tile_order="0:4")
+    autotune.store(autotune.decision_key(spec, problem), decision)
+    assert dispatch.tile_order(spec, label, at) == launch.TileOrder(0, 4)
+    assert dispatch.tile_order(spec, "64x64x64_c1x1_cooperative", at) == launch.EVT_ORDER
+    assert dispatch.tile_order(spec, label, elsewhere) == launch.EVT_ORDER
+    dispatch.set_tile_order(spec, problem[:3] + (2,), label, launch.TileOrder(1, 8))
+    assert dispatch.tile_order(spec, label, dataclasses.replace(at, L=2)) == launch.TileOrder(1, 8)
+    unfused_won = dataclasses.replace(decision, fuse=False)
+    autotune.store(autotune.decision_key(spec, elsewhere.abi_shape), unfused_won)
+    assert autotune.tuned_order(spec, elsewhere.abi_shape, label) is None
+    back = autotune.load(autotune.decision_key(spec, problem))
+    assert back == decision
+    dispatch.reset()
 
 
 def test_decision_cache_round_trip(monkeypatch, tmp_path):

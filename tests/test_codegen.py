@@ -13,8 +13,9 @@ from evt.errors import CodegenError
 from evt.ir import AccFetch, AuxLoad, AuxStore, Compute, KernelSpec
 from tests import specs
 
-ABI = ("_run(", "_workspace(int M, int N, int K, int L)", "_signature()")
-NESTED_ABI = ("_run(", "_workspace(int M, int N, int K, int L1, int L2)", "_signature()")
+ABI = ("_run(", "_workspace(int M, int N, int K, int L, int tile_order)", "_signature()")
+NESTED_ABI = ("_run(", "_workspace(int M, int N, int K, int L1, int L2, int tile_order)",
+              "_signature()")
 
 
 def _usings(text: str) -> set[str]:

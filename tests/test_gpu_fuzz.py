@@ -25,14 +25,26 @@ REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("*.json")
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory) -> dict[int, ir.KernelSpec]:
+def generated(tmp_path_factory, request) -> dict[int, ir.KernelSpec]:
+    """The specs of the seeds this run selected (`-k`, node ids, xdist's share), their kernels
+    built in parallel up front."""
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
     dispatch.reset()
-    out = {s: fuzz.generate(s) for s in SEEDS}
+    out = {s: fuzz.generate(s) for s in selected_seeds(request)}
     for future in [build.prefetch(s) for s in out.values()]:
         future.exception()  # a failed build shows as that seed's failure below
     return out
+
+
+def selected_seeds(request) -> list[int]:
+    """The seeds of this module's tests the session runs."""
+    chosen = set()
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if item.module is request.module and callspec is not None and "seed" in callspec.params:
+            chosen.add(callspec.params["seed"])
+    return [s for s in SEEDS if s in chosen]
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -191,7 +191,7 @@ def test_launcher_passes_both_batch_extents_and_four_strides():
     p = guards.check(spec, infos(inputs))
     d, scaled = launch.Kernel(spec, lib).launch(p, inputs)
     (workspace_query, args) = calls
-    assert workspace_query == (S, S, D, B, H) and args[4:9] == (S, S, D, B, H)
+    assert workspace_query == (S, S, D, B, H, 0) and args[4:10] == (S, S, D, B, H, 0)
     assert list(args[1]) == list(p.input_strides) and len(args[1]) == 4 * spec.num_inputs
     assert list(args[3]) == list(p.output_strides) and len(args[3]) == 4 * spec.num_outputs
     assert d.shape == scaled.shape == (B * H, S, S) and d.is_contiguous()
@@ -217,7 +217,7 @@ def test_codegen_describes_the_batch_as_two_modes():
     assert "load_stride(strides_of(input_strides, 0, 4), M, K, L1, L2, stride_a)" in source
     assert "cute::Stride<int64_t, cute::_1, cute::Stride<cute::_0, cute::_0>>" in source  # mask
     assert "cute::Stride<cute::_0, cute::_1, cute::Stride<int64_t, int64_t>>" in source  # pos
-    assert "evt_nested_attention_scores_workspace(int M, int N, int K, int L1, int L2)" in source
+    assert "evt_nested_attention_scores_workspace(int M, int N, int K, int L1, int L2, int tile_order)" in source
     assert "batched over L = L1 x L2" in source
     flat = render(specs.attention_scores())
     assert "L1" not in flat and "cute::Shape<int, int, int, int>" in flat

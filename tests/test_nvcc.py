@@ -132,34 +132,39 @@ def test_exports_the_abi(built, name):
     ).stdout
     exported = {line.split()[-1] for line in symbols.splitlines() if " T " in line}
     spec_name = variant(name)[0].name
-    fns = ("run", "workspace", "signature", "set_tile_order")
+    fns = ("run", "workspace", "signature")
     assert {f"evt_{spec_name}_{fn}" for fn in fns} <= exported
 
 
 def assert_host_functions_answer(so: Path, spec_name: str, nested: bool = False) -> None:
-    """The workspace query, the signature and the tile-order setter are host code: called here
+    """The workspace query, the signature and the tile-order check are host code: called here
     (no GPU), they answer. (A device-only function called from host code compiles, and nvcc
     makes the whole host function an `exit(1)`: a kernel whose launcher killed its process,
-    warning nowhere.) A nested batch's workspace query takes L1, L2 where the others take L.
-    The setter takes raster 0-2 and swizzle 0 (evt's choice), 1, 2, 4, 8 and refuses the rest
-    (-1)."""
+    warning nowhere.) A nested batch's workspace query takes L1, L2 where the others take L,
+    then the tile order (raster + 4 * swizzle): raster 0-2 and swizzle 0 (evt's choice), 1, 2, 4,
+    8 answer, the rest 0 bytes; a launch in such an order returns -6 (kBadTileOrder) before it
+    touches a device."""
     batch = "2, 3" if nested else "2"
+    ints = 5 if nested else 4
     code = (
         "import ctypes, sys\n"
         "lib = ctypes.CDLL(sys.argv[1])\n"
         f"ws = lib.evt_{spec_name}_workspace\n"
-        f"ws.restype, ws.argtypes = ctypes.c_size_t, [ctypes.c_int] * {5 if nested else 4}\n"
+        f"ws.restype, ws.argtypes = ctypes.c_size_t, [ctypes.c_int] * {ints + 1}\n"
         f"sig = lib.evt_{spec_name}_signature\n"
         "sig.restype = ctypes.c_char_p\n"
-        f"order = lib.evt_{spec_name}_set_tile_order\n"
-        "order.restype, order.argtypes = ctypes.c_int, [ctypes.c_int] * 2\n"
-        "orders = [order(r, s) for r, s in ((1, 4), (2, 8), (0, 0), (3, 1), (0, 3), (-1, 2))]\n"
-        f"print(ws(256, 256, 128, {batch}), len(sig()), *orders)\n"
+        f"run = lib.evt_{spec_name}_run\n"
+        "P, I = ctypes.c_void_p, ctypes.c_int\n"
+        f"run.restype, run.argtypes = I, [P] * 4 + [I] * {ints + 1} + [P, ctypes.c_size_t, P]\n"
+        "orders = [r + 4 * s for r, s in ((0, 0), (1, 4), (2, 8), (3, 1), (0, 3), (0, 16))]\n"
+        f"sizes = [ws(256, 256, 128, {batch}, o) for o in orders]\n"
+        f"refused = run(None, None, None, None, 256, 256, 128, {batch}, 3, None, 0, None)\n"
+        "print(len(sig()), refused, *sizes)\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip(), (done.returncode, done.stdout, done.stderr)
-    assert done.stdout.split()[2:] == ["0", "0", "0", "-1", "-1", "-1"], done.stdout
+    assert done.stdout.split()[1:2] + done.stdout.split()[5:] == ["-6", "0", "0", "0"], done.stdout
 
 
 @pytest.mark.parametrize("name", KERNELS)

@@ -98,14 +98,35 @@ def test_signature_mismatch_and_missing_library(fake_library, tmp_path):
         launch.load(tmp_path / "missing" / cache.SO)
 
 
-def test_tile_order_is_set_through_the_library_or_refused(fake_library, tmp_path):
-    """A library built before the tile-order setter existed says so; an order the kernel refuses
-    (its setter returns -1) is a LaunchError naming the valid ones."""
-    with pytest.raises(LaunchError, match=f"no evt_{fake_library.name}_set_tile_order"):
-        fake_library.set_tile_order(1, 4)
-    calls = []
-    lib = dataclasses.replace(fake_library, tile_order=lambda r, s: calls.append((r, s)) or -(r > 2))
-    lib.set_tile_order(2, 8)
-    with pytest.raises(LaunchError, match="raster is 0, 1 or 2, swizzle 0, 1, 2, 4 or 8"):
-        lib.set_tile_order(3, 1)
-    assert calls == [(2, 8), (3, 1)]
+def test_a_launch_passes_its_problems_tile_order(kernel):
+    """The tile order is an argument of every launch (and of the workspace query): 0:0 unless the
+    kernel's `tile_order` function names another for the problem; `ordered` fixes one."""
+    M, K, N = 64, 32, 48
+    kernel(fc1_inputs(M, K, N))
+    assert record(kernel.library)[7] == 0 and record(kernel.library)[36] == 0
+    asked = []
+
+    def per_problem(p):
+        asked.append((p.M, p.N, p.K, p.L))
+        return launch.TileOrder(2, 8) if p.M == M else launch.TileOrder(0, 1)
+
+    chosen = dataclasses.replace(kernel, tile_order=per_problem)
+    for m in (M, 2 * M, M):
+        chosen(fc1_inputs(m, K, N))
+        assert record(kernel.library)[7] == (2 + 4 * 8 if m == M else 4), m
+    assert asked == [(M, N, K, 1), (2 * M, N, K, 1)]  # once per problem: plans are remembered
+    kernel.ordered(launch.TileOrder(1, 2))(fc1_inputs(M, K, N))
+    assert record(kernel.library)[7] == record(kernel.library)[36] == 1 + 4 * 2
+    kernel(fc1_inputs(M, K, N))  # the kernel it came from keeps its own plans
+    assert record(kernel.library)[7] == 0
+
+
+def test_tile_orders_outside_the_range_are_refused():
+    assert launch.TileOrder.from_label(" 2:8 ") == launch.TileOrder(2, 8)
+    assert launch.TileOrder(1, 4).code == 17 and launch.TileOrder(1, 4).label == "1:4"
+    for bad in ((3, 1), (0, 3), (-1, 2), (0, 16)):
+        with pytest.raises(LaunchError, match="raster order is 0 .* the swizzle 0 .*, 1, 2, 4 or 8"):
+            launch.TileOrder(*bad)
+    for text in ("2", "a:b", "1:2:3"):
+        with pytest.raises(LaunchError, match="write RASTER:SWIZZLE"):
+            launch.TileOrder.from_label(text)

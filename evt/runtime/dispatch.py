@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import os
 import threading
@@ -40,6 +41,8 @@ LAUNCHES: collections.Counter = collections.Counter()  # region name -> launches
 
 _kernels: dict[str, launch.Kernel | EvtError] = {}  # canonical signature -> kernel or why not
 _configs: dict[str, TileConfig] = {}  # canonical signature -> the tile config it is built with
+# (canonical signature, config label, (M, N, K, L)) -> the tile order its launches take there
+_orders: dict[tuple[str, str, tuple[int, int, int, int]], launch.TileOrder] = {}
 _ready: dict[int, launch.Kernel] = {}  # id(spec) -> its kernel, after one successful launch
 _lock = threading.Lock()
 
@@ -121,6 +124,29 @@ def set_config(spec: ir.KernelSpec, config: TileConfig) -> None:
     """Build `spec`'s kernel with `config` (max-autotune's choice) from now on in this process."""
     with _lock:
         _configs[_identity(spec)] = config
+
+
+def set_tile_order(spec: ir.KernelSpec, problem, config: str, order: launch.TileOrder) -> None:
+    """Launch `spec`'s kernel built with the config labelled `config` in `order` at `problem`
+    = (M, N, K, L) (max-autotune's choice; other problems and configs keep evt's order)."""
+    with _lock:
+        _orders[(_identity(spec), config, tuple(problem))] = order
+
+
+def tile_order(spec: ir.KernelSpec, config: str, p: guards.Problem) -> launch.TileOrder:
+    """The tile order of `spec`'s kernel (built with `config`) at problem `p`: max-autotune's
+    choice in this process or its cached decision for this problem and config, else evt's
+    (`launch.EVT_ORDER`). Asked once per problem and kernel (`launch.Kernel.plan`)."""
+    from evt.runtime import autotune
+
+    key = (_identity(spec), config, (p.M, p.N, p.K, p.L))
+    with _lock:
+        found = _orders.get(key)
+    if found is None:
+        found = autotune.tuned_order(spec, key[2], config) or launch.EVT_ORDER
+        with _lock:
+            _orders.setdefault(key, found)
+    return found
 
 
 def problem_hint(spec: ir.KernelSpec, values: Sequence) -> tuple[int, int, int, int] | None:
@@ -215,7 +241,7 @@ def kernel_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = 
             _kernels[sig] = found
     if isinstance(found, EvtError):
         raise found
-    return launch.Kernel(spec, found.library)  # named after this region
+    return dataclasses.replace(found, spec=spec)  # named after this region
 
 
 @functools.lru_cache(maxsize=4096)
@@ -236,7 +262,8 @@ def _acquire(spec: ir.KernelSpec, config: TileConfig | None) -> launch.Kernel:
     with stage("load"):
         library = launch.load(path)
     debug.log(4, f"region {spec.name}: kernel {job.name} from {path}")
-    return launch.Kernel(spec, library)
+    label = config.label if config is not None else ""
+    return launch.Kernel(spec, library, functools.partial(tile_order, spec, label))
 
 
 @contextlib.contextmanager
@@ -277,6 +304,7 @@ def reset() -> None:
     with _lock:
         _kernels.clear()
         _configs.clear()
+        _orders.clear()
         _ready.clear()
         FALLBACKS.clear()
         LAUNCHES.clear()

@@ -102,7 +102,7 @@ def remember(key: str, region: str, kernel, problem, inputs, outputs) -> None:
         rid = torch.ops.evt_fast.remember(
             key, run, kernel.library.nested, list(inputs), list(outputs),
             list(plan.input_strides), list(plan.output_strides), list(problem.abi_shape),
-            plan.workspace_bytes,
+            plan.tile_order, plan.workspace_bytes,
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001
         _disable(f"evt: the C++ launch path failed ({type(e).__name__}: {e}); "

@@ -3,8 +3,8 @@
 // A region's first launch, and any launch with a new input layout, runs in Python
 // (evt/runtime/dispatch.py: guards, tile config, build, fallback), which then hands this library
 // the launch's plan: the kernel's run function and, for that exact input layout (sizes, strides,
-// dtypes, device, 16-byte alignment), the ABI's strides and sizes, the outputs' shapes and dtypes
-// and the workspace size. Later calls with the same spec and layout allocate the outputs and call
+// dtypes, device, 16-byte alignment), the ABI's strides and sizes, the tile order, the outputs'
+// shapes and dtypes and the workspace size. Later calls with the same spec and layout allocate the outputs and call
 // the kernel's launcher from here, without Python, ctypes or guards. Anything else (no plan for
 // the spec or the layout, EVT_VERIFY or EVT_INJECT set, a non-zero return code) goes to
 // `evt::fused_gemm_slow`, the Python path, which decides, launches, warns and falls back as before.
@@ -36,11 +36,12 @@
 
 namespace {
 
-// evt_<name>_run of a kernel library (evt/templates/gemm_sm90.cu.j2); a nested batch takes L1, L2.
+// evt_<name>_run of a kernel library (evt/templates/gemm_sm90.cu.j2): M, N, K, L (a nested batch:
+// L1, L2), then the tile order.
 using RunFlat = int (*)(void const* const*, int64_t const*, void* const*, int64_t const*, int, int,
-                        int, int, void*, size_t, void*);
+                        int, int, int, void*, size_t, void*);
 using RunNested = int (*)(void const* const*, int64_t const*, void* const*, int64_t const*, int,
-                          int, int, int, int, void*, size_t, void*);
+                          int, int, int, int, int, void*, size_t, void*);
 
 constexpr size_t kMaxTensors = 64;       // inputs or outputs of one kernel
 constexpr size_t kMaxPlansPerSpec = 64;  // input layouts remembered per spec (dynamic shapes)
@@ -55,6 +56,7 @@ struct Plan {
   std::vector<int64_t> input_strides, output_strides, abi;  // abi: M, N, K, L (or L1, L2)
   std::vector<Output> outputs;
   int64_t workspace_bytes = 0;
+  int tile_order = 0;  // raster + 4 * swizzle (evt.runtime.launch.TileOrder)
 };
 
 struct Entry {
@@ -123,11 +125,12 @@ bool launch(Entry const& e, Plan const& plan, at::TensorList inputs, std::vector
   if (e.nested) {
     rc = reinterpret_cast<RunNested>(e.run)(in, plan.input_strides.data(), out,
                                             plan.output_strides.data(), a[0], a[1], a[2], a[3],
-                                            a[4], ws, ws_bytes, current_stream(device));
+                                            a[4], plan.tile_order, ws, ws_bytes,
+                                            current_stream(device));
   } else {
     rc = reinterpret_cast<RunFlat>(e.run)(in, plan.input_strides.data(), out,
-                                          plan.output_strides.data(), a[0], a[1], a[2], a[3], ws,
-                                          ws_bytes, current_stream(device));
+                                          plan.output_strides.data(), a[0], a[1], a[2], a[3],
+                                          plan.tile_order, ws, ws_bytes, current_stream(device));
   }
   return rc == 0;
 }
@@ -167,7 +170,8 @@ std::vector<at::Tensor> fused_gemm(c10::string_view spec, at::TensorList inputs)
 // Python's side: remember a launch that just succeeded (see the file's comment).
 int64_t remember(c10::string_view spec, int64_t run, bool nested, at::TensorList inputs,
                  at::TensorList outputs, c10::IntArrayRef input_strides,
-                 c10::IntArrayRef output_strides, c10::IntArrayRef abi, int64_t workspace_bytes) {
+                 c10::IntArrayRef output_strides, c10::IntArrayRef abi, int64_t tile_order,
+                 int64_t workspace_bytes) {
   TORCH_CHECK(run != 0, "evt_fast.remember: no run function");
   TORCH_CHECK(!inputs.empty() && inputs.size() <= kMaxTensors && outputs.size() <= kMaxTensors,
               "evt_fast.remember: ", inputs.size(), " inputs and ", outputs.size(),
@@ -180,6 +184,7 @@ int64_t remember(c10::string_view spec, int64_t run, bool nested, at::TensorList
   plan.output_strides.assign(output_strides.begin(), output_strides.end());
   plan.abi.assign(abi.begin(), abi.end());
   plan.workspace_bytes = workspace_bytes;
+  plan.tile_order = static_cast<int>(tile_order);
   for (at::Tensor const& o : outputs) {
     TORCH_CHECK(o.is_contiguous(), "evt_fast.remember: outputs are fresh contiguous tensors");
     plan.outputs.push_back({o.sizes().vec(), o.strides().vec(), o.scalar_type()});
@@ -221,7 +226,8 @@ void set_enabled(bool on) { enabled.store(on, std::memory_order_relaxed); }
 
 TORCH_LIBRARY(evt_fast, m) {
   m.def("remember(str spec, int run, bool nested, Tensor[] inputs, Tensor[] outputs, "
-        "int[] input_strides, int[] output_strides, int[] abi, int workspace_bytes) -> int",
+        "int[] input_strides, int[] output_strides, int[] abi, int tile_order, "
+        "int workspace_bytes) -> int",
         &remember);
   m.def("launch_counts() -> int[]", &launch_counts);
   m.def("forget_all() -> ()", &forget_all);

@@ -3,14 +3,15 @@
 The library's ABI (rendered by `evt.codegen.emit`):
 
     int    evt_<name>_run(inputs, input_strides, outputs, output_strides, M, N, K, L,
-                          workspace, workspace_bytes, stream)      // 0 = success
-    size_t evt_<name>_workspace(M, N, K, L)
+                          tile_order, workspace, workspace_bytes, stream)   // 0 = success
+    size_t evt_<name>_workspace(M, N, K, L, tile_order)
     char const* evt_<name>_signature()
-    int    evt_<name>_set_tile_order(raster, swizzle)   // the launches after it; 0 = success
 
-The tile order (the persistent scheduler's raster order, 0 CUTLASS's choice, 1 along M, 2 along N,
-and swizzle 0 evt's choice per problem, 1/2/4/8) is a runtime argument: one binary runs every
-order; evt launches 0, 0 (`auto_swizzle` in evt/templates/evt_launch.h).
+The tile order (`TileOrder`: the persistent scheduler's raster order, 0 CUTLASS's choice, 1 along
+M, 2 along N, and swizzle 0 evt's choice per problem, 1/2/4/8; passed as raster + 4 * swizzle) is
+an argument of every launch: one binary runs every order. A kernel launches 0:0 (`auto_swizzle`
+in evt/templates/evt_launch.h) unless its `tile_order` function says otherwise per problem
+(max-autotune's choice, `evt.runtime.dispatch`).
 
 A kernel with a nested batch (L = L1 x L2) takes `L1, L2` where the others take `L`, and 4
 strides per tensor (M, N, L1, L2) where the others take 3.
@@ -24,8 +25,8 @@ from __future__ import annotations
 import ctypes
 import json
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,47 @@ RETURN_CODES = {
     -3: "the workspace is too small",
     -4: "no current CUDA device",
     -5: "a statistic's finishing kernel failed to launch",
+    -6: "the tile order is out of range",
 }
 _I, _P = ctypes.c_int, ctypes.c_void_p
-RUN_ARGTYPES = [_P, _P, _P, _P, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]
-RUN_ARGTYPES_NESTED = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]
+RUN_ARGTYPES = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]
+RUN_ARGTYPES_NESTED = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P, ctypes.c_size_t, _P]
+SWIZZLES = (0, 1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class TileOrder:
+    """The persistent tile scheduler's raster order (0: CUTLASS's choice, 1: along M, 2: along N)
+    and swizzle (0: evt's choice per problem, 1, 2, 4 or 8 tiles), written `raster:swizzle`."""
+
+    raster: int = 0
+    swizzle: int = 0
+
+    def __post_init__(self):
+        if self.raster not in (0, 1, 2) or self.swizzle not in SWIZZLES:
+            raise LaunchError(f"tile order {self.raster}:{self.swizzle}: the raster order is 0 "
+                              "(CUTLASS's choice), 1 (along M) or 2 (along N), the swizzle 0 "
+                              "(evt's choice), 1, 2, 4 or 8")  # fmt: skip
+
+    @property
+    def code(self) -> int:
+        """What the ABI takes: raster + 4 * swizzle."""
+        return self.raster + 4 * self.swizzle
+
+    @property
+    def label(self) -> str:
+        return f"{self.raster}:{self.swizzle}"
+
+    @classmethod
+    def from_label(cls, text: str) -> TileOrder:
+        raster, sep, swizzle = text.strip().partition(":")
+        try:
+            return cls(int(raster), int(swizzle))
+        except ValueError:
+            raise LaunchError(f"tile order {text!r}: write RASTER:SWIZZLE, e.g. 0:2") from None
+
+
+EVT_ORDER = TileOrder()  # 0:0, what a launch takes unless told otherwise
 
 
 @dataclass(frozen=True)
@@ -58,17 +96,6 @@ class Library:
     run: Any
     workspace: Any
     nested: bool = False  # its ABI takes a nested batch's L1, L2 (and 4 strides per tensor)
-    tile_order: Any = None  # evt_<name>_set_tile_order
-
-    def set_tile_order(self, raster: int, swizzle: int) -> None:
-        """Raster order (0: CUTLASS's choice, 1: along M, 2: along N) and swizzle (0: evt's
-        choice per problem, 1, 2, 4, 8) of this library's launches from now on, in every
-        thread."""
-        if self.tile_order is None:
-            raise LaunchError(f"{self.path} has no evt_{self.name}_set_tile_order (built before it)")
-        if self.tile_order(raster, swizzle) != 0:
-            raise LaunchError(f"tile order raster={raster} swizzle={swizzle}: raster is 0, 1 or 2, "
-                              "swizzle 0, 1, 2, 4 or 8")  # fmt: skip
 
 
 _libraries: dict[str, Library] = {}
@@ -99,11 +126,8 @@ def _load(path: Path) -> Library:
         raise LaunchError(f"{path} says it is {got!r}, its cache entry says {meta['signature']!r}")
     nested = _nested(got)
     run.argtypes, run.restype = RUN_ARGTYPES_NESTED if nested else RUN_ARGTYPES, ctypes.c_int
-    workspace.argtypes, workspace.restype = [_I] * (5 if nested else 4), ctypes.c_size_t
-    tile_order = getattr(handle, f"evt_{name}_set_tile_order", None)
-    if tile_order is not None:
-        tile_order.argtypes, tile_order.restype = [_I, _I], ctypes.c_int
-    return Library(path, name, handle, run, workspace, nested, tile_order)
+    workspace.argtypes, workspace.restype = [_I] * (6 if nested else 5), ctypes.c_size_t
+    return Library(path, name, handle, run, workspace, nested)
 
 
 def _nested(signature: str) -> bool:
@@ -147,12 +171,15 @@ class Kernel:
     """A region's kernel: `kernel(inputs) -> outputs`, guarded before every launch.
 
     Guard verdicts are remembered per input fingerprint (shapes, strides, dtypes, devices,
-    pointer alignment), so a training step pays for the full checks once per new layout."""
+    pointer alignment), so a training step pays for the full checks once per new layout.
+    `tile_order(problem)` is the tile order of its launches at each problem (None: `EVT_ORDER`),
+    asked once per problem."""
 
     spec: ir.KernelSpec
     library: Library
-    _passed: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
-    _plans: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    tile_order: Callable[[guards.Problem], TileOrder] | None = field(default=None, compare=False)
+    _passed: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
+    _plans: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return self.launch(self.guard(inputs), inputs)
@@ -166,6 +193,10 @@ class Kernel:
             if len(self._passed) < 1024:
                 self._passed[key] = problem
         return problem
+
+    def ordered(self, order: TileOrder) -> Kernel:
+        """This kernel launching every problem in `order` (its guards and plans start afresh)."""
+        return replace(self, tile_order=lambda p: order)
 
     def output_shapes(self, p: guards.Problem) -> list[tuple[int, ...]]:
         return self.spec.output_shapes(p.M, p.N, p.L)
@@ -186,7 +217,7 @@ class Kernel:
         workspace = empty((ws,), (1,), torch.uint8) if ws else None
         rc = self.library.run(
             _pointers(inputs), plan.input_strides, _pointers(outputs), plan.output_strides,
-            *p.abi_shape, None if workspace is None else workspace.data_ptr(), ws,
+            *p.abi_shape, plan.tile_order, None if workspace is None else workspace.data_ptr(), ws,
             stream_handle(device),
         )  # fmt: skip
         if rc != 0:
@@ -206,11 +237,13 @@ class Kernel:
                               "region's spec disagrees")  # fmt: skip
         dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
         shapes = self.output_shapes(p)
+        order = (self.tile_order(p) if self.tile_order else EVT_ORDER).code
         plan = LaunchPlan(
             outputs=tuple(zip(shapes, map(make_contiguous_strides_for, shapes), dtypes)),
             input_strides=_int64s(p.input_strides),
             output_strides=_int64s(p.output_strides),
-            workspace_bytes=int(self.library.workspace(*p.abi_shape)),
+            workspace_bytes=int(self.library.workspace(*p.abi_shape, order)),
+            tile_order=order,
         )
         if len(self._plans) < 1024:
             self._plans[p] = plan
@@ -223,6 +256,7 @@ class LaunchPlan:
     input_strides: ctypes.Array  # the ABI's int64 arrays, built once
     output_strides: ctypes.Array
     workspace_bytes: int
+    tile_order: int = 0  # TileOrder.code
 
 
 def stream_handle(device: torch.device) -> int | None:

@@ -19,9 +19,10 @@ namespace evt::launch {
 enum ReturnCode : int {
   kCannotImplement = -1,    // Gemm::can_implement rejected the problem (shape or alignment)
   kStrideMismatch = -2,     // a stride contradicts a static (unit or zero) stride of the kernel
-  kWorkspaceTooSmall = -3,  // workspace_bytes < evt_<name>_workspace(M, N, K, L)
+  kWorkspaceTooSmall = -3,  // workspace_bytes < evt_<name>_workspace(M, N, K, L, tile_order)
   kNoDevice = -4,           // the current device or its SM count could not be queried
   kFinishFailed = -5,       // a statistic's finishing kernel failed to launch
+  kBadTileOrder = -6,       // a tile order outside raster 0-2, swizzle 0 (evt's), 1, 2, 4, 8
 };
 
 template <class T>

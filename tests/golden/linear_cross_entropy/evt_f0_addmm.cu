@@ -140,15 +140,18 @@ struct Finishers {
   evt_softmax_sum_default_op::Arguments evt_softmax_sum_default;
 };
 
-// The persistent tile scheduler's raster order and swizzle: runtime arguments of one binary,
+// The persistent tile scheduler's raster order and swizzle: a runtime argument of every launch,
 // `tile_order` = raster + 4 * swizzle (raster 0: CUTLASS's choice, along M where the grid has more
 // tiles along N; 1: along M; 2: along N; swizzle 0: evt's choice per problem, `auto_swizzle`;
-// 1, 2, 4 or 8 tiles). evt_evt_f0_addmm_set_tile_order sets it for the launches after (the
-// config sweep times each).
-std::atomic<int> tile_order{0};
+// 1, 2, 4 or 8 tiles): one binary runs every order (max-autotune times them).
+bool valid_tile_order(int order) {
+  int const swizzle = order / 4;
+  return order >= 0 && order % 4 != 3 &&
+         (swizzle == 0 || swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8);
+}
 
-// Fill the kernel arguments from the ABI's pointers and strides and a tile order (read once per
-// call: the launch memo keys on the same value): 0 or a negative return code.
+// Fill the kernel arguments from the ABI's pointers and strides and a tile order: 0 or a negative
+// return code.
 // `stats_bytes`: the workspace the statistics' partials take (no workspace: null partials).
 int make_arguments(void const* const* inputs, int64_t const* input_strides,
                    void* const* outputs, int64_t const* output_strides,
@@ -219,18 +222,20 @@ int make_arguments(void const* const* inputs, int64_t const* input_strides,
 EVT_EXPORT int evt_evt_f0_addmm_run(
     void const* const* inputs, int64_t const* input_strides,
     void* const* outputs, int64_t const* output_strides,
-    int M, int N, int K, int L,
+    int M, int N, int K, int L, int tile_order,
     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using Key = LaunchKey<3, 3>;
   static thread_local ParamsMemo<typename GemmKernel::Params, Key> memo;
-  int const order = tile_order.load(std::memory_order_relaxed);
+  if (!valid_tile_order(tile_order)) {
+    return kBadTileOrder;
+  }
   int device = -1;
   if (cudaGetDevice(&device) != cudaSuccess) {
     return kNoDevice;
   }
   Key const key = launch_key<3, 3>(
       inputs, input_strides, outputs, output_strides, M, N, K, L, workspace, workspace_bytes, device,
-      order);
+      tile_order);
   if (workspace_bytes == 0) {  // a workspace is re-initialized per launch: no shortcut then
     if (auto* params = memo.find(key)) {
       return static_cast<int>(Gemm::run(*params, stream));
@@ -240,7 +245,7 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
   Finishers finishers;
   size_t stats_bytes = 0;
   if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L,
-                              order, workspace, stats_bytes, finishers, args)) {
+                              tile_order, workspace, stats_bytes, finishers, args)) {
     return rc;
   }
   if (Gemm::get_workspace_size(args) + stats_bytes > workspace_bytes) {
@@ -273,26 +278,17 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
   return 0;
 }
 
-EVT_EXPORT size_t evt_evt_f0_addmm_workspace(int M, int N, int K, int L) {
+// The workspace a launch with this problem and tile order needs (0 for an invalid order).
+EVT_EXPORT size_t evt_evt_f0_addmm_workspace(int M, int N, int K, int L, int tile_order) {
   Gemm::Arguments args;
   Finishers finishers;
   size_t stats_bytes = 0;
-  if (make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L,
-                     tile_order.load(std::memory_order_relaxed), nullptr, stats_bytes, finishers,
-                     args) != 0) {
+  if (!valid_tile_order(tile_order) ||
+      make_arguments(nullptr, nullptr, nullptr, nullptr, M, N, K, L, tile_order,
+                     nullptr, stats_bytes, finishers, args) != 0) {
     return 0;
   }
   return Gemm::get_workspace_size(args) + stats_bytes;
-}
-
-// 0, or kCannotImplement for an order outside raster 0-2, swizzle 0 (evt's choice), 1, 2, 4, 8.
-EVT_EXPORT int evt_evt_f0_addmm_set_tile_order(int raster, int swizzle) {
-  if (raster < 0 || raster > 2 || (swizzle != 0 && swizzle != 1 && swizzle != 2 && swizzle != 4 &&
-                                   swizzle != 8)) {
-    return kCannotImplement;
-  }
-  tile_order.store(raster + 4 * swizzle, std::memory_order_relaxed);
-  return 0;
 }
 
 EVT_EXPORT char const* evt_evt_f0_addmm_signature() {

@@ -92,13 +92,28 @@ def test_tile_config_from_label():
     a malformed one says what a label looks like, a bad value what the config accepts."""
     from evt.codegen.config import CANDIDATES
 
-    odd = TileConfig(128, 128, 128, 2, 1, "pingpong", epi_n=64, epi_stages_c=2)
+    odd = TileConfig(128, 128, 128, 2, 1, "pingpong", epi_n=64, epi_stages_c=2, direct_aux=True)
+    assert odd.label == "128x128x128_c2x1_pingpong_e64_sc2_da"
     for cfg in (*CANDIDATES, odd, TileConfig(128, 256, 64, scheduler="streamk", epi_n=128)):
         assert TileConfig.from_label(cfg.label) == cfg
     with pytest.raises(CodegenError, match="TMxTNxTK"):
         TileConfig.from_label("128x128_pingpong")
     with pytest.raises(CodegenError, match="cluster of 1, 2 or 4"):
         TileConfig.from_label("128x128x64_c4x2_cooperative")
+
+
+def test_direct_aux_stores_skip_shared_memory():
+    """`direct_aux`: every aux store is CUTLASS's 0-stage Sm90AuxStore (registers to global
+    memory), and the stage estimate no longer counts its shared memory."""
+    spec = specs.mlp_fc1_forward()  # the pre-activation stored for the backward
+    via_smem = TileConfig(128, 256, 64, epi_n=64)
+    direct = TileConfig(128, 256, 64, epi_n=64, direct_aux=True)
+    text = render(spec, direct)
+    assert re.search(r"fusion::Sm90AuxStore<\n    0, evt_\w+_desc::EpilogueTile", text), text
+    assert "_desc::Stages" not in text.split("fusion::Sm90AuxStore<")[1].split(">")[0]
+    assert "; stored from registers" in text
+    assert re.search(r"fusion::Sm90AuxStore<\n    evt_\w+_desc::Stages,", render(spec, via_smem))
+    assert mainloop_stages(spec, direct) > mainloop_stages(spec, via_smem)
 
 
 def test_stream_k_scheduler():

@@ -1,7 +1,8 @@
 """Every tile config the heuristic (or max-autotune) can pick computes the same result: each
 candidate of `evt.codegen.config.CANDIDATES` that fits a spec, with the aux-load stages
 `config.source_stages` gives it, against the reference path, with NaN-poisoned outputs, on
-whole tiles and on residues; every raster order and swizzle; and max-autotune end to end."""
+whole tiles and on residues; every raster order and swizzle; aux stores from registers; and
+max-autotune end to end."""
 
 from __future__ import annotations
 
@@ -88,6 +89,18 @@ def test_every_tile_order_matches_the_reference(kernels, shape):
                 for swizzle in launch.SWIZZLES:
                     ordered = kernel.ordered(launch.TileOrder(raster, swizzle))
                     check(ordered, inputs, want, (label, raster, swizzle))
+
+
+@pytest.mark.parametrize("label", ["128x128x64_c1x1_pingpong_da", "128x256x64_c1x1_cooperative_da"])
+def test_direct_aux_stores_match_the_reference(label):
+    """Aux stores from registers (`TileConfig.direct_aux`, not a candidate yet: an experiment
+    of the config sweep) write every element, residue tiles included, as the reference path
+    computes it."""
+    spec = specs.mlp_fc1_forward()
+    kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, cfgs.TileConfig.from_label(label)).result()))
+    for shape in (*SHAPES, PADDED):
+        inputs = make_inputs(spec, *shape, seed=7, device="cuda")
+        check(kernel, inputs, reference.run(spec, inputs), (label, shape))
 
 
 @pytest.mark.parametrize("rest", ["eager", "inductor"])

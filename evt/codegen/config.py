@@ -55,6 +55,11 @@ class TileConfig:
     scheduler: str = "persistent"
     # Shared-memory stages of the aux loads (the epilogue's source); 0: CUTLASS's, min(subtiles, 4)
     epi_stages_c: int = 0
+    # Aux stores straight from registers to global memory (CUTLASS's Sm90AuxStore with 0 stages)
+    # instead of through shared memory and a TMA store: no shared memory, no barrier or TMA wait
+    # per subtile, each thread's fragment stored by itself. Not a candidate: an experiment of
+    # `config_sweep.py --configs ..._da` until measured.
+    direct_aux: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -102,6 +107,7 @@ class TileConfig:
             + (f"_e{self.epi_n}" if self.epi_n else "")
             + ("_sk" if self.scheduler == "streamk" else "")
             + (f"_sc{self.epi_stages_c}" if self.epi_stages_c else "")
+            + ("_da" if self.direct_aux else "")
         )
 
     @classmethod
@@ -110,13 +116,13 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
-                   "streamk" if sk else "persistent", int(sc or 0))  # fmt: skip
+                   "streamk" if sk else "persistent", int(sc or 0), bool(da))  # fmt: skip
 
 
-_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?")
+_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?")
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
 
@@ -368,7 +374,7 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     for n in spec.nodes:
         if isinstance(n, AuxLoad):
             epi_bytes += epi_m * epi_n * stages_c * _bytes(n.dtype)
-        elif isinstance(n, AuxStore):
+        elif isinstance(n, AuxStore) and not cfg.direct_aux:
             epi_bytes += epi_m * epi_n * stages_d * _bytes(n.dtype)
         elif isinstance(n, RowBroadcast):
             epi_bytes += cfg.tile_n * _bytes(n.dtype)

@@ -122,7 +122,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         element_ab=DTYPES[g.dtype][1],
         element_d=DTYPES[spec.d_dtype][1],
         a=g.a, b=g.b, nested=g.nested, **_layouts(spec),
-        nodes=[_node_view(n, names, order, g.nested) for n in plan.nodes],
+        nodes=[_node_view(n, names, order, g.nested, config.direct_aux) for n in plan.nodes],
         root=names[plan.root],
         dag=plan.dag,
         num_inputs=spec.num_inputs,
@@ -168,7 +168,8 @@ def _type_names(nodes: tuple[Node, ...]) -> dict[str, str]:
     return out
 
 
-def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bool) -> dict:
+def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bool,
+               direct_aux: bool = False) -> dict:
     args = node_args(n)
     view: dict = {
         "kind": n.kind,
@@ -181,6 +182,9 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         view["input"] = n.input
     if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
+    if isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory
+        view["stages"] = "0" if direct_aux else f"{names[n.name]}_desc::Stages"
+        view["comment"] += "; stored from registers" if direct_aux else ""
     if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, *WRITERS)):
         view["element"] = DTYPES[n.dtype][1]
     if isinstance(n, (RowReduction, ColReduction, ScalarReduction)):

@@ -78,7 +78,7 @@ class TileOrder:
 
     @classmethod
     def from_label(cls, text: str) -> TileOrder:
-        raster, sep, swizzle = text.strip().partition(":")
+        raster, _, swizzle = text.strip().partition(":")
         try:
             return cls(int(raster), int(swizzle))
         except ValueError:

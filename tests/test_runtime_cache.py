@@ -88,6 +88,27 @@ def test_key_covers_cutlass_and_our_headers(monkeypatch):
     assert len({base, headers, build.plan(fc1_spec(), compile_fn=fake_compile).key}) == 3
 
 
+def test_key_names_include_folders_by_role_not_path(monkeypatch, tmp_path):
+    """A cache filled where CUTLASS lives in one folder serves a machine where it lives in
+    another (scripts/kernel_pack.py builds on the CPU machine for the GPU one); other flags
+    still count."""
+    from pathlib import Path
+
+    from evt.codegen import nvcc
+
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: "/usr/bin/nvcc")
+    monkeypatch.setattr(nvcc, "nvcc_version", lambda: "release 13.0, V13.0.88")
+    keys = []
+    for root in ("/venv-a/site-packages/cutlass_library/source", "/tmp/site/cutlass_library/source"):
+        monkeypatch.setattr(nvcc, "cutlass_dir", lambda root=root: Path(root))
+        assert any(f.startswith("-I" + root) for f in nvcc.nvcc_flags())
+        assert not any(root in f for f in nvcc.key_flags())
+        keys.append(build.plan(fc1_spec()).key)
+    monkeypatch.setattr(nvcc, "OPT_FLAGS", [*nvcc.OPT_FLAGS, "-lineinfo"])
+    keys.append(build.plan(fc1_spec()).key)
+    assert keys[0] == keys[1] != keys[2]
+
+
 @pytest.mark.parametrize("damage", ["truncate", "drop_meta", "bad_json"])
 def test_damaged_entry_is_rebuilt(fake_toolchain, damage):
     path = build.build(fc1_spec(), compile_fn=fake_compile)

@@ -99,6 +99,21 @@ def nvcc_flags() -> list[str]:
     return [*ARCH_FLAGS, *OPT_FLAGS, *(f"-I{p}" for p in includes), *SO_FLAGS]
 
 
+def key_flags() -> list[str]:
+    """`nvcc_flags()` as a cache key sees them: each include folder by its role, not its path.
+    The headers' contents are in the key already (`cutlass_version`, `headers_digest`), so a
+    kernel cache filled on one machine (where nvcc runs, with no GPU) is valid on another with
+    the same nvcc, CUTLASS and evt installed elsewhere (the GPU machine: scripts/kernel_pack.py)."""
+    roles = {str(cutlass_dir()): "<cutlass>", str(TEMPLATES): "<evt-templates>"}
+    out = []
+    for flag in nvcc_flags():
+        for path, role in roles.items():
+            if flag.startswith("-I" + path):
+                flag = "-I" + role + flag[2 + len(path) :]
+        out.append(flag)
+    return out
+
+
 def nvcc_command(cu_path: str | Path, out_path: str | Path) -> list[str]:
     """The command line that builds `cu_path` into the shared library `out_path`."""
     nvcc = nvcc_path()

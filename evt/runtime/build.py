@@ -168,7 +168,7 @@ def _toolchain(compile_fn: CompileFn | None) -> tuple[str, ...]:
     if nvcc.nvcc_path() is None:
         raise CompileError("evt: nvcc not found, so no kernel can be compiled: put the CUDA "
                            "toolkit's bin/ on PATH or set CUDA_HOME; regions run unfused")  # fmt: skip
-    return ("nvcc", nvcc.nvcc_version(), shlex.join(nvcc.nvcc_flags()), *parts)
+    return ("nvcc", nvcc.nvcc_version(), shlex.join(nvcc.key_flags()), *parts)
 
 
 # ---------------------------------------------------------------------------------------------

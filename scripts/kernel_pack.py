@@ -1,0 +1,141 @@
+"""Build the benchmark's kernels here (nvcc, no GPU) and pack them for the GPU machine.
+
+A device call starts on a bare machine, so each call used to spend two minutes or more of its
+ten rebuilding the kernels the last one built. Cache keys name the include folders by role, not
+by path (`evt.codegen.nvcc.key_flags`), so an entry built here is found there when nvcc, CUTLASS
+and evt's headers are the same; an entry whose key differs is simply built again there.
+
+    python scripts/kernel_pack.py build --only 'bias*,dgrad*'   # plan (meta capture) and build
+    python scripts/kernel_pack.py pack                          # -> .kpack/kernels.tar.xz
+    device:  carry .kpack; scripts/device_env.sh unpacks every .kpack/*.tar.xz into
+             $EVT_CACHE_DIR; at the end of the call
+             python3 scripts/kernel_pack.py pack --new --out $OUT/kernels-N.tar.xz
+             sends back what the call built; copy it into .kpack/ to carry it next time
+
+`build` captures each selected case at its real sizes on the meta device and builds its regions'
+kernels with the tile config the run would pick (`evt.bench.prebuild`), into `$EVT_CACHE_DIR`
+(default `.kpack/cache`); `--configs` adds each op case's kernels at other tile configs (labels,
+as `benchmarks/config_sweep.py --configs` takes them). `pack` writes every finished entry of
+that cache (library, source, build log, integrity record) into one xz archive and says its size
+(about 0.2 MiB a kernel): the carried tree has a 64 MiB limit, the wheels included; `--new` leaves
+out the entries the carried archives already hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACK = ROOT / ".kpack"
+ARCHIVE = PACK / "kernels.tar.xz"
+os.environ.setdefault("EVT_CACHE_DIR", str(PACK / "cache"))
+
+
+def build(only: str, dtype_name: str, configs: list[str]) -> None:
+    import torch
+
+    from evt.bench import ops
+    from evt.bench.plan import make_plan
+    from evt.bench.prebuild import prebuild
+    from evt.codegen.config import TileConfig
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    cases = make_plan(only=only, baselines="evt", device="meta").cases
+    if not cases:
+        sys.exit(f"kernel_pack: no case matches --only {only!r}")
+    print(f"{len(cases)} cases: {', '.join(c.name for c in cases)}")
+    n = prebuild(cases, dtype, print, device="meta")
+    print(f"{n} kernels at the heuristic's configs in {os.environ['EVT_CACHE_DIR']}")
+    if configs:
+        extra = [TileConfig.from_label(label) for label in configs]
+        n = _build_at(ops, [c for c in cases if c.kind == "op"], dtype, extra)
+        print(f"{n} kernels at {', '.join(configs)}")
+
+
+def _build_at(ops, cases, dtype, configs) -> int:
+    """Each op case's regions at each of `configs` (a config a region cannot take is skipped)."""
+    import warnings
+
+    import evt
+    from evt.errors import CodegenError
+    from evt.runtime import build as kbuild
+    from evt.runtime import dispatch
+
+    futures = {}
+    for case in cases:
+        w = ops.build(case, dtype, "meta")
+        with warnings.catch_warnings(), dispatch.reference_only():
+            warnings.simplefilter("ignore")
+            report = evt.explain(w.target, *w.make_inputs(0))
+        w.release()
+        for r in report.regions:
+            for config in configs:
+                try:
+                    job = kbuild.plan(r.spec, config)
+                except CodegenError as e:
+                    print(f"skip {case.name} at {config.label}: {str(e).splitlines()[0][:160]}")
+                    continue
+                futures.setdefault(job.key, kbuild.submit(job))
+    for f in futures.values():
+        try:
+            f.result()
+        except Exception as e:  # noqa: BLE001 - say which failed, pack the rest
+            print(f"a kernel failed to build: {str(e).splitlines()[0][:200]}")
+    return len(futures)
+
+
+def carried_keys() -> set[str]:
+    """The cache keys the archives in .kpack hold."""
+    keys = set()
+    for archive in PACK.glob("*.tar.xz"):
+        with tarfile.open(archive) as tar:
+            keys |= {name.split("/")[0] for name in tar.getnames()}
+    return keys
+
+
+def pack(out: Path, new_only: bool) -> None:
+    from evt.runtime import cache
+
+    root = cache.root()
+    skip = carried_keys() if new_only else set()
+    entries = sorted(
+        p for p in root.iterdir() if p.name not in skip and cache.read_meta(p.name) is not None
+    )
+    if not entries:
+        print(f"kernel_pack: {root} holds no finished entry{' not carried' if new_only else ''}")
+        return
+    tmp = out.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:xz") as tar:
+        for entry in entries:
+            for name in (cache.SO, cache.CU, cache.LOG, cache.META):
+                if (entry / name).exists():
+                    tar.add(entry / name, arcname=f"{entry.name}/{name}")
+    tmp.replace(out)
+    mib = out.stat().st_size / 2**20
+    print(f"{out}: {len(entries)} kernels, {mib:.1f} MiB (carry .kpack: 64 MiB with the wheels)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build the selected cases' kernels into the local cache")
+    b.add_argument("--only", required=True, help="comma-separated globs, as evt bench --only")
+    b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
+    p = sub.add_parser("pack", help="archive the cache's finished entries")
+    p.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")
+    p.add_argument("--new", action="store_true", help="only entries no .kpack archive holds")
+    args = ap.parse_args()
+    PACK.mkdir(exist_ok=True)
+    if args.cmd == "build":
+        build(args.only, args.dtype, [c for c in args.configs.split(",") if c])
+    else:
+        pack(args.out, args.new)
+
+
+if __name__ == "__main__":
+    main()

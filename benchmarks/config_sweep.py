@@ -14,6 +14,8 @@ put the measured winner.
         [--tile-orders 0:0,0:1,1:1,2:1,0:4,...]   (raster:swizzle, runtime arguments of one binary)
         [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B;
                                     variants separated by ';', an empty one is evt's own)
+        [--build-only]   (build the kernels and stop: no GPU needed; scripts/kernel_pack.py pack
+                          then carries them to the device)
 """
 
 from __future__ import annotations
@@ -82,26 +84,49 @@ def problem(dims: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...] | Non
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--patterns", default=",".join(PATTERNS))
-    p.add_argument("--configs", help="comma-separated labels (default: every candidate; any "
-                   "label, e.g. 128x128x64_c2x1_pingpong, also one that is not a candidate)")
-    p.add_argument("--epilogue-tiles", default="",
-                   help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
-                        "every chosen config (0 or empty: CUTLASS's automatic tile only)")
-    p.add_argument("--source-stages", default="",
-                   help="comma-separated aux-load stage counts (e.g. 2,3) also swept for every "
-                        "config so far, where they differ from CUTLASS's")
-    p.add_argument("--functor", default="",
-                   help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
-                        "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form); "
-                        "several variants separated by ';' are swept side by side (an empty "
-                        "variant: evt's own functors)")
-    p.add_argument("--tile-orders", default="0:0",
-                   help="comma-separated RASTER:SWIZZLE timed for every kernel (raster 0: "
-                        "CUTLASS's choice, 1: along M, 2: along N; swizzle 0: evt's choice, "
-                        "1, 2, 4, 8); 0:0 is what evt launches")
-    p.add_argument("--shapes", default="",
-                   help="comma-separated MxNxK problems swept instead of each pattern's own")
+    p.add_argument(
+        "--configs",
+        help="comma-separated labels (default: every candidate; any "
+        "label, e.g. 128x128x64_c2x1_pingpong, also one that is not a candidate)",
+    )
+    p.add_argument(
+        "--epilogue-tiles",
+        default="",
+        help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
+        "every chosen config (0 or empty: CUTLASS's automatic tile only)",
+    )
+    p.add_argument(
+        "--source-stages",
+        default="",
+        help="comma-separated aux-load stage counts (e.g. 2,3) also swept for every "
+        "config so far, where they differ from CUTLASS's",
+    )
+    p.add_argument(
+        "--functor",
+        default="",
+        help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
+        "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form); "
+        "several variants separated by ';' are swept side by side (an empty "
+        "variant: evt's own functors)",
+    )
+    p.add_argument(
+        "--tile-orders",
+        default="0:0",
+        help="comma-separated RASTER:SWIZZLE timed for every kernel (raster 0: "
+        "CUTLASS's choice, 1: along M, 2: along N; swizzle 0: evt's choice, "
+        "1, 2, 4, 8); 0:0 is what evt launches",
+    )
+    p.add_argument(
+        "--shapes",
+        default="",
+        help="comma-separated MxNxK problems swept instead of each pattern's own",
+    )
     p.add_argument("--json")
+    p.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build every kernel into the cache and stop (nvcc, no GPU)",
+    )
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
     orders = [launch.TileOrder.from_label(o) for o in a.tile_orders.split(",")]
@@ -131,6 +156,12 @@ def main() -> None:
                         jobs[(name, spec.name, cfg, variant)] = (spec, build.prefetch(spec, cfg))
     ir.COMPUTE_OPS.update(own)
     print(f"{len(jobs)} kernels to build", flush=True)
+    if a.build_only:
+        failed = [k for k, (_, f) in jobs.items() if f.exception() is not None]
+        for name, region, cfg, _ in failed:
+            print(f"{name} {region} {cfg.label}: build failed", flush=True)
+        print(f"built {len(jobs) - len(failed)} of {len(jobs)} in {time.time() - t0:.0f} s")
+        return
     rows = []
     for (name, region, cfg, variant), (spec, fut) in jobs.items():
         try:

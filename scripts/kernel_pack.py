@@ -13,8 +13,8 @@ and evt's headers are the same; an entry whose key differs is simply built again
              sends back what the call built; copy it into .kpack/ to carry it next time
 
 `build` captures each selected case at its real sizes on the meta device and builds its regions'
-kernels with the tile config the run would pick (`evt.bench.prebuild`), into `$EVT_CACHE_DIR`
-(default `.kpack/cache`); `--configs` adds each op case's kernels at other tile configs (labels,
+kernels with the tile config the run would pick (`evt.bench.prebuild`), into evt's kernel cache
+(`$EVT_CACHE_DIR`, else ~/.cache/evt: outside .kpack, which travels); `--configs` adds each op case's kernels at other tile configs (labels,
 as `benchmarks/config_sweep.py --configs` takes them). `pack` writes every finished entry of
 that cache (library, source, build log, integrity record) into one xz archive and says its size
 (about 0.2 MiB a kernel): the carried tree has a 64 MiB limit, the wheels included; `--new` leaves
@@ -24,7 +24,6 @@ out the entries the carried archives already hold.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tarfile
 from pathlib import Path
@@ -32,7 +31,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACK = ROOT / ".kpack"
 ARCHIVE = PACK / "kernels.tar.xz"
-os.environ.setdefault("EVT_CACHE_DIR", str(PACK / "cache"))
 
 
 def build(only: str, dtype_name: str, configs: list[str]) -> None:
@@ -42,6 +40,7 @@ def build(only: str, dtype_name: str, configs: list[str]) -> None:
     from evt.bench.plan import make_plan
     from evt.bench.prebuild import prebuild
     from evt.codegen.config import TileConfig
+    from evt.runtime import cache
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     cases = make_plan(only=only, baselines="evt", device="meta").cases
@@ -49,7 +48,7 @@ def build(only: str, dtype_name: str, configs: list[str]) -> None:
         sys.exit(f"kernel_pack: no case matches --only {only!r}")
     print(f"{len(cases)} cases: {', '.join(c.name for c in cases)}")
     n = prebuild(cases, dtype, print, device="meta")
-    print(f"{n} kernels at the heuristic's configs in {os.environ['EVT_CACHE_DIR']}")
+    print(f"{n} kernels at the heuristic's configs in {cache.root()}")
     if configs:
         extra = [TileConfig.from_label(label) for label in configs]
         n = _build_at(ops, [c for c in cases if c.kind == "op"], dtype, extra)

@@ -84,49 +84,28 @@ def problem(dims: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...] | Non
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--patterns", default=",".join(PATTERNS))
-    p.add_argument(
-        "--configs",
-        help="comma-separated labels (default: every candidate; any "
-        "label, e.g. 128x128x64_c2x1_pingpong, also one that is not a candidate)",
-    )
-    p.add_argument(
-        "--epilogue-tiles",
-        default="",
-        help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
-        "every chosen config (0 or empty: CUTLASS's automatic tile only)",
-    )
-    p.add_argument(
-        "--source-stages",
-        default="",
-        help="comma-separated aux-load stage counts (e.g. 2,3) also swept for every "
-        "config so far, where they differ from CUTLASS's",
-    )
-    p.add_argument(
-        "--functor",
-        default="",
-        help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
-        "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form); "
-        "several variants separated by ';' are swept side by side (an empty "
-        "variant: evt's own functors)",
-    )
-    p.add_argument(
-        "--tile-orders",
-        default="0:0",
-        help="comma-separated RASTER:SWIZZLE timed for every kernel (raster 0: "
-        "CUTLASS's choice, 1: along M, 2: along N; swizzle 0: evt's choice, "
-        "1, 2, 4, 8); 0:0 is what evt launches",
-    )
-    p.add_argument(
-        "--shapes",
-        default="",
-        help="comma-separated MxNxK problems swept instead of each pattern's own",
-    )
+    p.add_argument("--configs", help="comma-separated labels (default: every candidate; any "
+                   "label, e.g. 128x128x64_c2x1_pingpong, also one that is not a candidate)")
+    p.add_argument("--epilogue-tiles", default="",
+                   help="comma-separated epilogue-tile N values (e.g. 64,128) also swept for "
+                        "every chosen config (0 or empty: CUTLASS's automatic tile only)")
+    p.add_argument("--source-stages", default="",
+                   help="comma-separated aux-load stage counts (e.g. 2,3) also swept for every "
+                        "config so far, where they differ from CUTLASS's")
+    p.add_argument("--functor", default="",
+                   help="comma-separated OP=FUNCTOR: render compute op OP with FUNCTOR instead "
+                        "(e.g. gelu=cutlass::epilogue::thread::GELU, CUTLASS's erff form); "
+                        "several variants separated by ';' are swept side by side (an empty "
+                        "variant: evt's own functors)")
+    p.add_argument("--tile-orders", default="0:0",
+                   help="comma-separated RASTER:SWIZZLE timed for every kernel (raster 0: "
+                        "CUTLASS's choice, 1: along M, 2: along N; swizzle 0: evt's choice, "
+                        "1, 2, 4, 8); 0:0 is what evt launches")
+    p.add_argument("--shapes", default="",
+                   help="comma-separated MxNxK problems swept instead of each pattern's own")
     p.add_argument("--json")
-    p.add_argument(
-        "--build-only",
-        action="store_true",
-        help="build every kernel into the cache and stop (nvcc, no GPU)",
-    )
+    p.add_argument("--build-only", action="store_true",
+                   help="build every kernel into the cache and stop (nvcc, no GPU)")
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
     orders = [launch.TileOrder.from_label(o) for o in a.tile_orders.split(",")]

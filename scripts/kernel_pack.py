@@ -14,8 +14,10 @@ and evt's headers are the same; an entry whose key differs is simply built again
 
 `build` captures each selected case at its real sizes on the meta device and builds its regions'
 kernels with the tile config the run would pick (`evt.bench.prebuild`), into evt's kernel cache
-(`$EVT_CACHE_DIR`, else ~/.cache/evt: outside .kpack, which travels); `--configs` adds each op case's kernels at other tile configs (labels,
-as `benchmarks/config_sweep.py --configs` takes them). `pack` writes every finished entry of
+(`$EVT_CACHE_DIR`, else ~/.cache/evt: outside .kpack, which travels); `--configs` adds each op
+case's kernels at other tile configs (labels, as `benchmarks/config_sweep.py --configs` takes
+them), `--autotune` at every config max-autotune would time (`evt.runtime.autotune.shortlist`).
+`pack` writes every finished entry of
 that cache (library, source, build log, integrity record) into one xz archive and says its size
 (about 0.2 MiB a kernel): the carried tree has a 64 MiB limit, the wheels included; `--new` leaves
 out the entries the carried archives already hold.
@@ -33,7 +35,7 @@ PACK = ROOT / ".kpack"
 ARCHIVE = PACK / "kernels.tar.xz"
 
 
-def build(only: str, dtype_name: str, configs: list[str]) -> None:
+def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> None:
     import torch
 
     from evt.bench import ops
@@ -49,14 +51,21 @@ def build(only: str, dtype_name: str, configs: list[str]) -> None:
     print(f"{len(cases)} cases: {', '.join(c.name for c in cases)}")
     n = prebuild(cases, dtype, print, device="meta")
     print(f"{n} kernels at the heuristic's configs in {cache.root()}")
+    op_cases = [c for c in cases if c.kind == "op"]
     if configs:
         extra = [TileConfig.from_label(label) for label in configs]
-        n = _build_at(ops, [c for c in cases if c.kind == "op"], dtype, extra)
+        n = _build_at(ops, op_cases, dtype, lambda spec, problem: extra)
         print(f"{n} kernels at {', '.join(configs)}")
+    if autotune:
+        from evt.runtime.autotune import shortlist
+
+        n = _build_at(ops, op_cases, dtype, lambda spec, problem: shortlist(spec, problem))
+        print(f"{n} kernels on max-autotune's shortlists (EVT_AUTOTUNE_TOP and one per schedule)")
 
 
-def _build_at(ops, cases, dtype, configs) -> int:
-    """Each op case's regions at each of `configs` (a config a region cannot take is skipped)."""
+def _build_at(ops, cases, dtype, configs_of) -> int:
+    """Each op case's regions at each of `configs_of(spec, problem)` (a config a region cannot
+    take is skipped)."""
     import warnings
 
     import evt
@@ -72,7 +81,7 @@ def _build_at(ops, cases, dtype, configs) -> int:
             report = evt.explain(w.target, *w.make_inputs(0))
         w.release()
         for r in report.regions:
-            for config in configs:
+            for config in configs_of(r.spec, r.problem):
                 try:
                     job = kbuild.plan(r.spec, config)
                 except CodegenError as e:
@@ -125,13 +134,18 @@ def main() -> None:
     b.add_argument("--only", required=True, help="comma-separated globs, as evt bench --only")
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
+    b.add_argument(
+        "--autotune",
+        action="store_true",
+        help="add every config max-autotune would time for the op cases' regions",
+    )
     p = sub.add_parser("pack", help="archive the cache's finished entries")
     p.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")
     p.add_argument("--new", action="store_true", help="only entries no .kpack archive holds")
     args = ap.parse_args()
     PACK.mkdir(exist_ok=True)
     if args.cmd == "build":
-        build(args.only, args.dtype, [c for c in args.configs.split(",") if c])
+        build(args.only, args.dtype, [c for c in args.configs.split(",") if c], args.autotune)
     else:
         pack(args.out, args.new)
 

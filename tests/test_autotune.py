@@ -35,6 +35,21 @@ def test_heuristic_ranks_fitting_candidates(shape):
         assert est == sorted(est) and all(e > 0 and math.isfinite(e) for e in est)
 
 
+def test_unaligned_outputs_are_stored_from_registers():
+    """Where an output's rows are not whole 16-byte vectors (TMA's unit), every config the
+    heuristic offers stores its outputs from registers, as many elements at a time as N allows
+    (at most 8); aligned outputs keep TMA stores."""
+    spec = specs.mlp_fc1_forward()  # bf16 D and a bf16 aux store
+    assert {c.store_align for c in cfgs.heuristic(spec, 8192, 768, 768)} == {0}
+    assert {c.store_align for c in cfgs.heuristic(spec, 8192, 197, 768)} == {1}
+    assert {c.store_align for c in cfgs.heuristic(spec, 8192, 100, 768)} == {4}
+    f32 = specs.dag_square()  # fp32 D: 4 elements fill 16 bytes
+    assert cfgs.store_alignment(f32, 4) == 0 and cfgs.store_alignment(f32, 6) == 2
+    vit = specs.attention_scores()  # batched: ViT's 197 tokens
+    ranked = cfgs.heuristic(vit, 197, 197, 64, 768)
+    assert ranked and all(c.store_align == 1 and cfgs.fits(vit, c) for c in ranked)
+
+
 def test_heuristic_follows_the_sweep():
     """What benchmarks/config_sweep.py measured: on an H200 a light epilogue (bias + tanh GELU)
     ran fastest ping-pong (its epilogue hides behind the other warp group's main loop); on an

@@ -116,6 +116,34 @@ def test_direct_aux_stores_skip_shared_memory():
     assert mainloop_stages(spec, direct) > mainloop_stages(spec, via_smem)
 
 
+def test_outputs_stored_from_registers():
+    """`store_align`: D through an Sm90AuxStore of 0 stages at the tree's root (CUTLASS's D is
+    void: no TMA store, no shared memory), every aux store from registers too, `store_align`
+    elements a store (at most 16 bytes); the label says it and reads back; a config without it
+    keeps the text a cache key hashes (kernels built before the field keep their keys)."""
+    from dataclasses import replace
+
+    spec = specs.mlp_fc1_forward()  # bf16 D and the pre-activation stored for the backward
+    cfg = TileConfig(128, 128, 64, schedule="pingpong", store_align=2)
+    assert cfg.label == "128x128x64_c1x1_pingpong_sa2" and TileConfig.from_label(cfg.label) == cfg
+    text = render(spec, cfg)
+    assert "using ElementD = void;\nusing ElementDOut = cutlass::bfloat16_t;" in text
+    assert "fusion::Sm90AuxStore<0, void, ElementDOut, kRound" in text
+    assert "using CustomEVT = fusion::Sm90EVT<EvtStoreD, EvtTree>;" in text
+    assert "{out_ptr<ElementDOut>(outputs, 0), store_d_stride}" in text
+    aux = r"fusion::Sm90AuxStore<\n    0, evt_save_add_desc::EpilogueTile, [^;]*/\*Alignment\*/ 2>"
+    assert re.search(aux, text), text  # the pre-activation
+    assert mainloop_stages(spec, cfg) > mainloop_stages(spec, replace(cfg, store_align=0))
+    plain = render(spec, replace(cfg, store_align=0))
+    assert "ElementDOut" not in plain and "EvtStoreD" not in plain
+    dag = render(specs.dag_square(), TileConfig(store_align=8))  # f32 D: 4 elements, 16 bytes
+    assert "using EvtTree = fusion::Sm90TopologicalVisitor<" in dag
+    assert "EvtTree::Arguments tree_args{\n" in dag and "/*Alignment*/ 4>;" in dag
+    assert "store_align" not in repr(TileConfig()) and "store_align=1" in repr(cfg.__class__(store_align=1))
+    with pytest.raises(CodegenError, match="1, 2, 4 or 8 elements"):
+        TileConfig(store_align=3)
+
+
 def test_stream_k_scheduler():
     """A stream-K config names CUTLASS's stream-K scheduler, asks for its deterministic
     reduction, and exists for cooperative kernels with a flat batch only."""

@@ -103,6 +103,48 @@ def test_direct_aux_stores_match_the_reference(label):
         check(kernel, inputs, reference.run(spec, inputs), (label, shape))
 
 
+def _scores(nested: bool) -> ir.KernelSpec:
+    """Attention's scores with nothing a TMA load would need aligned: D = acc * 0.125 + pos (an
+    N-vector), the scaled scores also stored (output 1); flat or read in place (L = (B, H))."""
+    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16", batched=True,
+                   nested=nested)  # fmt: skip
+    nodes = (
+        ir.AccFetch("acc"),
+        ir.ScalarBroadcast("scale", 0.125),
+        ir.Compute("mul", "mul", ("acc", "scale")),
+        ir.AuxStore("scaled", "mul", 1, "bf16"),
+        ir.RowBroadcast("pos", 2, "bf16"),
+        ir.Compute("add", "add", ("mul", "pos")),
+    )
+    return ir.KernelSpec(f"scores{'_nested' if nested else ''}", gemm, nodes, "add", "bf16", 3)
+
+
+@pytest.mark.parametrize(
+    "spec, label, shapes",
+    [
+        (specs.mlp_fc1_forward, "128x128x64_c1x1_pingpong_sa1", [(1024, 197, 512), (200, 197, 72)]),
+        (specs.mlp_fc1_forward, "128x256x64_c1x1_cooperative_sa2", [(1024, 198, 512), (200, 1024, 72)]),
+        (lambda: _scores(False), "128x256x64_c1x1_cooperative_sa1", [(197, 197, 64), (200, 131, 72)]),
+        (lambda: _scores(True), "128x128x64_c1x1_pingpong_sa1", [(197, 197, 64)]),
+    ],
+    ids=["fc1-pingpong-1", "fc1-cooperative-2", "scores-1", "scores-nested-1"],
+)  # fmt: skip
+def test_outputs_stored_from_registers_match_the_reference(spec, label, shapes):
+    """Outputs from registers (`TileConfig.store_align`: what the heuristic builds where an
+    output's rows are not whole 16-byte vectors, e.g. ViT's 197 x 197 attention scores) write
+    every element of D and of the aux stores, residue tiles included, as the reference path
+    computes them, and nothing past N (a row's last element and the next row's first are
+    neighbours in memory)."""
+    spec = spec()
+    config = cfgs.TileConfig.from_label(label)
+    kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, config).result()))
+    assert kernel.library.store_align == config.store_align
+    for m, n, k in shapes:
+        assert cfgs.store_alignment(spec, n) in (0, config.store_align), (n, label)
+        inputs = make_inputs(spec, m, n, k, seed=11, device="cuda")
+        check(kernel, inputs, reference.run(spec, inputs), (label, (m, n, k)))
+
+
 @pytest.mark.parametrize("rest", ["eager", "inductor"])
 def test_max_autotune_training_matches_eager(tmp_path, monkeypatch, rest):
     """mode="max-autotune": every region is decided (cached on disk) against the unfused path as

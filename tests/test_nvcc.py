@@ -39,13 +39,18 @@ pytestmark = [
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
            "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
            "layer_norm_backward", "nested_attention_statistics", "nested_attention_values",
-           "nested_attention_key_grad", "batched_row_statistics_streamk")  # fmt: skip
+           "nested_attention_key_grad", "batched_row_statistics_streamk",
+           "mlp_fc1_forward_registers")  # fmt: skip
 # kernels built from a spec of tests.specs at another tile config than its default: name ->
 # (spec, config). Stream-K: CUTLASS's stream-K scheduler with the statistics' deferred partials
-# and a batch (its GPU test: tests/test_gpu_configs.py).
+# and a batch (its GPU test: tests/test_gpu_configs.py). Registers: D (CUTLASS's void D, an
+# Sm90AuxStore of 0 stages at the root) and the aux store from registers one element at a time,
+# as outputs whose rows are not whole 16-byte vectors are stored (ViT's 197 x 197 scores).
 VARIANTS = {
     "batched_row_statistics_streamk": (
         "batched_row_statistics", TileConfig(128, 128, 64, scheduler="streamk")),
+    "mlp_fc1_forward_registers": (
+        "mlp_fc1_forward", TileConfig(128, 128, 64, schedule="pingpong", store_align=1)),
 }  # fmt: skip
 
 

@@ -147,27 +147,58 @@ def test_shape_reason_decides_at_compile_time_for_cuda_shapes_only():
 
 
 def test_a_region_that_cannot_take_its_shapes_is_not_formed():
-    """ViT's 197-token attention scores: rows of 197 bf16 (and a 197-byte bool mask), which TMA
-    cannot take; on CUDA (here "meta") the region stays unfused with that reason instead of
-    falling back at every launch. GPT-2's 1024-token scores are fine."""
+    """Operands whose rows are not whole 16-byte vectors cannot be loaded by TMA: on CUDA (here
+    "meta") the region stays unfused with that reason instead of falling back at every launch
+    (an aux tensor of that kind stays outside the epilogue from the start: `graph/layouts.py`).
+    Outputs can be stored from registers: ViT's 197-token attention scores form a region (its
+    197-byte bool mask stays outside), as GPT-2's 1024-token scores do."""
     import warnings
+
+    import torch.nn.functional as F
 
     import evt
     from evt.bench import ops, plan
+    from evt.runtime import dispatch
 
     cases = {c.name: c for c in plan.all_cases()}
 
-    def capture(name):
-        w = ops.build(cases[name], torch.bfloat16, "meta")
+    def capture(fn, *inputs):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return evt.explain(w.target, *w.make_inputs(0))
+            return evt.explain(fn, *inputs)
 
-    assert len(capture("attention_scores/gpt2").regions) == 1
-    vit = capture("attention_scores/vit")
-    assert vit.regions == []
-    ((_, side, why),) = vit.unfused
-    assert side == "forward" and "cannot take these shapes" in why and "N = 197" in why, why
+    def case(name):
+        w = ops.build(cases[name], torch.bfloat16, "meta")
+        return capture(w.target, *w.make_inputs(0))
+
+    assert len(case("attention_scores/gpt2").regions) == 1
+    (vit,) = case("attention_scores/vit").regions
+    assert dispatch.config_for(vit.spec, vit.problem).store_align == 1
+
+    def linear_relu(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    x, w, b = (torch.randn(*s, device="meta", dtype=torch.bfloat16)
+               for s in ((256, 100), (64, 100), (64,)))  # K = 100: 200-byte rows  # fmt: skip
+    report = capture(linear_relu, x, w, b)
+    assert report.regions == []
+    ((_, side, why),) = report.unfused
+    assert side == "forward" and "cannot take these shapes" in why and "stride along M is 100" in why, why
+
+
+def test_outputs_stored_from_registers_need_n_a_multiple_of_their_vector():
+    """A kernel that stores its outputs from registers (`TileConfig.store_align`) takes any N
+    its vector divides; one that stores through TMA needs 16-byte rows; at compile time
+    (`store_align=None`) an output's N never vetoes a region."""
+    x, w, b = fc1_inputs(M, K, 50)  # 100-byte rows
+    infos = [guards.TensorInfo.of(t) for t in (x, w, b)]
+    with pytest.raises(LaunchError, match="output 0: N = 50 is not a multiple of 8 bf16"):
+        guards.check(fc1_spec(), infos)
+    assert guards.check(fc1_spec(), infos, store_align=2).N == 50
+    with pytest.raises(LaunchError, match="N = 50 is not a multiple of 4, the elements"):
+        guards.check(fc1_spec(), infos, store_align=4)
+    assert guards.check(fc1_spec(), infos, store_align=None).N == 50
+    assert guards.shape_reason(fc1_spec(), [t.to("meta") for t in (x, w, b)]) is None
 
 
 def test_an_fp32_gemm_region_is_not_formed_on_cuda(monkeypatch):

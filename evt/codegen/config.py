@@ -11,6 +11,7 @@ exhaustive sweep it is judged against.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, replace
@@ -43,7 +44,7 @@ SCHEDULERS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TileConfig:
     tile_m: int = 128
     tile_n: int = 256
@@ -60,6 +61,11 @@ class TileConfig:
     # per subtile, each thread's fragment stored by itself. Not a candidate: an experiment of
     # `config_sweep.py --configs ..._da` until measured.
     direct_aux: bool = False
+    # Every output (D and the aux stores) straight from registers, `store_align` elements per
+    # store (1, 2, 4 or 8), instead of through shared memory and a TMA store (0). TMA needs each
+    # row to start on a 16-byte boundary; an output whose N is not a multiple of 16 bytes (ViT's
+    # 197 x 197 attention scores) takes these (`heuristic` at such an N; `store_alignment`).
+    store_align: int = 0
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -81,10 +87,21 @@ class TileConfig:
         if self.epi_stages_c not in (0, 1, 2, 3, 4):
             raise CodegenError(f"unsupported {self}: the epilogue's source stages are 1 to 4 "
                                "(0: CUTLASS's choice)")  # fmt: skip
+        if self.store_align not in (0, 1, 2, 4, 8):
+            raise CodegenError(f"unsupported {self}: outputs are stored from registers 1, 2, 4 or "
+                               "8 elements at a time (0: through shared memory by TMA)")  # fmt: skip
         if self.epi_n and (self.epi_n % 16 or self.tile_n % self.epi_n or self.tile_m < self.epi_m):
             raise CodegenError(f"unsupported {self}: the epilogue tile's N must be a multiple of "
                                "16 dividing tile N, and tile M at least the schedule's "
                                f"epilogue M ({self.epi_m})")  # fmt: skip
+
+    def __repr__(self) -> str:
+        """Every field, except those added after kernels were cached (`_LATE_FIELDS`) while they
+        hold their defaults: a cache key hashes this text, so kernels built before a field
+        existed keep their keys."""
+        fields = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        shown = [f"{k}={v!r}" for k, v in fields if not (k in _LATE_FIELDS and v == _DEFAULTS[k])]
+        return f"TileConfig({', '.join(shown)})"
 
     @property
     def epi_m(self) -> int:
@@ -108,6 +125,7 @@ class TileConfig:
             + ("_sk" if self.scheduler == "streamk" else "")
             + (f"_sc{self.epi_stages_c}" if self.epi_stages_c else "")
             + ("_da" if self.direct_aux else "")
+            + (f"_sa{self.store_align}" if self.store_align else "")
         )
 
     @classmethod
@@ -116,13 +134,17 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
-                   "streamk" if sk else "persistent", int(sc or 0), bool(da))  # fmt: skip
+                   "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0))  # fmt: skip
 
 
-_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?")
+_LATE_FIELDS = ("store_align",)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
+_LABEL = re.compile(
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?"
+)
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
 
@@ -253,9 +275,21 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     empty. Each config takes its aux loads' stages from `source_stages`.
     `benchmarks/heuristic_score.py` scores this against every committed sweep: 0.994 of the
     measured best in geomean over 98 cases, 0.940 at worst (session 16)."""
-    fitting = [source_stages(spec, c) for c in CANDIDATES if fits(spec, c)]
+    align = store_alignment(spec, N)
+    candidates = [replace(c, store_align=align) for c in CANDIDATES] if align else CANDIDATES
+    fitting = [source_stages(spec, c) for c in candidates if fits(spec, c)]
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
+
+
+def store_alignment(spec: KernelSpec, N: int) -> int:
+    """0 where every N-major output (D and the aux stores) has rows of whole 16-byte vectors, so
+    TMA can store it; else the elements per register store its rows allow: the largest power of
+    two up to 8 dividing N (N = 197: 1, N = 100: 4)."""
+    dtypes = [spec.d_dtype, *(n.dtype for n in spec.nodes if isinstance(n, AuxStore))]
+    if all(N * _bytes(d) % 16 == 0 for d in dtypes):
+        return 0
+    return math.gcd(N, 8)
 
 
 def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
@@ -370,11 +404,12 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     epi_m, epi_n = cfg.epilogue_tile
     epi_tiles = epilogue_subtiles(cfg)
     stages_c, stages_d = cfg.epi_stages_c or min(epi_tiles, 4), min(epi_tiles, 2)
-    epi_bytes = epi_m * epi_n * stages_d * _bytes(spec.d_dtype)
+    # outputs stored from registers (`store_align`) take no shared memory
+    epi_bytes = 0 if cfg.store_align else epi_m * epi_n * stages_d * _bytes(spec.d_dtype)
     for n in spec.nodes:
         if isinstance(n, AuxLoad):
             epi_bytes += epi_m * epi_n * stages_c * _bytes(n.dtype)
-        elif isinstance(n, AuxStore) and not cfg.direct_aux:
+        elif isinstance(n, AuxStore) and not (cfg.direct_aux or cfg.store_align):
             epi_bytes += epi_m * epi_n * stages_d * _bytes(n.dtype)
         elif isinstance(n, RowBroadcast):
             epi_bytes += cfg.tile_n * _bytes(n.dtype)

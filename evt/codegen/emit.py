@@ -122,13 +122,15 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         element_ab=DTYPES[g.dtype][1],
         element_d=DTYPES[spec.d_dtype][1],
         a=g.a, b=g.b, nested=g.nested, **_layouts(spec),
-        nodes=[_node_view(n, names, order, g.nested, config.direct_aux) for n in plan.nodes],
+        nodes=[_node_view(n, names, order, g.nested, config) for n in plan.nodes],
+        store_d=_store_d(spec, config),
         root=names[plan.root],
         dag=plan.dag,
         num_inputs=spec.num_inputs,
         num_outputs=spec.num_outputs,
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
-        rounds=any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),  # they use kRound
+        # Compute and the stores use kRound
+        rounds=config.store_align or any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),
         deferred=any(isinstance(n, DEFERRED) for n in plan.nodes),
         tree=_tree_text(spec),
     )  # fmt: skip
@@ -168,8 +170,24 @@ def _type_names(nodes: tuple[Node, ...]) -> dict[str, str]:
     return out
 
 
+def _store_d(spec: KernelSpec, config: TileConfig) -> dict | None:
+    """D stored from registers (`TileConfig.store_align`): the element type is void for CUTLASS's
+    collective (no TMA store, no shared memory for D) and an Sm90AuxStore of 0 stages at the root
+    of the tree writes output 0, `align` elements per store; None for D through TMA."""
+    if not config.store_align:
+        return None
+    stride = STRIDE_AUX_NESTED["n"] if spec.gemm.nested else STRIDE_AUX["n"]
+    return {"align": _store_vector(config, spec.d_dtype), "stride": stride}
+
+
+def _store_vector(config: TileConfig, dtype: str) -> int:
+    """Elements per register store of an output of `dtype`: the config's alignment, at most 16
+    bytes."""
+    return min(config.store_align, 16 // DTYPES[dtype][0].itemsize)
+
+
 def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bool,
-               direct_aux: bool = False) -> dict:
+               config: TileConfig) -> dict:
     args = node_args(n)
     view: dict = {
         "kind": n.kind,
@@ -183,8 +201,12 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
     if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
     if isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory
-        view["stages"] = "0" if direct_aux else f"{names[n.name]}_desc::Stages"
-        view["comment"] += "; stored from registers" if direct_aux else ""
+        direct = config.direct_aux or config.store_align
+        view["stages"] = "0" if direct else f"{names[n.name]}_desc::Stages"
+        view["comment"] += "; stored from registers" if direct else ""
+        if config.store_align:
+            view["align"] = _store_vector(config, n.dtype)
+            view["comment"] += f", {view['align']} element(s) a store"
     if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, *WRITERS)):
         view["element"] = DTYPES[n.dtype][1]
     if isinstance(n, (RowReduction, ColReduction, ScalarReduction)):

@@ -126,13 +126,17 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
         return reason
     infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
     try:
-        check(spec, infos)
+        check(spec, infos, store_align=None)  # unaligned outputs: stored from registers
     except LaunchError as e:
         return str(e)
     return None
 
 
-def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> Problem:
+def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | None = 0) -> Problem:
+    """The launch's `Problem`, or `LaunchError` with the reason. `store_align`: how the kernel
+    stores its outputs: 0 through TMA (each output's N a whole number of 16-byte vectors),
+    a from registers a elements at a time (N a multiple of a), None for whichever kernel the
+    heuristic builds at this N (`config.store_alignment`: any N; the compile-time check)."""
     if len(infos) != spec.num_inputs:
         raise LaunchError(f"{len(infos)} inputs, the kernel takes {spec.num_inputs}")
     if len({i.device for i in infos}) > 1:
@@ -150,8 +154,13 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> Problem:
         if strides[r.input] != none and strides[r.input] != passed:
             raise LaunchError(f"input {r.input} is read in two roles with different strides")
         strides[r.input] = passed
-    for i, dtype in enumerate(spec.output_dtypes()):
-        _check_extent(f"output {i}", "N", N, dtype)
+    if store_align:
+        if N % store_align:
+            raise LaunchError(f"outputs: N = {N} is not a multiple of {store_align}, the elements "
+                              "the kernel stores at a time")  # fmt: skip
+    elif store_align is not None:
+        for i, dtype in enumerate(spec.output_dtypes()):
+            _check_extent(f"output {i}", "N", N, dtype)
     inputs = tuple(s for t in strides for s in t)
     nested = (batch[0], batch[1]) if spec.gemm.nested else None
     return Problem(M, N, K, L, inputs, output_strides(spec, M, N, batch[-1]), nested)

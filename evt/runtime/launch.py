@@ -96,6 +96,7 @@ class Library:
     run: Any
     workspace: Any
     nested: bool = False  # its ABI takes a nested batch's L1, L2 (and 4 strides per tensor)
+    store_align: int = 0  # outputs stored from registers, so many elements at a time (0: TMA)
 
 
 _libraries: dict[str, Library] = {}
@@ -124,10 +125,10 @@ def _load(path: Path) -> Library:
     got = signature().decode()
     if meta.get("signature") and got != meta["signature"]:
         raise LaunchError(f"{path} says it is {got!r}, its cache entry says {meta['signature']!r}")
-    nested = _nested(got)
+    nested, store_align = _nested(got), _store_align(got)
     run.argtypes, run.restype = RUN_ARGTYPES_NESTED if nested else RUN_ARGTYPES, ctypes.c_int
     workspace.argtypes, workspace.restype = [_I] * (6 if nested else 5), ctypes.c_size_t
-    return Library(path, name, handle, run, workspace, nested)
+    return Library(path, name, handle, run, workspace, nested, store_align)
 
 
 def _nested(signature: str) -> bool:
@@ -139,6 +140,19 @@ def _nested(signature: str) -> bool:
         return len(parts) == 3 and ir.from_json(parts[2]).gemm.nested
     except (ValueError, KeyError, TypeError):
         return False
+
+
+def _store_align(signature: str) -> int:
+    """How the library's kernel stores its outputs (`TileConfig.store_align`: 0 through TMA),
+    from the config label its signature carries."""
+    from evt.codegen.config import TileConfig
+    from evt.errors import CodegenError
+
+    parts = signature.split(";", 2)
+    try:
+        return TileConfig.from_label(parts[1]).store_align if len(parts) == 3 else 0
+    except CodegenError:
+        return 0
 
 
 @cache
@@ -189,7 +203,8 @@ class Kernel:
         problem = self._passed.get(key)
         if problem is None:
             check_device(inputs)
-            problem = guards.check(self.spec, [guards.TensorInfo.of(t) for t in inputs])
+            infos = [guards.TensorInfo.of(t) for t in inputs]
+            problem = guards.check(self.spec, infos, self.library.store_align)
             if len(self._passed) < 1024:
                 self._passed[key] = problem
         return problem

@@ -279,6 +279,26 @@ def statistics_edge_cases() -> KernelSpec:
     return KernelSpec("statistics_edge_cases", LINEAR, nodes, "logits", "f32", 3)
 
 
+
+def scaled_scores(nested: bool = False) -> KernelSpec:
+    """Attention's scores with nothing a TMA load would need aligned: D = acc * 0.125 + pos (an
+    N-vector), the scaled scores also stored (output 1); flat or read in place (L = (B, H)).
+    At ViT's 197 tokens both outputs are stored from registers (`TileConfig.store_align`)."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, True, "k"), "bf16", batched=True, nested=nested)
+    nodes = (
+        AccFetch("acc"),
+        ScalarBroadcast("scale", 0.125),
+        Compute("mul", "mul", ("acc", "scale")),
+        AuxStore("scaled", "mul", 1, "bf16"),
+        RowBroadcast("pos", 2, "bf16"),
+        Compute("add", "add", ("mul", "pos")),
+    )
+    return KernelSpec(f"scaled_scores{'_nested' if nested else ''}", gemm, nodes, "add", "bf16", 3)
+
+
+def nested_scaled_scores() -> KernelSpec:
+    return scaled_scores(nested=True)
+
 ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,

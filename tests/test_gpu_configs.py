@@ -103,29 +103,13 @@ def test_direct_aux_stores_match_the_reference(label):
         check(kernel, inputs, reference.run(spec, inputs), (label, shape))
 
 
-def _scores(nested: bool) -> ir.KernelSpec:
-    """Attention's scores with nothing a TMA load would need aligned: D = acc * 0.125 + pos (an
-    N-vector), the scaled scores also stored (output 1); flat or read in place (L = (B, H))."""
-    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16", batched=True,
-                   nested=nested)  # fmt: skip
-    nodes = (
-        ir.AccFetch("acc"),
-        ir.ScalarBroadcast("scale", 0.125),
-        ir.Compute("mul", "mul", ("acc", "scale")),
-        ir.AuxStore("scaled", "mul", 1, "bf16"),
-        ir.RowBroadcast("pos", 2, "bf16"),
-        ir.Compute("add", "add", ("mul", "pos")),
-    )
-    return ir.KernelSpec(f"scores{'_nested' if nested else ''}", gemm, nodes, "add", "bf16", 3)
-
-
 @pytest.mark.parametrize(
     "spec, label, shapes",
     [
         (specs.mlp_fc1_forward, "128x128x64_c1x1_pingpong_sa1", [(1024, 197, 512), (200, 197, 72)]),
         (specs.mlp_fc1_forward, "128x256x64_c1x1_cooperative_sa2", [(1024, 198, 512), (200, 1024, 72)]),
-        (lambda: _scores(False), "128x256x64_c1x1_cooperative_sa1", [(197, 197, 64), (200, 131, 72)]),
-        (lambda: _scores(True), "128x128x64_c1x1_pingpong_sa1", [(197, 197, 64)]),
+        (specs.scaled_scores, "128x256x64_c1x1_cooperative_sa1", [(197, 197, 64), (200, 131, 72)]),
+        (specs.nested_scaled_scores, "128x128x64_c1x1_pingpong_sa1", [(197, 197, 64)]),
     ],
     ids=["fc1-pingpong-1", "fc1-cooperative-2", "scores-1", "scores-nested-1"],
 )  # fmt: skip

@@ -29,6 +29,7 @@ from evt.graph.lower_regions import lower_regions
 from evt.graph.one_hot_scatters import rewrite_one_hot_scatters
 from evt.graph.read_heads_in_place import read_heads_in_place
 from evt.graph.recognize_statistics import recognize_statistics
+from evt.graph.restore_one_hots import restore_one_hots
 from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
 from evt.graph.split_full_means import split_full_means
@@ -67,6 +68,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
 # after lowering: what no region took goes back to what Inductor expects, then dead code goes
 CLEANUP_PASSES: list[tuple[str, Pass]] = [
     ("restore_statistics", restore_statistics),
+    ("restore_one_hots", restore_one_hots),
     ("eliminate_dead_code", eliminate_dead_code),
 ]
 

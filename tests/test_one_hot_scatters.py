@@ -120,3 +120,22 @@ def test_a_per_row_source_is_a_column_broadcast():
     want[torch.arange(x.shape[0]), t] -= weight.double()
     err = (got.double() - want / x.shape[0]).abs().max().item()
     assert err < 2e-4, err
+
+
+def test_a_one_hot_no_region_took_compiles_with_inductor(monkeypatch):
+    """Where the gradient's region is not lowered (the profitability check, max-autotune's veto,
+    a shape its kernel cannot take), the rewritten one-hot stays in the graph for Inductor,
+    which has no lowering of `where` with a number for a branch (on an H100 max-autotune's
+    cross-entropy backward failed to compile so, session 18): `restore_one_hots` gives it
+    `where.self` of scalar tensors, and the step computes what eager does."""
+    from evt.runtime import guards
+
+    monkeypatch.setattr(guards, "shape_reason", lambda spec, values: "vetoed by the test")
+    args = inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = explain(ce_backward, *args)
+        got = torch.compile(ce_backward, backend=evt_backend)(*args)
+    assert report.regions == [] and "vetoed by the test" in report.unfused[0][2], report.unfused
+    want = exact(*args)
+    assert (got.double() - want).abs().max().item() <= (ce_backward(*args).double() - want).abs().max().item() + 1e-3

@@ -388,9 +388,8 @@ def register_store_factor(cfg: TileConfig, dtype: str) -> float:
     one element at a time (factor 8), ran in 232 us fused against 156 us for cuBLAS's bare GEMM
     (207 us with Inductor's scaling kernel); GPT-2's and BERT's (aligned) scores so stored ran
     4.0-4.7x slower than through TMA at every tile config swept (the model: 5.7x); aux stores
-    from registers two bf16 at a time
-    (`direct_aux`, factor 4) ran the exact GELU with its pre-activation stored at 0.51-0.80 of
-    the bare GEMM against 0.73-0.91 through TMA."""
+    from registers two bf16 at a time (`direct_aux`, factor 4) ran the exact GELU with its
+    pre-activation stored at 0.51-0.80 of the bare GEMM against 0.73-0.91 through TMA."""
     if not cfg.store_align:
         return 1.0
     size = _bytes(dtype)

@@ -1,0 +1,68 @@
+"""`scripts/kernel_pack.py`: kernels built on one machine travel to another's cache in an archive
+(with a fake compiler: milliseconds, no nvcc)."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from evt.runtime import build, cache
+from scripts import kernel_pack
+from tests.runtime_fakes import FakeEmitter, fake_compile, fc1_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def machines(tmp_path, monkeypatch):
+    """A cache here (`here`), an empty one on the other machine (`there`), and the pack folder."""
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path / "here"))
+    monkeypatch.setenv("EVT_TEST_COUNTER", str(tmp_path / "calls"))
+    monkeypatch.setattr(build, "EMITTER", FakeEmitter)
+    monkeypatch.setattr(build, "_futures", {})
+    monkeypatch.setattr(kernel_pack, "PACK", tmp_path / "kpack")
+    (tmp_path / "kpack").mkdir()
+    return tmp_path
+
+
+def unpack(archive: Path, root: Path) -> None:
+    """What scripts/device_env.sh does with each carried archive."""
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-xJf", str(archive), "-C", str(root)], check=True)
+
+
+def test_a_packed_kernel_is_found_on_the_other_machine(machines, monkeypatch, capsys):
+    so = build.build(fc1_spec(), compile_fn=fake_compile)
+    key = so.parent.name
+    broken = build.build(fc1_spec("other", dtype="f16"), compile_fn=fake_compile)
+    broken.write_bytes(b"truncated")  # fails its integrity record: not packed
+    archive = machines / "kpack" / "kernels.tar.xz"
+    kernel_pack.pack(archive, new_only=False)
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == sorted(f"{key}/{f}" for f in
+                                                (cache.SO, cache.CU, cache.LOG, cache.META))  # fmt: skip
+    monkeypatch.setenv("EVT_CACHE_DIR", str(machines / "there"))
+    assert cache.lookup(key) is None
+    unpack(archive, machines / "there")
+    assert cache.lookup(key) == machines / "there" / key / cache.SO
+    assert build.plan(fc1_spec(), compile_fn=fake_compile).key == key  # the same job there
+    # what the other machine builds next goes back alone
+    monkeypatch.setattr(build, "_futures", {})
+    extra = build.build(fc1_spec(dtype="f16"), compile_fn=fake_compile).parent.name
+    back = machines / "kernels-1.tar.xz"
+    kernel_pack.pack(back, new_only=True)
+    with tarfile.open(back) as tar:
+        assert {n.split("/")[0] for n in tar.getnames()} == {extra}
+    capsys.readouterr()
+    kernel_pack.pack(machines / "kpack" / "kernels-1.tar.xz", new_only=True)  # now carried too
+    kernel_pack.pack(machines / "again.tar.xz", new_only=True)
+    assert "no finished entry not carried" in capsys.readouterr().out
+    assert not (machines / "again.tar.xz").exists()
+
+
+def test_device_env_unpacks_every_carried_archive():
+    text = (ROOT / "scripts" / "device_env.sh").read_text()
+    assert "for pack in .kpack/*.tar.xz" in text and 'tar -xJf "$pack" -C "$EVT_CACHE_DIR"' in text

@@ -38,7 +38,6 @@ ARCHIVE = PACK / "kernels.tar.xz"
 def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> None:
     import torch
 
-    from evt.bench import ops
     from evt.bench.plan import make_plan
     from evt.bench.prebuild import prebuild
     from evt.codegen.config import TileConfig
@@ -54,46 +53,13 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
     op_cases = [c for c in cases if c.kind == "op"]
     if configs:
         extra = [TileConfig.from_label(label) for label in configs]
-        n = _build_at(ops, op_cases, dtype, lambda spec, problem: extra)
+        n = prebuild(op_cases, dtype, print, configs=lambda spec, problem: extra)
         print(f"{n} kernels at {', '.join(configs)}")
     if autotune:
         from evt.runtime.autotune import shortlist
 
-        n = _build_at(ops, op_cases, dtype, lambda spec, problem: shortlist(spec, problem))
+        n = prebuild(op_cases, dtype, print, configs=shortlist)
         print(f"{n} kernels on max-autotune's shortlists (EVT_AUTOTUNE_TOP and one per schedule)")
-
-
-def _build_at(ops, cases, dtype, configs_of) -> int:
-    """Each op case's regions at each of `configs_of(spec, problem)` (a config a region cannot
-    take is skipped)."""
-    import warnings
-
-    import evt
-    from evt.errors import CodegenError
-    from evt.runtime import build as kbuild
-    from evt.runtime import dispatch
-
-    futures = {}
-    for case in cases:
-        w = ops.build(case, dtype, "meta")
-        with warnings.catch_warnings(), dispatch.reference_only():
-            warnings.simplefilter("ignore")
-            report = evt.explain(w.target, *w.make_inputs(0))
-        w.release()
-        for r in report.regions:
-            for config in configs_of(r.spec, r.problem):
-                try:
-                    job = kbuild.plan(r.spec, config)
-                except CodegenError as e:
-                    print(f"skip {case.name} at {config.label}: {str(e).splitlines()[0][:160]}")
-                    continue
-                futures.setdefault(job.key, kbuild.submit(job))
-    for f in futures.values():
-        try:
-            f.result()
-        except Exception as e:  # noqa: BLE001 - say which failed, pack the rest
-            print(f"a kernel failed to build: {str(e).splitlines()[0][:200]}")
-    return len(futures)
 
 
 def carried_keys() -> set[str]:

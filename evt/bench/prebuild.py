@@ -26,11 +26,19 @@ from evt.bench.workload import Case
 
 
 def prebuild(
-    cases: Iterable[Case], dtype: torch.dtype, log: Callable[[str], None], device: str = "meta"
+    cases: Iterable[Case],
+    dtype: torch.dtype,
+    log: Callable[[str], None],
+    device: str = "meta",
+    configs: Callable | None = None,
 ) -> int:
     """Start (and wait for) every kernel build, each case captured on `device` ("cuda": the
-    run's own graphs; "meta": shapes only); returns how many distinct kernels were asked."""
+    run's own graphs; "meta": shapes only); returns how many distinct kernels were asked.
+    `configs(spec, problem)`: the tile configs to build each region at (default: the one the
+    run picks, `dispatch.config_for`; scripts/kernel_pack.py asks for others); a config a region
+    cannot take is skipped with a line in the log."""
     import evt
+    from evt.errors import CodegenError
     from evt.runtime import build, dispatch
 
     futures = {}
@@ -46,8 +54,13 @@ def prebuild(
             log(f"[evt] prebuild: could not capture {case.name}: {type(e).__name__}: {e}")
             continue
         for r in report.regions:
-            job = build.plan(r.spec, dispatch.config_for(r.spec, r.problem))
-            futures.setdefault(job.key, build.submit(job))
+            for config in configs(r.spec, r.problem) if configs else [dispatch.config_for(r.spec, r.problem)]:
+                try:
+                    job = build.plan(r.spec, config)
+                except CodegenError as e:
+                    log(f"[evt] prebuild: {case.name} at {config.label}: {str(e).splitlines()[0][:160]}")
+                    continue
+                futures.setdefault(job.key, build.submit(job))
     dispatch.reset()
     log(f"[evt] prebuilding {len(futures)} kernels in parallel")
     for f in futures.values():

@@ -128,9 +128,9 @@ def test_outputs_stored_from_registers():
     assert cfg.label == "128x128x64_c1x1_pingpong_sa2" and TileConfig.from_label(cfg.label) == cfg
     text = render(spec, cfg)
     assert "using ElementD = void;\nusing ElementDOut = cutlass::bfloat16_t;" in text
-    assert "fusion::Sm90AuxStore<0, void, ElementDOut, kRound" in text
+    assert "fusion::Sm90AuxStore<0, void, ElementDOut, kRound, LayoutD, void, void," in text
     assert "using CustomEVT = fusion::Sm90EVT<EvtStoreD, EvtTree>;" in text
-    assert "{out_ptr<ElementDOut>(outputs, 0), store_d_stride}" in text
+    assert "{out_ptr<ElementDOut>(outputs, 0), stride_d}" in text
     aux = r"fusion::Sm90AuxStore<\n    0, evt_save_add_desc::EpilogueTile, [^;]*/\*Alignment\*/ 2>"
     assert re.search(aux, text), text  # the pre-activation
     assert mainloop_stages(spec, cfg) > mainloop_stages(spec, replace(cfg, store_align=0))

@@ -176,8 +176,7 @@ def _store_d(spec: KernelSpec, config: TileConfig) -> dict | None:
     of the tree writes output 0, `align` elements per store; None for D through TMA."""
     if not config.store_align:
         return None
-    stride = STRIDE_AUX_NESTED["n"] if spec.gemm.nested else STRIDE_AUX["n"]
-    return {"align": _store_vector(config, spec.d_dtype), "stride": stride}
+    return {"align": _store_vector(config, spec.d_dtype)}
 
 
 def _store_vector(config: TileConfig, dtype: str) -> int:

@@ -387,6 +387,44 @@ def test_unfused_path_is_timed_compiled_by_inductor(monkeypatch):
         torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-5)
 
 
+def _timed_by(monkeypatch, region, built, capturable: bool):
+    """`autotune.measure` with its own timer choice, CUDA graphs and timers replaced by fakes that
+    record what each timed: (decision, [(timer, what)])."""
+    monkeypatch.setattr(autotune, "time_candidates",
+                        lambda b, p, timer, device: {"cfg": timer("kernel")})  # fmt: skip
+    seen = []
+
+    def replay_ms(fn):
+        if not capturable and fn != "kernel":
+            raise RuntimeError("operation not permitted when stream is capturing\nmore")
+        seen.append(("replay", fn if fn == "kernel" else "unfused"))
+        return 1.0 if fn == "kernel" else 2.0
+
+    def gpu_ms(fn):
+        seen.append(("calls", fn if fn == "kernel" else "unfused"))
+        return 3.0 if fn == "kernel" else 2.0
+
+    monkeypatch.setattr(autotune.timing, "replay_ms", replay_ms)
+    monkeypatch.setattr(autotune.timing, "gpu_ms", gpu_ms)
+    return autotune.measure(region, built, _problem(built), device="cpu"), seen
+
+
+def test_both_sides_are_timed_from_cuda_graph_replays(monkeypatch):
+    """The fused kernel and the unfused path are both timed from graph replays (the host's launch
+    cost is not counted on either side); where the unfused path cannot be captured both are
+    timed per call instead, and the decision says why."""
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    decision, seen = _timed_by(monkeypatch, region, built, capturable=True)
+    assert seen == [("replay", "unfused"), ("replay", "kernel")]
+    assert decision.fuse and decision.timer == autotune.GRAPHS
+    assert "timed as cuda graph replays" in autotune.describe(decision)
+    decision, seen = _timed_by(monkeypatch, region, built, capturable=False)
+    assert seen == [("calls", "unfused"), ("calls", "kernel")]
+    assert not decision.fuse and (decision.fused_ms, decision.unfused_ms) == (3.0, 2.0)
+    assert decision.timer == ("calls (the unfused path could not be captured: RuntimeError: "
+                              "operation not permitted when stream is capturing)")  # fmt: skip
+
+
 def _no_compiler(gm, inputs):
     raise RuntimeError("no C++ compiler")
 

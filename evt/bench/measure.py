@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from evt.runtime.timing import cuda_time_ms
+from evt.runtime import timing
 
 L2_BYTES_DEFAULT = 50 * 2**20  # H100 / H200
 MAX_INPUT_SETS = 8
@@ -39,22 +39,13 @@ def sync(device: str) -> None:
 def timer_name(device: str) -> str:
     if not device.startswith("cuda"):
         return "cpu-wallclock"
-    try:
-        import triton.testing  # noqa: F401
-    except ImportError:
-        return "cuda-events"
-    return "triton.do_bench"
+    return "triton.do_bench" if timing.has_triton() else "cuda-events"
 
 
 def time_ms(fn: Callable[[], object], device: str) -> float:
     """The median time of one call of `fn`, in milliseconds."""
-    name = timer_name(device)
-    if name == "triton.do_bench":
-        import triton.testing
-
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    if name == "cuda-events":
-        return cuda_time_ms(fn, warmup=10, reps=50)
+    if device.startswith("cuda"):
+        return timing.gpu_ms(fn)
     return _wallclock_ms(fn)
 
 
@@ -85,20 +76,8 @@ def input_set_count(working_set: int, l2: int) -> int:
 
 def graph_time_ms(fn: Callable, input_sets: list[tuple], device: str) -> float:
     """The median time of `fn` on rotating input sets, each call replayed from a CUDA graph
-    captured after warm-up on a side stream (as `torch.cuda.graphs` asks)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for inputs in input_sets:
-            for _ in range(2):
-                fn(*inputs)
-    torch.cuda.current_stream().wait_stream(side)
-    graphs = []
-    for inputs in input_sets:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn(*inputs)
-        graphs.append(g)
+    captured after warm-up on a side stream (`evt.runtime.timing.capture`)."""
+    graphs = [timing.capture(lambda inputs=inputs: fn(*inputs)) for inputs in input_sets]
     cycle = itertools.cycle(graphs)
     return time_ms(lambda: next(cycle).replay(), device)
 

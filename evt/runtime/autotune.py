@@ -13,11 +13,14 @@ for it. For every region, on the problem shape the graph carries:
    swizzles 1, 2, 4, 8: runtime arguments of one binary, so they cost no build; on the H100 a
    swizzle moved small-K kernels by up to 28%, and one that does not divide the grid adds
    tiles), its outputs checked against the reference path (a config that computes something
-   else is rejected), and is timed with CUDA events;
+   else is rejected), and is timed from replays of a CUDA graph (`pick_timer`: the host's cost of
+   a call, tens of microseconds for evt's Python launch, is not the GPU's; timed per call with
+   it included, the unfused path won regions it then lost by up to 29% in the compiled step);
 3. the unfused path is timed on the same shapes as the rest of the graph would run it
    (`evt.runtime.unfused`): the region's nodes compiled by Inductor with the compile's own
    settings (cuBLAS, or Inductor's max-autotune GEMM choice, plus one or two fused Triton
-   kernels), without CUDA graphs, as the fused kernel is timed; op by op in eager on
+   kernels), replayed from a CUDA graph as the fused kernel is (both sides timed per call
+   instead where the unfused path cannot be captured); op by op in eager on
    `rest="eager"`, or where Inductor fails to compile them (the decision says which ran);
 4. the region is lowered with the fastest config and tile order if that is faster than the
    unfused path, else it is left in the graph (where Inductor or eager runs it). The order
@@ -53,13 +56,13 @@ import evt
 from evt import debug, ir
 from evt.codegen.config import TileConfig, heuristic
 from evt.errors import LaunchError
-from evt.runtime import build, dispatch, guards, launch, reference, unfused
+from evt.runtime import build, dispatch, guards, launch, reference, timing, unfused
 from evt.runtime import cache as kernel_cache
 from evt.runtime.launch import EVT_ORDER, TileOrder
-from evt.runtime.timing import cuda_time_ms, random_like
+from evt.runtime.timing import random_like
 
-SCHEMA = 3  # of the cached decisions; 3: tile orders timed (2: the unfused path compiled by
-# Inductor; 1: eager)
+SCHEMA = 4  # of the cached decisions; 4: timed from CUDA graph replays (3: tile orders timed,
+# each call timed with the host's launch in it; 2: the unfused path compiled by Inductor; 1: eager)
 DEFAULT_ORDERS = "0:1,0:2,0:4,0:8"  # besides evt's own 0:0, always timed first
 
 Timer = Callable[[Callable[[], object]], float]
@@ -77,6 +80,7 @@ class Decision:
     baseline: str = ""  # the unfused path asked for: `unfused.baseline` ("inductor ...", "eager")
     unfused_by: str = ""  # what ran when `unfused_ms` was timed ("" if it was not)
     tile_order: str = ""  # the chosen tile order's label ("": evt's, 0:0)
+    timer: str = ""  # how both sides were timed (`pick_timer`)
 
 
 def top_k() -> int:
@@ -170,7 +174,8 @@ def describe(d: Decision) -> str:
     order = d.tile_order or EVT_ORDER.label
     verdict = f"fused with {d.config} in tile order {order}" if d.fuse else "left unfused"
     timed = f"({d.unfused_by}) {d.unfused_ms:.4f} ms" if d.unfused_ms is not None else "n/a"
-    return f"{verdict} ({d.reason}); unfused {timed}; {times}"
+    how = f"; timed as {d.timer}" if d.timer else ""
+    return f"{verdict} ({d.reason}); unfused {timed}; {times}{how}"
 
 
 def config_of(spec: ir.KernelSpec, problem, label: str) -> TileConfig:
@@ -183,12 +188,36 @@ def config_of(spec: ir.KernelSpec, problem, label: str) -> TileConfig:
 def measure(
     region, built, problem, timer: Timer | None = None, baseline: str = "inductor", device="cuda"
 ) -> Decision:
-    """Time the candidates and the unfused path (see the module docstring)."""
-    timer = timer or cuda_time_ms
-    timings = time_candidates(built, problem, timer, device)
+    """Time the candidates and the unfused path (see the module docstring) with `timer`, by
+    default from CUDA graph replays (`pick_timer`)."""
     runner = unfused.runner(region, baseline, device)
-    decision = choose(timings, timer(runner.run) if runner is not None else None)
-    return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "")
+    unfused_ms, how = None, "given timer"
+    if timer is None:
+        timer, how, unfused_ms = pick_timer(runner)
+    if runner is not None and unfused_ms is None:
+        unfused_ms = timer(runner.run)
+    timings = time_candidates(built, problem, timer, device)
+    decision = choose(timings, unfused_ms)
+    return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "", timer=how)
+
+
+def pick_timer(runner: unfused.Runner | None) -> tuple[Timer, str, float | None]:
+    """(timer, what it times, the unfused path's time if taken): replays of CUDA graphs, so the
+    host's cost of a call (evt's Python launch, Inductor's wrapper) is not counted on either side,
+    as under CUDA graphs or with the host running ahead of the GPU; calls timed back to back for
+    every side where the unfused path cannot be captured."""
+    if runner is None:
+        return timing.replay_ms, GRAPHS, None
+    try:
+        return timing.replay_ms, GRAPHS, timing.replay_ms(runner.run)
+    except Exception as e:  # noqa: BLE001 - e.g. a host sync inside the unfused path
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
+        debug.log(1, f"autotune: the unfused path could not be captured in a CUDA graph ({why}); "
+                     f"timing calls instead")  # fmt: skip
+        return timing.gpu_ms, f"calls (the unfused path could not be captured: {why})", None
+
+
+GRAPHS = "cuda graph replays"
 
 
 def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[str, float]:

@@ -8,7 +8,8 @@ region's nodes are copied into a small `GraphModule` (`module`: the region's inp
 placeholders, its outputs read outside the region become the outputs; `evt::softmax_sum` is turned
 back into aten as `restore_statistics` does for an unfused graph) and compiled with Inductor
 under the settings of the compile that is running (`mode="max-autotune"`'s included), minus evt's
-own pass and CUDA graphs: the fused kernel is timed without graphs, so the unfused path is too.
+own pass and Inductor's CUDA graphs (max-autotune captures and replays both sides itself,
+`evt.runtime.autotune.pick_timer`).
 If Inductor fails to compile it, the nodes run one by one as eager runs them, with a warning, and
 the baseline says so. On `rest="eager"` the rest does run op by op, so that is the baseline.
 

@@ -425,6 +425,22 @@ def test_both_sides_are_timed_from_cuda_graph_replays(monkeypatch):
                               "operation not permitted when stream is capturing)")  # fmt: skip
 
 
+def test_candidates_are_checked_on_operands_scaled_to_unit_accumulators():
+    """The GEMM's operands are scaled by K^-1/4 each (accumulators of unit variance, no exp()
+    overflow for a config to differ from the reference on); other inputs are left as drawn."""
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    problem = _problem(built)
+    torch.manual_seed(0)
+    drawn = [autotune.random_like(n.meta["val"], "cpu") for n in built.inputs]
+    torch.manual_seed(0)
+    got = autotune.candidate_inputs(built, problem, "cpu")
+    operands = {built.spec.gemm.a.input, built.spec.gemm.b.input}
+    assert len(operands) == 2 and len(got) == len(drawn) > 2  # x, w and the bias
+    for i, (g, d) in enumerate(zip(got, drawn)):
+        scale = problem[2] ** -0.25 if i in operands else 1.0
+        torch.testing.assert_close(g, d * scale)
+
+
 def _no_compiler(gm, inputs):
     raise RuntimeError("no C++ compiler")
 

@@ -8,14 +8,15 @@ for it. For every region, on the problem shape the graph carries:
    each schedule (cooperative, ping-pong) not among them, are built in parallel (`shortlist`:
    the cost model's blind spot is the schedule: on the H100 ping-pong won LayerNorm's
    statistics where the heuristic ranks it last);
-2. each kernel runs **with its fused epilogue** on random inputs laid out as the graph's, in
+2. each kernel runs **with its fused epilogue** on random inputs laid out as the graph's (the
+   GEMM's operands scaled so its accumulator has unit variance: `candidate_inputs`), in
    every tile order of `EVT_AUTOTUNE_ORDERS` (raster:swizzle, default evt's own 0:0 and the
    swizzles 1, 2, 4, 8: runtime arguments of one binary, so they cost no build; on the H100 a
    swizzle moved small-K kernels by up to 28%, and one that does not divide the grid adds
    tiles), its outputs checked against the reference path (a config that computes something
    else is rejected), and is timed from replays of a CUDA graph (`pick_timer`: the host's cost of
-   a call, tens of microseconds for evt's Python launch, is not the GPU's; timed per call with
-   it included, the unfused path won regions it then lost by up to 29% in the compiled step);
+   a call is not the GPU's; on the H100 it added 21 us to a 67 us fused kernel and 44 us to
+   its unfused path);
 3. the unfused path is timed on the same shapes as the rest of the graph would run it
    (`evt.runtime.unfused`): the region's nodes compiled by Inductor with the compile's own
    settings (cuBLAS, or Inductor's max-autotune GEMM choice, plus one or two fused Triton
@@ -227,7 +228,7 @@ def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[
     orders = tile_orders()
     candidates = shortlist(spec, problem)
     jobs = {cfg.label: build.prefetch(spec, cfg, compile_fn=dispatch.COMPILE_FN) for cfg in candidates}
-    inputs = [random_like(n.meta["val"], device) for n in built.inputs]
+    inputs = candidate_inputs(built, problem, device)
     want = reference.run(spec, inputs)
     timings: dict[str, float] = {}
     for label, job in jobs.items():
@@ -248,6 +249,20 @@ def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[
                 debug.log(1, f"autotune {spec.name}: config {key} rejected: {e}")
                 timings[key] = math.inf
     return timings
+
+
+def candidate_inputs(built, problem, device: str = "cuda") -> list[torch.Tensor]:
+    """Random inputs laid out as the graph's, the GEMM's two operands scaled by K^-1/4 each so
+    its accumulator has unit variance, as a layer's pre-activations roughly do. Unscaled, it
+    has K^1/2 (28 at K = 768): exp() in a softmax or cross-entropy epilogue then overflows at
+    the largest elements, where a kernel's inf next to the reference's 3e38 rejected every
+    config of GPT-2's and BERT's cross-entropy backward on the H100."""
+    inputs = [random_like(n.meta["val"], device) for n in built.inputs]
+    scale = float(problem[2]) ** -0.25
+    for operand in (built.spec.gemm.a, built.spec.gemm.b):
+        if inputs[operand.input].is_floating_point():
+            inputs[operand.input].mul_(scale)
+    return inputs
 
 
 def choose(timings: dict[str, float], unfused_ms: float | None) -> Decision:

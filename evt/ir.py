@@ -52,6 +52,20 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name][0]
 
 
+def has_strides(t: torch.Tensor, strides: tuple) -> bool:
+    """Whether `t` has `strides` where they matter (a mode of extent 1 may have any)."""
+    return all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides, strict=True))
+
+
+def row_pitch(n: int, dtype: str) -> int:
+    """The row stride, in elements, of a freshly allocated [L,] M, N output: N rounded up to
+    whole 16-byte vectors, which TMA stores need (ViT's 197 bf16 attention scores: 200). The
+    kernel stores the N columns; the pad is never written or read (the tensor is [L,] M, N
+    with these strides, as Inductor's padded buffers are)."""
+    per = 16 // torch_dtype(dtype).itemsize
+    return -(-n // per) * per
+
+
 # ---------------------------------------------------------------------------------------------
 # GEMM
 # ---------------------------------------------------------------------------------------------
@@ -384,19 +398,41 @@ class KernelSpec:
         return shapes
 
     def output_strides(self, m, n, l2=1) -> tuple[int, ...]:
-        """The (M, N, L) strides of each freshly allocated (contiguous) output: D and aux stores
-        [L,] M, N row-major; stride 0 along the modes a vector or a scalar is reduced over. A
-        nested batch (L = L1 x L2) has (M, N, L1, L2) strides: the outputs are the same
-        contiguous [L1 * L2, ...] tensors."""
+        """The (M, N, L) strides of each freshly allocated output: D and aux stores [L,] M, N
+        row-major with rows `row_pitch` elements apart; stride 0 along the modes a vector or a
+        scalar is reduced over. A nested batch (L = L1 x L2) has (M, N, L1, L2) strides: the
+        outputs are the same [L1 * L2, ...] tensors."""
+        def full(dtype: str) -> tuple:
+            p = row_pitch(n, dtype)
+            if self.gemm.nested:
+                return (p, 1, l2 * m * p, m * p)
+            return (p, 1, m * p if self.gemm.batched else 0)
+
         by_kind: dict[str, tuple]
         if self.gemm.nested:
-            by_kind = {"full": (n, 1, l2 * m * n, m * n), "row": (0, 1, 0, 0),
-                       "col": (1, 0, l2 * m, m), "scalar": (0, 0, 0, 0)}  # fmt: skip
+            by_kind = {"row": (0, 1, 0, 0), "col": (1, 0, l2 * m, m), "scalar": (0, 0, 0, 0)}
         else:
-            by_kind = {"full": (n, 1, m * n if self.gemm.batched else 0), "row": (0, 1, 0),
-                       "col": (1, 0, m if self.gemm.batched else 0), "scalar": (0, 0, 0)}  # fmt: skip
-        return tuple(s for strides in [by_kind["full"]] + [by_kind[o.vector] for o in self.outputs()]
-                     for s in strides)  # fmt: skip
+            by_kind = {"row": (0, 1, 0), "col": (1, 0, m if self.gemm.batched else 0),
+                       "scalar": (0, 0, 0)}  # fmt: skip
+        per_output = [full(self.d_dtype)] + [
+            full(o.dtype) if o.vector == "full" else by_kind[o.vector] for o in self.outputs()
+        ]
+        return tuple(s for strides in per_output for s in strides)
+
+    def output_layouts(self, m, n, l) -> list[tuple[tuple, tuple]]:  # noqa: E741
+        """(shape, torch strides) of each freshly allocated output, as the kernel, the fake
+        implementation and the reference path all allocate it: contiguous but for the rows of
+        D and the aux stores, `row_pitch` elements apart."""
+        layouts = []
+        kinds = ["full"] + [o.vector for o in self.outputs()]
+        for shape, dtype, kind in zip(self.output_shapes(m, n, l), self.output_dtypes(), kinds):
+            strides = list(torch._prims_common.make_contiguous_strides_for(shape))
+            if kind == "full":  # [L,] M, N
+                strides[-2] = row_pitch(n, dtype)
+                if len(shape) == 3:
+                    strides[0] = m * strides[-2]
+            layouts.append((tuple(shape), tuple(strides)))
+        return layouts
 
     def node(self, name: str) -> Node:
         for n in self.nodes:

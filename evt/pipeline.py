@@ -17,6 +17,7 @@ from evt import debug
 from evt.codegen import profit
 from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
+from evt.graph.contain_padded_outputs import contain_padded_outputs
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.eliminate_noop_clones import eliminate_noop_clones
@@ -67,6 +68,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
 ]
 # after lowering: what no region took goes back to what Inductor expects, then dead code goes
 CLEANUP_PASSES: list[tuple[str, Pass]] = [
+    ("contain_padded_outputs", contain_padded_outputs),
     ("restore_statistics", restore_statistics),
     ("restore_one_hots", restore_one_hots),
     ("eliminate_dead_code", eliminate_dead_code),

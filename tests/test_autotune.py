@@ -35,19 +35,23 @@ def test_heuristic_ranks_fitting_candidates(shape):
         assert est == sorted(est) and all(e > 0 and math.isfinite(e) for e in est)
 
 
-def test_unaligned_outputs_are_stored_from_registers():
-    """Where an output's rows are not whole 16-byte vectors (TMA's unit), every config the
-    heuristic offers stores its outputs from registers, as many elements at a time as N allows
-    (at most 8); aligned outputs keep TMA stores."""
+def test_unaligned_outputs_get_padded_rows_and_tma_stores():
+    """Where an output's rows are not whole 16-byte vectors (TMA's unit), the outputs are
+    allocated with rows padded to one (`ir.row_pitch`, per output dtype) and the heuristic keeps
+    TMA stores; the kernel's ABI strides and the tensors' strides agree."""
     spec = specs.mlp_fc1_forward()  # bf16 D and a bf16 aux store
-    assert {c.store_align for c in cfgs.heuristic(spec, 8192, 768, 768)} == {0}
-    assert {c.store_align for c in cfgs.heuristic(spec, 8192, 197, 768)} == {1}
-    assert {c.store_align for c in cfgs.heuristic(spec, 8192, 100, 768)} == {4}
-    f32 = specs.dag_square()  # fp32 D: 4 elements fill 16 bytes
-    assert cfgs.store_alignment(f32, 4) == 0 and cfgs.store_alignment(f32, 6) == 2
+    for n in (768, 197, 100):
+        assert {c.store_align for c in cfgs.heuristic(spec, 8192, n, 768)} == {0}
+    assert [ir.row_pitch(197, d) for d in ("bf16", "f32", "b8")] == [200, 200, 208]
+    assert [ir.row_pitch(n, "bf16") for n in (8, 768, 100)] == [8, 768, 104]
+    (d, _), (aux, _) = spec.output_layouts(64, 197, 1)[:2], spec.output_layouts(64, 100, 1)[:2]
+    assert d == ((64, 197), (200, 1)) and aux == ((64, 100), (104, 1))
     vit = specs.attention_scores()  # batched: ViT's 197 tokens
-    ranked = cfgs.heuristic(vit, 197, 197, 64, 768)
-    assert ranked and all(c.store_align == 1 and cfgs.fits(vit, c) for c in ranked)
+    assert vit.output_layouts(197, 197, 768)[0] == ((768, 197, 197), (197 * 200, 200, 1))
+    assert vit.output_strides(197, 197, 768)[:3] == (200, 1, 197 * 200)
+    assert all(c.store_align == 0 for c in cfgs.heuristic(vit, 197, 197, 64, 768))
+    nested = specs.nested_attention_scores()  # [L1 * L2, M, N] with (M, N, L1, L2) ABI strides
+    assert nested.output_strides(197, 197, 12)[:4] == (200, 1, 12 * 197 * 200, 197 * 200)
 
 
 def test_heuristic_follows_the_sweep():

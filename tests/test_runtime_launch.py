@@ -72,7 +72,7 @@ def test_preallocated_outputs_are_written(kernel):
     poisoned = [torch.full((64, 48), float("nan"), dtype=torch.bfloat16) for _ in range(2)]
     outs = kernel.launch(kernel.guard(inputs), inputs, poisoned)
     assert outs is poisoned and not outs[0].isnan().any()
-    with pytest.raises(LaunchError, match="output 1 must be a contiguous"):
+    with pytest.raises(LaunchError, match=r"output 1 must be a 16-byte aligned \(64, 48\) torch.bfloat16 tensor with strides \(48, 1\)"):
         kernel.launch(kernel.guard(inputs), inputs, [poisoned[0], poisoned[1].t()])
 
 

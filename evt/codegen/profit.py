@@ -26,9 +26,8 @@ measures instead (`evt.runtime.autotune`). `EVT_PROFIT=0` turns the check off.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
-from evt.codegen.config import estimate, fits, heuristic, unrestricted_key
+from evt.codegen.config import estimate, heuristic, unrestricted_key
 from evt.ir import KernelSpec
 
 # One 128x256x64 k-block on one SM at cuBLAS's speed (H100: 8192 x 768 x 50304 in 793 us is
@@ -58,10 +57,7 @@ def _predict(spec: KernelSpec, problem, saved_bytes: int):
     ranked = heuristic(spec, *problem)
     if not ranked:
         return None
-    # the unfused GEMM stores D as cuBLAS does, whole vectors (evt's kernel may have to store
-    # from registers where D's rows are not whole 16-byte vectors: `config.store_alignment`)
-    tma = [c for c in (replace(c, store_align=0) for c in ranked) if fits(spec, c)] or ranked
-    free = min(tma, key=lambda c: unrestricted_key(spec, c, *problem, balanced=True))
+    free = min(ranked, key=lambda c: unrestricted_key(spec, c, *problem, balanced=True))
     fused = estimate(spec, ranked[0], *problem) * UNIT_US
     unrestricted = estimate(spec, free, *problem, balanced=True) * UNIT_US
     return fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US, ranked[0]
@@ -76,9 +72,7 @@ def slower_reason(spec: KernelSpec, problem, saved_bytes: int) -> str | None:
     if predicted is None or predicted[0] <= predicted[1] * (1 + MARGIN):
         return None
     fused, unfused, config = predicted
-    why = ("its outputs stored from registers (rows not whole 16-byte vectors, which TMA needs)"
-           if config.store_align else
-           "the tile its epilogue leaves, or a partial last wave run whole,")  # fmt: skip
     return (f"predicted slower fused ({fused:.0f} us at {config.label}) than cuBLAS + "
-            f"Inductor ({unfused:.0f} us) at (M, N, K, L) = {tuple(problem)}: {why} costs more "
-            "than the fusion saves (EVT_PROFIT=0 keeps it)")  # fmt: skip
+            f"Inductor ({unfused:.0f} us) at (M, N, K, L) = {tuple(problem)}: the tile its "
+            "epilogue leaves, or a partial last wave run whole, costs more than the fusion saves "
+            "(EVT_PROFIT=0 keeps it)")  # fmt: skip

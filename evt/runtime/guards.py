@@ -58,7 +58,7 @@ class Problem:
     K: int
     L: int
     input_strides: tuple[int, ...]  # 3 per input (4 nested), CUTLASS mode order
-    output_strides: tuple[int, ...] = ()  # 3 (4) per output (contiguous outputs), CUTLASS order
+    output_strides: tuple[int, ...] = ()  # 3 (4) per output (`KernelSpec.output_strides`), CUTLASS order
     nested: tuple[int, int] | None = None  # a nested batch's (L1, L2), L = L1 * L2
 
     @property
@@ -68,9 +68,9 @@ class Problem:
 
 
 def output_strides(spec: ir.KernelSpec, M: int, N: int, L2: int = 1) -> tuple[int, ...]:
-    """The (M, N, L) strides of each freshly allocated output: [L, M, N] row-major, or a vector
-    or scalar a reduction writes (stride 0 along the reduced modes): `KernelSpec.output_strides`
-    ((M, N, L1, L2) for a nested batch)."""
+    """The (M, N, L) strides of each freshly allocated output: [L, M, N] row-major with rows
+    padded to 16 bytes (`ir.row_pitch`), or a vector or scalar a reduction writes (stride 0
+    along the reduced modes): `KernelSpec.output_strides` ((M, N, L1, L2) for a nested batch)."""
     return spec.output_strides(M, N, L2)
 
 
@@ -126,7 +126,7 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
         return reason
     infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
     try:
-        check(spec, infos, store_align=None)  # unaligned outputs: stored from registers
+        check(spec, infos)
     except LaunchError as e:
         return str(e)
     return None
@@ -134,9 +134,9 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
 
 def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | None = 0) -> Problem:
     """The launch's `Problem`, or `LaunchError` with the reason. `store_align`: how the kernel
-    stores its outputs: 0 through TMA (each output's N a whole number of 16-byte vectors),
-    a from registers a elements at a time (N a multiple of a), None for whichever kernel the
-    heuristic builds at this N (`config.store_alignment`: any N; the compile-time check)."""
+    stores its outputs: 0 (or None) through TMA, any N (the outputs' rows are padded to whole
+    16-byte vectors, `ir.row_pitch`), a from registers a elements at a time (N a multiple of
+    a; `TileConfig.store_align`)."""
     if len(infos) != spec.num_inputs:
         raise LaunchError(f"{len(infos)} inputs, the kernel takes {spec.num_inputs}")
     if len({i.device for i in infos}) > 1:
@@ -154,13 +154,9 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
         if strides[r.input] != none and strides[r.input] != passed:
             raise LaunchError(f"input {r.input} is read in two roles with different strides")
         strides[r.input] = passed
-    if store_align:
-        if N % store_align:
-            raise LaunchError(f"outputs: N = {N} is not a multiple of {store_align}, the elements "
-                              "the kernel stores at a time")  # fmt: skip
-    elif store_align is not None:
-        for i, dtype in enumerate(spec.output_dtypes()):
-            _check_extent(f"output {i}", "N", N, dtype)
+    if store_align and N % store_align:
+        raise LaunchError(f"outputs: N = {N} is not a multiple of {store_align}, the elements "
+                          "the kernel stores at a time")  # fmt: skip
     inputs = tuple(s for t in strides for s in t)
     nested = (batch[0], batch[1]) if spec.gemm.nested else None
     return Problem(M, N, K, L, inputs, output_strides(spec, M, N, batch[-1]), nested)

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._prims_common import make_contiguous_strides_for
 
 from evt import ir
 from evt.errors import LaunchError
@@ -217,7 +216,8 @@ class Kernel:
         return self.spec.output_shapes(p.M, p.N, p.L)
 
     def launch(self, p: guards.Problem, inputs: Sequence[torch.Tensor], outputs=None):
-        """Enqueue the kernel; `outputs` (contiguous, e.g. NaN-poisoned by a test) or fresh ones."""
+        """Enqueue the kernel; `outputs` (laid out as `KernelSpec.output_layouts`, e.g.
+        NaN-poisoned by a test) or fresh ones."""
         plan = self.plan(p)
         device = inputs[0].device
         if device.type == "cuda" and device.index != torch.cuda.current_device():
@@ -251,10 +251,10 @@ class Kernel:
                               f"{'has' if self.library.nested else 'has no'} nested batch, the "
                               "region's spec disagrees")  # fmt: skip
         dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
-        shapes = self.output_shapes(p)
+        layouts = self.spec.output_layouts(p.M, p.N, p.L)
         order = (self.tile_order(p) if self.tile_order else EVT_ORDER).code
         plan = LaunchPlan(
-            outputs=tuple(zip(shapes, map(make_contiguous_strides_for, shapes), dtypes)),
+            outputs=tuple((shape, strides, d) for (shape, strides), d in zip(layouts, dtypes)),
             input_strides=_int64s(p.input_strides),
             output_strides=_int64s(p.output_strides),
             workspace_bytes=int(self.library.workspace(*p.abi_shape, order)),
@@ -267,7 +267,7 @@ class Kernel:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    outputs: tuple  # (shape, contiguous strides, torch dtype) per output
+    outputs: tuple  # (shape, strides, torch dtype) per output (`KernelSpec.output_layouts`)
     input_strides: ctypes.Array  # the ABI's int64 arrays, built once
     output_strides: ctypes.Array
     workspace_bytes: int
@@ -294,11 +294,12 @@ def _empty_strided(device: torch.device):
 
 
 def _check_outputs(outputs, shapes, strides, dtypes, device) -> None:
-    for i, (o, shape, dtype) in enumerate(zip(outputs, shapes, dtypes, strict=True)):
+    for i, (o, shape, stride, dtype) in enumerate(zip(outputs, shapes, strides, dtypes, strict=True)):
         ok = tuple(o.shape) == shape and o.dtype == dtype and o.device == device
-        if not (ok and o.is_contiguous() and o.data_ptr() % guards.ALIGN == 0):
-            raise LaunchError(f"output {i} must be a contiguous, 16-byte aligned {shape} {dtype} "
-                              f"tensor on {device}, got {tuple(o.shape)} {o.dtype} on {o.device}")  # fmt: skip
+        if not (ok and ir.has_strides(o, stride) and o.data_ptr() % guards.ALIGN == 0):
+            raise LaunchError(f"output {i} must be a 16-byte aligned {shape} {dtype} tensor with "
+                              f"strides {stride} on {device} (`KernelSpec.output_layouts`), got "
+                              f"{tuple(o.shape)} {o.dtype} with strides {o.stride()} on {o.device}")  # fmt: skip
 
 
 def _pointers(tensors: Sequence[torch.Tensor]) -> ctypes.Array:

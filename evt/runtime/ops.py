@@ -8,7 +8,9 @@ imported, which the `torch_dynamo_backends` entry point does.
 It is defined with `torch.library.Library` rather than `torch.library.custom_op`: the op runs once
 per region per step, and the plain registration costs a quarter of custom_op's per-call overhead.
 The op is inserted after autograd tracing (it never needs a backward) and is functional: its
-outputs are fresh tensors, never views of its inputs.
+outputs are fresh tensors, never views of its inputs, laid out as `KernelSpec.output_layouts`
+says (rows of D and the aux stores padded to whole 16-byte vectors) by the kernel, this fake
+implementation and the reference path alike.
 """
 
 from __future__ import annotations
@@ -37,5 +39,6 @@ def _fused_gemm_fake(spec: str, inputs: list[torch.Tensor]) -> list[torch.Tensor
     kernel = ir.from_json(spec)
     M, N, _, L = reference.problem_shape(kernel, inputs)
     device = inputs[kernel.gemm.a.input].device
-    shapes, dtypes = kernel.output_shapes(M, N, L), kernel.output_dtypes()
-    return [torch.empty(s, dtype=ir.torch_dtype(d), device=device) for s, d in zip(shapes, dtypes)]
+    layouts, dtypes = kernel.output_layouts(M, N, L), kernel.output_dtypes()
+    return [torch.empty_strided(shape, strides, dtype=ir.torch_dtype(d), device=device)
+            for (shape, strides), d in zip(layouts, dtypes)]  # fmt: skip

@@ -116,8 +116,8 @@ def _load(node: ir.Node, t: torch.Tensor, shape: tuple[int, int, int]) -> torch.
 
 
 def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Execute `spec` on `inputs`; returns [D, outputs 1, 2, ...] shaped as
-    `spec.output_shapes` says (D and aux stores [L, M, N] batched or [M, N], ...)."""
+    """Execute `spec` on `inputs`; returns [D, outputs 1, 2, ...] shaped and strided as
+    `spec.output_layouts` says (D and aux stores [L, M, N] batched or [M, N], ...)."""
     M, N, K, L = problem_shape(spec, inputs)
     g = spec.gemm
     a = _operand(inputs[g.a.input], g.a, g.batched).to(F32)
@@ -128,7 +128,17 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tenso
         values[node.name] = _visit(node, values, inputs, a, b, (L, M, N), outputs, g.batched)
     outputs[0] = _store(values[spec.d], spec.d_dtype)
     result = [outputs[i] for i in range(spec.num_outputs)]
-    return [o.squeeze(0) if o.dim() == 3 and not g.batched else o for o in result]
+    result = [o.squeeze(0) if o.dim() == 3 and not g.batched else o for o in result]
+    return [_laid_out(o, shape, strides) for o, (shape, strides) in
+            zip(result, spec.output_layouts(M, N, L))]  # fmt: skip
+
+
+def _laid_out(t: torch.Tensor, shape: tuple, strides: tuple) -> torch.Tensor:
+    """`t` with the kernel's output strides (`KernelSpec.output_layouts`): the fake
+    implementation promises them whichever path runs."""
+    if ir.has_strides(t, strides):
+        return t
+    return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _visit(node, values, inputs, a, b, shape, outputs, batched: bool) -> torch.Tensor:

@@ -1,0 +1,93 @@
+"""Region outputs whose rows are not whole 16-byte vectors: allocated with padded rows
+(`ir.row_pitch`) by the kernel, the fake implementation and the reference path alike, and
+`contain_padded_outputs` hands a contiguous copy to the readers that need dense storage."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evt import ir, pipeline
+from evt.backend import evt_backend
+from evt.graph.capture import capture_joint
+from evt.graph.contain_padded_outputs import FUSED_GEMM
+
+aten = torch.ops.aten
+
+
+class Narrow(nn.Module):
+    """A Linear to 6 features (24-byte fp32 rows, padded to 32) and ReLU, read by a view that
+    splits its rows (it can stay padded), a view that merges them (it cannot) and returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 6)
+
+    def forward(self, x):
+        y = F.relu(self.fc(x))
+        return y, y.view(4, 4, 6).sum(1), y.reshape(-1) * 2
+
+
+def fused_graph():
+    torch.manual_seed(0)
+    with torch.no_grad():
+        graph = capture_joint(Narrow(), torch.randn(16, 32))
+    report = pipeline.fuse(graph, check=True)
+    assert len(report.regions) == 1, report
+    return graph
+
+
+def test_padded_output_is_copied_for_the_readers_that_need_dense_rows():
+    graph = fused_graph()
+    (call,) = [n for n in graph.nodes if n.target is FUSED_GEMM]
+    (item,) = call.users
+    assert item.meta["val"].stride() == (ir.row_pitch(6, "f32"), 1) == (8, 1)
+    (dense,) = [u for u in item.users if u.target is aten.clone.default]
+    assert dense.meta["val"].is_contiguous()
+    views = {tuple(u.args[1]): u for u in (*item.users, *dense.users) if u.target is aten.view.default}
+    assert views[(4, 4, 6)].args[0] is item  # splitting M: the padded rows stay
+    assert views[(4, 4, 6)].meta["val"].stride() == (32, 8, 1)  # traced again on the padded value
+    assert views[(-1,)].args[0] is dense  # merging M and N needs dense rows
+    assert dense in graph.output_node().all_input_nodes and item not in graph.output_node().all_input_nodes
+
+
+@pytest.mark.parametrize("rest", ["eager", "inductor"])
+def test_padded_outputs_train_like_eager(rest):
+    """Forward and backward with the region's output padded match eager on either route."""
+    torch.manual_seed(0)
+    model = Narrow()
+    ref = copy.deepcopy(model)
+    x1 = torch.randn(16, 32, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(model, backend=evt_backend, options={"rest": rest})(x1)
+    want = ref(x2)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert g.is_contiguous()  # returned to the user dense
+    sum(o.sum() * (i + 1) for i, o in enumerate(got)).backward()
+    sum(o.sum() * (i + 1) for i, o in enumerate(want)).backward()
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.fc.weight.grad, ref.fc.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_an_as_strided_reader_gets_the_dense_copy():
+    """`as_strided` addresses storage as the dense tensor it was traced on."""
+    def f(x, w):
+        y = torch.relu(x @ w)  # 16 x 6 fp32
+        return torch.as_strided(y, (6, 16), (1, 6)).sum(0)
+
+    x, w = torch.randn(16, 32), torch.randn(32, 6)
+    with torch.no_grad():
+        graph = capture_joint(f, x, w)
+    pipeline.fuse(graph, check=True)
+    (reader,) = [n for n in graph.nodes if n.target is aten.as_strided.default]
+    assert reader.args[0].target is aten.clone.default
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    torch.testing.assert_close(gm(x, w)[0], f(x, w))

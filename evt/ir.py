@@ -57,6 +57,19 @@ def has_strides(t: torch.Tensor, strides: tuple) -> bool:
     return all(n == 1 or a == b for n, a, b in zip(t.shape, t.stride(), strides, strict=True))
 
 
+def padded_storage(shape: tuple, strides: tuple) -> int:
+    """Elements to allocate for an output whose rows are padded (`row_pitch`), 0 for any other:
+    whole padded rows, the last one's pad included. A TMA store writes whole 16-byte vectors,
+    so the vector a row ends in is written pad and all (the H100 wrote the pad of 197-element
+    bf16 rows); an allocation of just the tensor's extent would end inside the last vector."""
+    if len(shape) < 2 or strides[-2] <= shape[-1]:
+        return 0
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows * strides[-2]
+
+
 def row_pitch(n: int, dtype: str) -> int:
     """The row stride, in elements, of a freshly allocated [L,] M, N output: N rounded up to
     whole 16-byte vectors, which TMA stores need (ViT's 197 bf16 attention scores: 200). The

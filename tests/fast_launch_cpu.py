@@ -107,6 +107,22 @@ def main(scratch: Path, cc: str) -> None:
     assert counts() == (1, 1), counts()
     print("ok: dispatch.reset() forgets the C++ path's plans and counts")
 
+    padded = launch.load(build_fake_library(scratch / "padded", cc,
+                                            "kfake;128x256x64_c1x1_cooperative_pr;{}"))  # fmt: skip
+    assert padded.pad_rows
+    dispatch.reset()
+    dispatch._kernels[dispatch.identity(spec)] = launch.Kernel(spec, padded)
+    narrow = fc1_inputs(M, K, 100)  # 200-byte bf16 rows: padded to 208
+    outs = [call(narrow), call(narrow)]
+    assert counts() == (1, 1), counts()
+    for out in outs:
+        assert [o.stride() for o in out] == [(104, 1), (104, 1)], [o.stride() for o in out]
+        assert all(o.untyped_storage().nbytes() >= M * 104 * 2 for o in out)
+        assert bool((out[0] == 1).all())
+    padded.handle.evt_test_record.restype = ctypes.POINTER(ctypes.c_int64)
+    assert padded.handle.evt_test_record()[20] == 104
+    print("ok: outputs with padded rows get their whole storage from C++ as from Python")
+
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), sys.argv[2])

@@ -124,10 +124,12 @@ void evt_test_set_rc(int value) { rc = value; }
 """
 
 
-def build_fake_library(entry: Path, cc: str) -> Path:
-    """The fake library as a cache entry in `entry` (kernel.so + meta.json), for `launch.load`."""
-    (entry / "fake.c").write_text(FAKE_KERNEL)
+def build_fake_library(entry: Path, cc: str, signature: str = "kfake;sig") -> Path:
+    """The fake library as a cache entry in `entry` (kernel.so + meta.json), for `launch.load`;
+    `signature` what it says it is (a config label in it: `launch.Library.pad_rows` etc.)."""
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / "fake.c").write_text(FAKE_KERNEL.replace('"kfake;sig"', json.dumps(signature)))
     so = entry / cache.SO
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", so, entry / "fake.c"], check=True)
-    (entry / cache.META).write_text(json.dumps({"name": "kfake", "signature": "kfake;sig"}))
+    (entry / cache.META).write_text(json.dumps({"name": "kfake", "signature": signature}))
     return so

@@ -40,8 +40,11 @@ def test_unaligned_outputs_get_padded_rows_and_tma_stores():
     allocated with rows padded to one (`ir.row_pitch`, per output dtype) and the heuristic keeps
     TMA stores; the kernel's ABI strides and the tensors' strides agree."""
     spec = specs.mlp_fc1_forward()  # bf16 D and a bf16 aux store
-    for n in (768, 197, 100):
-        assert {c.store_align for c in cfgs.heuristic(spec, 8192, n, 768)} == {0}
+    for n, padded in ((768, False), (197, True), (100, True)):
+        ranked = cfgs.heuristic(spec, 8192, n, 768)
+        assert {(c.store_align, c.pad_rows) for c in ranked} == {(0, padded)} == {
+            (0, cfgs.pads_rows(spec, n))}
+    assert not cfgs.pads_rows(specs.dag_square(), 4) and cfgs.pads_rows(specs.dag_square(), 6)
     assert [ir.row_pitch(197, d) for d in ("bf16", "f32", "b8")] == [200, 200, 208]
     assert [ir.row_pitch(n, "bf16") for n in (8, 768, 100)] == [8, 768, 104]
     (d, _), (aux, _) = spec.output_layouts(64, 197, 1)[:2], spec.output_layouts(64, 100, 1)[:2]
@@ -49,7 +52,7 @@ def test_unaligned_outputs_get_padded_rows_and_tma_stores():
     vit = specs.attention_scores()  # batched: ViT's 197 tokens
     assert vit.output_layouts(197, 197, 768)[0] == ((768, 197, 197), (197 * 200, 200, 1))
     assert vit.output_strides(197, 197, 768)[:3] == (200, 1, 197 * 200)
-    assert all(c.store_align == 0 for c in cfgs.heuristic(vit, 197, 197, 64, 768))
+    assert all(c.store_align == 0 and c.pad_rows for c in cfgs.heuristic(vit, 197, 197, 64, 768))
     nested = specs.nested_attention_scores()  # [L1 * L2, M, N] with (M, N, L1, L2) ABI strides
     assert nested.output_strides(197, 197, 12)[:4] == (200, 1, 12 * 197 * 200, 197 * 200)
 

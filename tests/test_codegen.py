@@ -144,6 +144,22 @@ def test_outputs_stored_from_registers():
         TileConfig(store_align=3)
 
 
+def test_padded_rows_check_the_extent_rounded_up():
+    """`pad_rows`: CUTLASS's `can_implement` sees N rounded up to 16 (the outputs' rows are
+    padded to whole 16-byte vectors); the rest of the kernel is the plain one, the label says it
+    and reads back, and a config without it keeps the text a cache key hashes."""
+    from dataclasses import replace
+
+    spec = specs.scaled_scores()
+    cfg = TileConfig(pad_rows=True)
+    assert cfg.label == "128x256x64_c1x1_cooperative_pr" and TileConfig.from_label(cfg.label) == cfg
+    text, plain = render(spec, cfg), render(spec, replace(cfg, pad_rows=False))
+    assert "cute::get<1>(padded_rows.problem_shape) = (N + 15) / 16 * 16;" in text
+    assert "Gemm::can_implement(padded_rows)" in text and "padded_rows" not in plain
+    assert "Gemm::can_implement(args)" in plain and "Gemm::can_implement(args)" not in text
+    assert "pad_rows" not in repr(TileConfig()) and "pad_rows=True" in repr(cfg)
+
+
 def test_stream_k_scheduler():
     """A stream-K config names CUTLASS's stream-K scheduler, asks for its deterministic
     reduction, and exists for cooperative kernels with a flat batch only."""

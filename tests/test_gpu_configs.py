@@ -54,8 +54,9 @@ def check(kernel: launch.Kernel, inputs, want, what) -> None:
     spec = kernel.spec
     problem = kernel.guard(inputs)
     layouts = spec.output_layouts(problem.M, problem.N, problem.L)  # rows padded where needed
+    empty = launch._empty_strided(torch.device("cuda"))
     outs = [
-        torch.empty_strided(s, st, dtype=ir.torch_dtype(d), device="cuda").fill_(math.nan)
+        launch.allocate(empty, s, st, ir.torch_dtype(d)).fill_(math.nan)
         for (s, st), d in zip(layouts, spec.output_dtypes())
     ]
     kernel.launch(problem, inputs, outs)
@@ -131,17 +132,19 @@ def test_outputs_stored_from_registers_match_the_reference(spec, label, shapes):
 @pytest.mark.parametrize(
     "spec, label, shapes",
     [
-        (specs.mlp_fc1_forward, "128x256x64_c1x1_cooperative", [(1024, 197, 512), (200, 100, 72)]),
-        (specs.mlp_fc1_forward, "128x128x64_c1x1_pingpong", [(1024, 197, 512), (300, 131, 72)]),
-        (specs.scaled_scores, "128x256x64_c1x1_cooperative", [(197, 197, 64), (200, 131, 72)]),
-        (specs.nested_scaled_scores, "128x128x64_c1x1_pingpong", [(197, 197, 64)]),
+        (specs.mlp_fc1_forward, "128x256x64_c1x1_cooperative_pr", [(1024, 197, 512), (200, 100, 72)]),
+        (specs.mlp_fc1_forward, "128x128x64_c1x1_pingpong_pr", [(1024, 197, 512), (300, 131, 72)]),
+        (specs.scaled_scores, "128x256x64_c1x1_cooperative_pr", [(197, 197, 64), (200, 131, 72)]),
+        (specs.nested_scaled_scores, "128x128x64_c1x1_pingpong_pr", [(197, 197, 64)]),
     ],
     ids=["fc1-cooperative", "fc1-pingpong", "scores", "scores-nested"],
 )  # fmt: skip
 def test_padded_rows_are_stored_through_tma(spec, label, shapes):
     """Outputs whose rows are not whole 16-byte vectors (ViT's 197 x 197 scores) get rows
-    padded to one (`ir.row_pitch`) and TMA stores: D and the aux stores written in full,
-    residue tiles included, as the reference computes them; the pad is left as it was."""
+    padded to one (`ir.row_pitch`) and TMA stores (`TileConfig.pad_rows`: CUTLASS's extent
+    check takes the padded N): D and the aux stores written in full,
+    residue tiles included, as the reference computes them, and nothing past the padded rows
+    (the launcher allocates them whole)."""
     spec = spec()
     config = cfgs.TileConfig.from_label(label)
     kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, config).result()))
@@ -152,15 +155,16 @@ def test_padded_rows_are_stored_through_tma(spec, label, shapes):
         for i, (got, w) in enumerate(zip(fresh, want)):
             assert got.stride() == w.stride(), (i, got.stride(), w.stride())
         check(kernel, inputs, want, (label, (m, n, k)))
-        flats = [torch.full((1 + sum((d - 1) * st for d, st in zip(o.shape, o.stride())),), 7.0,
-                            dtype=o.dtype, device="cuda") for o in fresh]  # fmt: skip
+        # the outputs' whole storage (`ir.padded_storage`) and 16 bytes past it, poisoned: a TMA
+        # store writes the vector a row ends in pad and all, nothing past the padded rows
+        sizes = [ir.padded_storage(o.shape, o.stride()) or o.numel() for o in fresh]
+        flats = [torch.full((n + 16,), 7.0, dtype=o.dtype, device="cuda") for n, o in zip(sizes, fresh)]
         kernel.launch(kernel.guard(inputs), inputs,
                       [f.as_strided(o.shape, o.stride()) for f, o in zip(flats, fresh)])  # fmt: skip
-        for f, o in zip(flats, fresh):
-            if o.dim() >= 2 and o.stride(-2) > o.shape[-1]:  # the pad between rows: untouched
-                rows = o.numel() // o.shape[-1] - 1
-                pad = f.as_strided((rows, o.stride(-2) - o.shape[-1]), (o.stride(-2), 1), o.shape[-1])
-                assert bool((pad == 7).all()), (label, (m, n, k))
+        for f, size, o in zip(flats, sizes, fresh):
+            assert bool((f[size:] == 7).all()), (label, (m, n, k), "written past the padded rows")
+            assert ir.padded_storage(o.shape, o.stride()) or o.is_contiguous()
+            assert o.untyped_storage().nbytes() >= size * o.element_size()  # the launcher's own
 
 
 @pytest.mark.parametrize("rest", ["eager", "inductor"])

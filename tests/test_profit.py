@@ -80,7 +80,7 @@ def test_register_stores_cost_more_and_padded_rows_keep_tma():
 
     spec = specs.scaled_scores()
     vit = (197, 197, 64, 768)
-    assert config.heuristic(spec, *vit)[0].store_align == 0
+    assert config.heuristic(spec, *vit)[0].store_align == 0 and config.heuristic(spec, *vit)[0].pad_rows
     assert config.register_store_factor(config.TileConfig(store_align=1), "bf16") == 8
     # two elements side by side at most (the accumulators' layout): 8 bytes of fp32
     assert config.register_store_factor(config.TileConfig(store_align=4), "f32") == 2

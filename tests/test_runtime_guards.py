@@ -16,8 +16,8 @@ from tests.runtime_fakes import fc1_inputs, fc1_spec
 M, K, N = 64, 32, 48
 
 
-def check(spec: ir.KernelSpec, tensors) -> guards.Problem:
-    return guards.check(spec, [guards.TensorInfo.of(t) for t in tensors])
+def check(spec: ir.KernelSpec, tensors, pad_rows: bool = False) -> guards.Problem:
+    return guards.check(spec, [guards.TensorInfo.of(t) for t in tensors], pad_rows=pad_rows)
 
 
 def reason(spec: ir.KernelSpec, tensors) -> str:
@@ -71,7 +71,8 @@ def test_row_stride_not_a_multiple_of_16_bytes():
 def test_contiguous_extent_must_fill_16_bytes():
     x, w, b = (t.narrow(-1, 0, 12) if t.dim() == 2 else t for t in fc1_inputs(M, 16, N))
     assert "K = 12 is not a multiple of 8 bf16" in reason(fc1_spec(), [x, w, b])
-    assert check(fc1_spec(), fc1_inputs(M, K, 12)).N == 12  # outputs: rows padded (ir.row_pitch)
+    assert "output 0: N = 12" in reason(fc1_spec(), fc1_inputs(M, K, 12))
+    assert check(fc1_spec(), fc1_inputs(M, K, 12), pad_rows=True).N == 12  # into padded rows
 
 
 def test_shapes_must_agree():
@@ -174,7 +175,8 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
 
     assert len(case("attention_scores/gpt2").regions) == 1
     (vit,) = case("attention_scores/vit").regions  # 197 x 197 bf16 scores: rows padded to 200
-    assert dispatch.config_for(vit.spec, vit.problem).store_align == 0
+    config = dispatch.config_for(vit.spec, vit.problem)
+    assert config.store_align == 0 and config.pad_rows
 
     def linear_relu(x, w, b):
         return F.relu(F.linear(x, w, b))
@@ -189,11 +191,14 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
 
 def test_outputs_stored_from_registers_need_n_a_multiple_of_their_vector():
     """A kernel that stores its outputs from registers (`TileConfig.store_align`) takes any N
-    its vector divides; one that stores through TMA takes any N (its outputs' rows are padded
-    to 16 bytes), so an output's N never vetoes a region."""
+    its vector divides; one that stores through TMA into padded rows (`TileConfig.pad_rows`)
+    any N; any other needs 16-byte rows; at compile time (`store_align=None`) an output's N
+    never vetoes a region (the heuristic pads the rows)."""
     x, w, b = fc1_inputs(M, K, 50)  # 100-byte rows
     infos = [guards.TensorInfo.of(t) for t in (x, w, b)]
-    problem = guards.check(fc1_spec(), infos)
+    with pytest.raises(LaunchError, match="output 0: N = 50 is not a multiple of 8 bf16"):
+        guards.check(fc1_spec(), infos)
+    problem = guards.check(fc1_spec(), infos, pad_rows=True)
     assert problem.N == 50 and problem.output_strides[:2] == (56, 1)
     assert guards.check(fc1_spec(), infos, store_align=2).N == 50
     with pytest.raises(LaunchError, match="N = 50 is not a multiple of 4, the elements"):

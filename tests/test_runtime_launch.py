@@ -124,10 +124,11 @@ def test_a_launch_passes_its_problems_tile_order(kernel):
 def test_a_library_says_how_it_stores_its_outputs():
     """The guards of a kernel that stores its outputs from registers take any N its vector
     divides: the library's signature names its config (`name;config;spec`)."""
-    assert launch._store_align("k;128x128x64_c1x1_pingpong_sa1;{}") == 1
-    assert launch._store_align("k;128x256x64_c1x1_cooperative_sa4;{}") == 4
-    assert launch._store_align("k;128x256x64_c1x1_cooperative;{}") == 0
-    assert launch._store_align("not a signature") == 0
+    assert launch._stores("k;128x128x64_c1x1_pingpong_sa1;{}") == (1, False)
+    assert launch._stores("k;128x256x64_c1x1_cooperative_sa4;{}") == (4, False)
+    assert launch._stores("k;128x256x64_c1x1_cooperative;{}") == (0, False)
+    assert launch._stores("k;128x256x64_c1x1_cooperative_pr;{}") == (0, True)
+    assert launch._stores("not a signature") == (0, False)
 
 
 def test_tile_orders_outside_the_range_are_refused():

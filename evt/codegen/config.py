@@ -67,6 +67,11 @@ class TileConfig:
     # multiple of 16 bytes (ViT's 197 x 197 attention scores) now get rows padded to one
     # (`ir.row_pitch`), which TMA stores 4.0-4.7x faster than these on the H100 (session 18).
     store_align: int = 0
+    # TMA stores into rows padded to 16 bytes (`ir.row_pitch`) where an output's N is not a
+    # multiple of 16 bytes: CUTLASS's `can_implement` checks the extent N against TMA's unit,
+    # these kernels check it rounded up to the padded rows (TMA clips the last vector). The
+    # heuristic sets it at such an N only, so every other kernel keeps its source and its key.
+    pad_rows: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -127,6 +132,7 @@ class TileConfig:
             + (f"_sc{self.epi_stages_c}" if self.epi_stages_c else "")
             + ("_da" if self.direct_aux else "")
             + (f"_sa{self.store_align}" if self.store_align else "")
+            + ("_pr" if self.pad_rows else "")
         )
 
     @classmethod
@@ -135,16 +141,17 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
-                   "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0))  # fmt: skip
+                   "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0),
+                   bool(pr))  # fmt: skip
 
 
-_LATE_FIELDS = ("store_align",)
+_LATE_FIELDS = ("store_align", "pad_rows")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
 _LABEL = re.compile(
-    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?"
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?"
 )
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
@@ -276,9 +283,18 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     empty. Each config takes its aux loads' stages from `source_stages`.
     `benchmarks/heuristic_score.py` scores this against every committed sweep: 0.994 of the
     measured best in geomean over 98 cases, 0.940 at worst (session 16)."""
-    fitting = [source_stages(spec, c) for c in CANDIDATES if fits(spec, c)]
+    candidates = [replace(c, pad_rows=True) for c in CANDIDATES] if pads_rows(spec, N) else CANDIDATES
+    fitting = [source_stages(spec, c) for c in candidates if fits(spec, c)]
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
+
+
+def pads_rows(spec: KernelSpec, N: int) -> bool:
+    """Whether some [L,] M, N output (D, an aux store) has rows that are not whole 16-byte
+    vectors at this N, so its rows are padded (`ir.row_pitch`) and the kernel needs
+    `TileConfig.pad_rows`."""
+    dtypes = [spec.d_dtype, *(n.dtype for n in spec.nodes if isinstance(n, AuxStore))]
+    return any(N * _bytes(d) % 16 for d in dtypes)
 
 
 def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,

@@ -49,6 +49,7 @@ constexpr size_t kMaxPlansPerSpec = 64;  // input layouts remembered per spec (d
 struct Output {
   std::vector<int64_t> sizes, strides;
   c10::ScalarType dtype;
+  int64_t storage = 0;  // elements to allocate where the rows are padded (ir.padded_storage), else 0
 };
 
 struct Plan {
@@ -108,7 +109,10 @@ bool launch(Entry const& e, Plan const& plan, at::TensorList inputs, std::vector
   auto const options = at::TensorOptions().device(device);
   outs.reserve(plan.outputs.size());
   for (Output const& o : plan.outputs) {
-    outs.push_back(at::empty_strided(o.sizes, o.strides, options.dtype(o.dtype)));
+    outs.push_back(o.storage > 0
+                       ? at::empty_strided({o.storage}, {1}, options.dtype(o.dtype))
+                             .as_strided(o.sizes, o.strides)
+                       : at::empty_strided(o.sizes, o.strides, options.dtype(o.dtype)));
   }
   at::Tensor workspace;
   if (plan.workspace_bytes > 0) {
@@ -186,8 +190,11 @@ int64_t remember(c10::string_view spec, int64_t run, bool nested, at::TensorList
   plan.workspace_bytes = workspace_bytes;
   plan.tile_order = static_cast<int>(tile_order);
   for (at::Tensor const& o : outputs) {
-    TORCH_CHECK(o.is_contiguous(), "evt_fast.remember: outputs are fresh contiguous tensors");
-    plan.outputs.push_back({o.sizes().vec(), o.strides().vec(), o.scalar_type()});
+    // fresh outputs: contiguous, or rows padded with the whole storage (evt.runtime.launch.allocate)
+    TORCH_CHECK(o.storage_offset() == 0, "evt_fast.remember: outputs are fresh tensors");
+    int64_t const storage = static_cast<int64_t>(o.storage().nbytes()) / o.element_size();
+    plan.outputs.push_back({o.sizes().vec(), o.strides().vec(), o.scalar_type(),
+                            storage > o.numel() ? storage : 0});
   }
   std::unique_lock lock(mutex);
   auto& slot = registry[std::string(spec)];

@@ -126,17 +126,20 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
         return reason
     infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
     try:
-        check(spec, infos)
+        check(spec, infos, store_align=None)  # the heuristic builds a kernel for any N
     except LaunchError as e:
         return str(e)
     return None
 
 
-def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | None = 0) -> Problem:
-    """The launch's `Problem`, or `LaunchError` with the reason. `store_align`: how the kernel
-    stores its outputs: 0 (or None) through TMA, any N (the outputs' rows are padded to whole
-    16-byte vectors, `ir.row_pitch`), a from registers a elements at a time (N a multiple of
-    a; `TileConfig.store_align`)."""
+def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | None = 0,
+          pad_rows: bool = False) -> Problem:
+    """The launch's `Problem`, or `LaunchError` with the reason. How the kernel stores its
+    outputs: `store_align` a from registers a elements at a time (N a multiple of a;
+    `TileConfig.store_align`), else through TMA: into rows padded to 16 bytes (`ir.row_pitch`)
+    with `pad_rows`, any N; without it each output's N a whole number of 16-byte vectors (the
+    kernel checks the extent). None: whichever kernel the heuristic builds at this N (any N;
+    the compile-time check)."""
     if len(infos) != spec.num_inputs:
         raise LaunchError(f"{len(infos)} inputs, the kernel takes {spec.num_inputs}")
     if len({i.device for i in infos}) > 1:
@@ -154,9 +157,13 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
         if strides[r.input] != none and strides[r.input] != passed:
             raise LaunchError(f"input {r.input} is read in two roles with different strides")
         strides[r.input] = passed
-    if store_align and N % store_align:
-        raise LaunchError(f"outputs: N = {N} is not a multiple of {store_align}, the elements "
-                          "the kernel stores at a time")  # fmt: skip
+    if store_align:
+        if N % store_align:
+            raise LaunchError(f"outputs: N = {N} is not a multiple of {store_align}, the elements "
+                              "the kernel stores at a time")  # fmt: skip
+    elif store_align is not None and not pad_rows:
+        for i, dtype in enumerate(spec.output_dtypes()):
+            _check_extent(f"output {i}", "N", N, dtype)
     inputs = tuple(s for t in strides for s in t)
     nested = (batch[0], batch[1]) if spec.gemm.nested else None
     return Problem(M, N, K, L, inputs, output_strides(spec, M, N, batch[-1]), nested)

@@ -96,6 +96,7 @@ class Library:
     workspace: Any
     nested: bool = False  # its ABI takes a nested batch's L1, L2 (and 4 strides per tensor)
     store_align: int = 0  # outputs stored from registers, so many elements at a time (0: TMA)
+    pad_rows: bool = False  # TMA stores into padded rows of any N (`TileConfig.pad_rows`)
 
 
 _libraries: dict[str, Library] = {}
@@ -124,10 +125,10 @@ def _load(path: Path) -> Library:
     got = signature().decode()
     if meta.get("signature") and got != meta["signature"]:
         raise LaunchError(f"{path} says it is {got!r}, its cache entry says {meta['signature']!r}")
-    nested, store_align = _nested(got), _store_align(got)
+    nested, (store_align, pad_rows) = _nested(got), _stores(got)
     run.argtypes, run.restype = RUN_ARGTYPES_NESTED if nested else RUN_ARGTYPES, ctypes.c_int
     workspace.argtypes, workspace.restype = [_I] * (6 if nested else 5), ctypes.c_size_t
-    return Library(path, name, handle, run, workspace, nested, store_align)
+    return Library(path, name, handle, run, workspace, nested, store_align, pad_rows)
 
 
 def _nested(signature: str) -> bool:
@@ -141,17 +142,18 @@ def _nested(signature: str) -> bool:
         return False
 
 
-def _store_align(signature: str) -> int:
-    """How the library's kernel stores its outputs (`TileConfig.store_align`: 0 through TMA),
-    from the config label its signature carries."""
+def _stores(signature: str) -> tuple[int, bool]:
+    """How the library's kernel stores its outputs, from the config label its signature
+    carries: (`TileConfig.store_align`, 0 through TMA; `TileConfig.pad_rows`)."""
     from evt.codegen.config import TileConfig
     from evt.errors import CodegenError
 
     parts = signature.split(";", 2)
     try:
-        return TileConfig.from_label(parts[1]).store_align if len(parts) == 3 else 0
+        config = TileConfig.from_label(parts[1]) if len(parts) == 3 else TileConfig()
     except CodegenError:
-        return 0
+        config = TileConfig()
+    return config.store_align, config.pad_rows
 
 
 @cache
@@ -203,7 +205,7 @@ class Kernel:
         if problem is None:
             check_device(inputs)
             infos = [guards.TensorInfo.of(t) for t in inputs]
-            problem = guards.check(self.spec, infos, self.library.store_align)
+            problem = guards.check(self.spec, infos, self.library.store_align, self.library.pad_rows)
             if len(self._passed) < 1024:
                 self._passed[key] = problem
         return problem
@@ -225,7 +227,7 @@ class Kernel:
                 return self.launch(p, inputs, outputs)
         empty = _empty_strided(device)
         if outputs is None:
-            outputs = [empty(s, st, d) for s, st, d in plan.outputs]
+            outputs = [allocate(empty, s, st, d) for s, st, d in plan.outputs]
         else:
             _check_outputs(outputs, *zip(*plan.outputs), device)
         ws = plan.workspace_bytes
@@ -293,12 +295,22 @@ def _empty_strided(device: torch.device):
     return lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
+def allocate(empty, shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """An output of `shape` and `strides` from `empty(size, stride, dtype)`; padded rows get
+    their whole storage (`ir.padded_storage`)."""
+    full = ir.padded_storage(shape, strides)
+    return empty((full,), (1,), dtype).as_strided(shape, strides) if full else empty(shape, strides, dtype)
+
+
 def _check_outputs(outputs, shapes, strides, dtypes, device) -> None:
     for i, (o, shape, stride, dtype) in enumerate(zip(outputs, shapes, strides, dtypes, strict=True)):
         ok = tuple(o.shape) == shape and o.dtype == dtype and o.device == device
-        if not (ok and ir.has_strides(o, stride) and o.data_ptr() % guards.ALIGN == 0):
+        full = ir.padded_storage(shape, stride)
+        room = o.untyped_storage().nbytes() // o.element_size() - o.storage_offset()
+        if not (ok and ir.has_strides(o, stride) and o.data_ptr() % guards.ALIGN == 0 and room >= full):
             raise LaunchError(f"output {i} must be a 16-byte aligned {shape} {dtype} tensor with "
-                              f"strides {stride} on {device} (`KernelSpec.output_layouts`), got "
+                              f"strides {stride} on {device} (`KernelSpec.output_layouts`; padded "
+                              f"rows: storage for {full} elements, `ir.padded_storage`), got "
                               f"{tuple(o.shape)} {o.dtype} with strides {o.stride()} on {o.device}")  # fmt: skip
 
 

@@ -138,7 +138,9 @@ def _laid_out(t: torch.Tensor, shape: tuple, strides: tuple) -> torch.Tensor:
     implementation promises them whichever path runs."""
     if ir.has_strides(t, strides):
         return t
-    return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
+    full = ir.padded_storage(shape, strides)
+    out = torch.empty(full, dtype=t.dtype, device=t.device).as_strided(shape, strides)
+    return out.copy_(t)
 
 
 def _visit(node, values, inputs, a, b, shape, outputs, batched: bool) -> torch.Tensor:

@@ -71,11 +71,16 @@ def padded_storage(shape: tuple, strides: tuple) -> int:
 
 
 def row_pitch(n: int, dtype: str) -> int:
-    """The row stride, in elements, of a freshly allocated [L,] M, N output: N rounded up to
-    whole 16-byte vectors, which TMA stores need (ViT's 197 bf16 attention scores: 200). The
-    kernel stores the N columns; the pad is never written or read (the tensor is [L,] M, N
-    with these strides, as Inductor's padded buffers are)."""
-    per = 16 // torch_dtype(dtype).itemsize
+    """The row stride, in elements, of a freshly allocated [L,] M, N output: N itself where its
+    rows are whole 16-byte vectors (TMA's unit), else N rounded up to whole 32-byte sectors
+    (ViT's 197 bf16 attention scores: 208). The tensor is [L,] M, N with these strides, as
+    Inductor's padded buffers are; nothing reads the pad. On the H100 ViT's scores stored into
+    rows of 400 bytes (16-byte multiples, not 32) took 113 us, into rows of 416 bytes 89 us (448:
+    92, 512: 97; `scripts/padded_rows_timing.py`, session 19)."""
+    size = torch_dtype(dtype).itemsize
+    if n * size % 16 == 0:
+        return n
+    per = 32 // size
     return -(-n // per) * per
 
 

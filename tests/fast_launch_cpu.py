@@ -112,15 +112,15 @@ def main(scratch: Path, cc: str) -> None:
     assert padded.pad_rows
     dispatch.reset()
     dispatch._kernels[dispatch.identity(spec)] = launch.Kernel(spec, padded)
-    narrow = fc1_inputs(M, K, 100)  # 200-byte bf16 rows: padded to 208
+    narrow = fc1_inputs(M, K, 100)  # 200-byte bf16 rows: padded to 224
     outs = [call(narrow), call(narrow)]
     assert counts() == (1, 1), counts()
     for out in outs:
-        assert [o.stride() for o in out] == [(104, 1), (104, 1)], [o.stride() for o in out]
-        assert all(o.untyped_storage().nbytes() >= M * 104 * 2 for o in out)
+        assert [o.stride() for o in out] == [(112, 1), (112, 1)], [o.stride() for o in out]
+        assert all(o.untyped_storage().nbytes() >= M * 112 * 2 for o in out)
         assert bool((out[0] == 1).all())
     padded.handle.evt_test_record.restype = ctypes.POINTER(ctypes.c_int64)
-    assert padded.handle.evt_test_record()[20] == 104
+    assert padded.handle.evt_test_record()[20] == 112
     print("ok: outputs with padded rows get their whole storage from C++ as from Python")
 
 

@@ -45,16 +45,17 @@ def test_unaligned_outputs_get_padded_rows_and_tma_stores():
         assert {(c.store_align, c.pad_rows) for c in ranked} == {(0, padded)} == {
             (0, cfgs.pads_rows(spec, n))}
     assert not cfgs.pads_rows(specs.dag_square(), 4) and cfgs.pads_rows(specs.dag_square(), 6)
-    assert [ir.row_pitch(197, d) for d in ("bf16", "f32", "b8")] == [200, 200, 208]
-    assert [ir.row_pitch(n, "bf16") for n in (8, 768, 100)] == [8, 768, 104]
+    # 32-byte rows where padded at all (16 bytes is TMA's unit; see ir.row_pitch)
+    assert [ir.row_pitch(197, d) for d in ("bf16", "f32", "b8")] == [208, 200, 224]
+    assert [ir.row_pitch(n, "bf16") for n in (8, 200, 768, 100)] == [8, 200, 768, 112]
     (d, _), (aux, _) = spec.output_layouts(64, 197, 1)[:2], spec.output_layouts(64, 100, 1)[:2]
-    assert d == ((64, 197), (200, 1)) and aux == ((64, 100), (104, 1))
+    assert d == ((64, 197), (208, 1)) and aux == ((64, 100), (112, 1))
     vit = specs.attention_scores()  # batched: ViT's 197 tokens
-    assert vit.output_layouts(197, 197, 768)[0] == ((768, 197, 197), (197 * 200, 200, 1))
-    assert vit.output_strides(197, 197, 768)[:3] == (200, 1, 197 * 200)
+    assert vit.output_layouts(197, 197, 768)[0] == ((768, 197, 197), (197 * 208, 208, 1))
+    assert vit.output_strides(197, 197, 768)[:3] == (208, 1, 197 * 208)
     assert all(c.store_align == 0 and c.pad_rows for c in cfgs.heuristic(vit, 197, 197, 64, 768))
     nested = specs.nested_attention_scores()  # [L1 * L2, M, N] with (M, N, L1, L2) ABI strides
-    assert nested.output_strides(197, 197, 12)[:4] == (200, 1, 12 * 197 * 200, 197 * 200)
+    assert nested.output_strides(197, 197, 12)[:4] == (208, 1, 12 * 197 * 208, 197 * 208)
 
 
 def test_heuristic_follows_the_sweep():

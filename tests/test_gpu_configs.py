@@ -56,7 +56,7 @@ def check(kernel: launch.Kernel, inputs, want, what) -> None:
     layouts = spec.output_layouts(problem.M, problem.N, problem.L)  # rows padded where needed
     empty = launch._empty_strided(torch.device("cuda"))
     outs = [
-        launch.allocate(empty, s, st, ir.torch_dtype(d)).fill_(math.nan)
+        launch.allocate(empty, s, st, ir.torch_dtype(d), ir.padded_storage(s, st)).fill_(math.nan)
         for (s, st), d in zip(layouts, spec.output_dtypes())
     ]
     kernel.launch(problem, inputs, outs)

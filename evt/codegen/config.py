@@ -17,7 +17,15 @@ import re
 from dataclasses import dataclass, replace
 
 from evt.errors import CodegenError
-from evt.ir import ROW_STATISTICS, AuxLoad, AuxStore, KernelSpec, RowBroadcast, SoftmaxStats
+from evt.ir import (
+    ROW_STATISTICS,
+    AuxLoad,
+    AuxStore,
+    KernelSpec,
+    RowBroadcast,
+    SoftmaxStats,
+    row_pitch,
+)
 
 # schedule -> (mainloop kernel schedule, epilogue schedule, tile M granule)
 SCHEDULES = {
@@ -64,13 +72,14 @@ class TileConfig:
     # Every output (D and the aux stores) straight from registers, `store_align` elements per
     # store (1, 2, 4 or 8), instead of through shared memory and a TMA store (0). Not a
     # candidate: TMA needs each row to start on a 16-byte boundary, and outputs whose N is not a
-    # multiple of 16 bytes (ViT's 197 x 197 attention scores) now get rows padded to one
+    # multiple of 16 bytes (ViT's 197 x 197 attention scores) now get padded rows
     # (`ir.row_pitch`), which TMA stores 4.0-4.7x faster than these on the H100 (session 18).
     store_align: int = 0
-    # TMA stores into rows padded to 16 bytes (`ir.row_pitch`) where an output's N is not a
-    # multiple of 16 bytes: CUTLASS's `can_implement` checks the extent N against TMA's unit,
-    # these kernels check it rounded up to the padded rows (TMA clips the last vector). The
-    # heuristic sets it at such an N only, so every other kernel keeps its source and its key.
+    # TMA stores into padded rows (`ir.row_pitch`) where an output's N is not a multiple of 16
+    # bytes: CUTLASS's `can_implement` checks the extent N against TMA's unit, these kernels
+    # check it rounded up to 16 elements (the padded rows hold the vector a row ends in, which
+    # TMA writes whole: `ir.padded_storage`). The heuristic sets it at such an N only
+    # (`pads_rows`), so every other kernel keeps its source and its key.
     pad_rows: bool = False
 
     def __post_init__(self) -> None:
@@ -290,11 +299,10 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
 
 
 def pads_rows(spec: KernelSpec, N: int) -> bool:
-    """Whether some [L,] M, N output (D, an aux store) has rows that are not whole 16-byte
-    vectors at this N, so its rows are padded (`ir.row_pitch`) and the kernel needs
-    `TileConfig.pad_rows`."""
+    """Whether some [L,] M, N output (D, an aux store) gets padded rows at this N
+    (`ir.row_pitch`), so the kernel needs `TileConfig.pad_rows`."""
     dtypes = [spec.d_dtype, *(n.dtype for n in spec.nodes if isinstance(n, AuxStore))]
-    return any(N * _bytes(d) % 16 for d in dtypes)
+    return any(row_pitch(N, d) != N for d in dtypes)
 
 
 def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,

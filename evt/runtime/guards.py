@@ -69,7 +69,7 @@ class Problem:
 
 def output_strides(spec: ir.KernelSpec, M: int, N: int, L2: int = 1) -> tuple[int, ...]:
     """The (M, N, L) strides of each freshly allocated output: [L, M, N] row-major with rows
-    padded to 16 bytes (`ir.row_pitch`), or a vector or scalar a reduction writes (stride 0
+    padded to 32 bytes where they are not 16-byte multiples (`ir.row_pitch`), or a vector or scalar a reduction writes (stride 0
     along the reduced modes): `KernelSpec.output_strides` ((M, N, L1, L2) for a nested batch)."""
     return spec.output_strides(M, N, L2)
 
@@ -136,7 +136,7 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
           pad_rows: bool = False) -> Problem:
     """The launch's `Problem`, or `LaunchError` with the reason. How the kernel stores its
     outputs: `store_align` a from registers a elements at a time (N a multiple of a;
-    `TileConfig.store_align`), else through TMA: into rows padded to 16 bytes (`ir.row_pitch`)
+    `TileConfig.store_align`), else through TMA: into padded rows (`ir.row_pitch`)
     with `pad_rows`, any N; without it each output's N a whole number of 16-byte vectors (the
     kernel checks the extent). None: whichever kernel the heuristic builds at this N (any N;
     the compile-time check)."""

@@ -227,7 +227,7 @@ class Kernel:
                 return self.launch(p, inputs, outputs)
         empty = _empty_strided(device)
         if outputs is None:
-            outputs = [allocate(empty, s, st, d) for s, st, d in plan.outputs]
+            outputs = [allocate(empty, *o) for o in plan.outputs]
         else:
             _check_outputs(outputs, *zip(*plan.outputs), device)
         ws = plan.workspace_bytes
@@ -256,7 +256,8 @@ class Kernel:
         layouts = self.spec.output_layouts(p.M, p.N, p.L)
         order = (self.tile_order(p) if self.tile_order else EVT_ORDER).code
         plan = LaunchPlan(
-            outputs=tuple((shape, strides, d) for (shape, strides), d in zip(layouts, dtypes)),
+            outputs=tuple((shape, strides, d, ir.padded_storage(shape, strides))
+                          for (shape, strides), d in zip(layouts, dtypes)),  # fmt: skip
             input_strides=_int64s(p.input_strides),
             output_strides=_int64s(p.output_strides),
             workspace_bytes=int(self.library.workspace(*p.abi_shape, order)),
@@ -269,7 +270,8 @@ class Kernel:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    outputs: tuple  # (shape, strides, torch dtype) per output (`KernelSpec.output_layouts`)
+    # (shape, strides, torch dtype, `ir.padded_storage`) per output (`KernelSpec.output_layouts`)
+    outputs: tuple
     input_strides: ctypes.Array  # the ABI's int64 arrays, built once
     output_strides: ctypes.Array
     workspace_bytes: int
@@ -295,17 +297,17 @@ def _empty_strided(device: torch.device):
     return lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
-def allocate(empty, shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+def allocate(empty, shape: tuple, strides: tuple, dtype: torch.dtype, full: int) -> torch.Tensor:
     """An output of `shape` and `strides` from `empty(size, stride, dtype)`; padded rows get
-    their whole storage (`ir.padded_storage`)."""
-    full = ir.padded_storage(shape, strides)
+    their whole storage, `full` elements (`ir.padded_storage`; 0: not padded)."""
     return empty((full,), (1,), dtype).as_strided(shape, strides) if full else empty(shape, strides, dtype)
 
 
-def _check_outputs(outputs, shapes, strides, dtypes, device) -> None:
-    for i, (o, shape, stride, dtype) in enumerate(zip(outputs, shapes, strides, dtypes, strict=True)):
+def _check_outputs(outputs, shapes, strides, dtypes, fulls, device) -> None:
+    for i, (o, shape, stride, dtype, full) in enumerate(
+        zip(outputs, shapes, strides, dtypes, fulls, strict=True)
+    ):
         ok = tuple(o.shape) == shape and o.dtype == dtype and o.device == device
-        full = ir.padded_storage(shape, stride)
         room = o.untyped_storage().nbytes() // o.element_size() - o.storage_offset()
         if not (ok and ir.has_strides(o, stride) and o.data_ptr() % guards.ALIGN == 0 and room >= full):
             raise LaunchError(f"output {i} must be a 16-byte aligned {shape} {dtype} tensor with "

@@ -9,7 +9,8 @@ It is defined with `torch.library.Library` rather than `torch.library.custom_op`
 per region per step, and the plain registration costs a quarter of custom_op's per-call overhead.
 The op is inserted after autograd tracing (it never needs a backward) and is functional: its
 outputs are fresh tensors, never views of its inputs, laid out as `KernelSpec.output_layouts`
-says (rows of D and the aux stores padded to whole 16-byte vectors) by the kernel, this fake
+says (rows of D and the aux stores that are not whole 16-byte vectors padded, `ir.row_pitch`)
+by the kernel, this fake
 implementation and the reference path alike.
 """
 

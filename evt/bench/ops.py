@@ -4,6 +4,9 @@ Shapes are (M, N, K): the GEMM's output is M x N, its reduction K; M is batch x 
   FFN_UP    BERT-Large 16x512 tokens 1024->4096, GPT-2 small 8x1024 tokens 768->3072,
             ViT-B/16 64x197 tokens 768->3072 (M = 12608, not a multiple of 128)
   FFN_DOWN  the same layers' down projections (large K: 4096, 3072)
+  GPTJ      GPT-J-6B's MLP (4x2048 tokens, 4096 -> 16384 and back, biases, tanh GELU): the
+            linear patterns' shapes with M, N, K >= 4096 (issue #7's 0.90-of-the-GEMM target for
+            bias, ReLU and tanh GELU is set there)
   HEAD      LM heads: GPT-2 (vocab 50257 padded to 50304), BERT-Large MLM (30522 -> 30528),
             a LLaMA-7B-sized head (4096 tokens, K = 4096, vocab 32000)
   ATTN      (B, H, S, D) of the same three models' self-attention
@@ -25,7 +28,8 @@ FFN_UP = {"bert": (8192, 4096, 1024), "gpt2": (8192, 3072, 768), "vit": (12608, 
 FFN_DOWN = {"bert": (8192, 1024, 4096), "gpt2": (8192, 768, 3072), "vit": (12608, 768, 3072)}
 HEAD = {"gpt2": (8192, 50304, 768), "bert": (8192, 30528, 1024), "llama": (4096, 32000, 4096)}
 ATTN = {"gpt2": (8, 12, 1024, 64), "bert": (16, 16, 512, 64), "vit": (64, 12, 197, 64)}
-LINEAR_SHAPES = {**FFN_UP, "bert-down": FFN_DOWN["bert"]}
+GPTJ = {"gptj": (8192, 16384, 4096), "gptj-down": (8192, 4096, 16384)}
+LINEAR_SHAPES = {**FFN_UP, "bert-down": FFN_DOWN["bert"], **GPTJ}
 
 
 def linear(dims, dtype, dev, g, residual: torch.dtype | None = None):

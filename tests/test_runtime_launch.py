@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from evt import ir
+from evt.codegen.config import TileConfig
 from evt.errors import LaunchError
 from evt.runtime import cache, launch
 from tests.runtime_fakes import build_fake_library, fc1_inputs, fc1_spec
@@ -124,11 +125,17 @@ def test_a_launch_passes_its_problems_tile_order(kernel):
 def test_a_library_says_how_it_stores_its_outputs():
     """The guards of a kernel that stores its outputs from registers take any N its vector
     divides: the library's signature names its config (`name;config;spec`)."""
-    assert launch._stores("k;128x128x64_c1x1_pingpong_sa1;{}") == (1, False)
-    assert launch._stores("k;128x256x64_c1x1_cooperative_sa4;{}") == (4, False)
-    assert launch._stores("k;128x256x64_c1x1_cooperative;{}") == (0, False)
-    assert launch._stores("k;128x256x64_c1x1_cooperative_pr;{}") == (0, True)
-    assert launch._stores("not a signature") == (0, False)
+
+    def stores(signature):
+        lib = launch.Library(None, "k", None, None, None, config=launch._config(signature))
+        return lib.store_align, lib.pad_rows
+
+    assert stores("k;128x128x64_c1x1_pingpong_sa1;{}") == (1, False)
+    assert stores("k;128x256x64_c1x1_cooperative_sa4;{}") == (4, False)
+    assert stores("k;128x256x64_c1x1_cooperative;{}") == (0, False)
+    assert stores("k;128x256x64_c1x1_cooperative_pr;{}") == (0, True)
+    assert stores("not a signature") == (0, False)
+    assert launch._config("k;256x128x64_c2x1_cooperative;{}") == TileConfig(256, 128, 64, cluster_m=2)
 
 
 def test_tile_orders_outside_the_range_are_refused():

@@ -11,7 +11,8 @@ The tile order (`TileOrder`: the persistent scheduler's raster order, 0 CUTLASS'
 M, 2 along N, and swizzle 0 evt's choice per problem, 1/2/4/8; passed as raster + 4 * swizzle) is
 an argument of every launch: one binary runs every order. A kernel launches 0:0 (`auto_swizzle`
 in evt/templates/evt_launch.h) unless its `tile_order` function says otherwise per problem
-(max-autotune's choice, `evt.runtime.dispatch`).
+(max-autotune's choice, `evt.runtime.dispatch`) or its waves would read more operand bytes than
+DRAM serves (`evt.runtime.wave_traffic`: a swizzle then, decided here at each problem).
 
 A kernel with a nested batch (L = L1 x L2) takes `L1, L2` where the others take `L`, and 4
 strides per tensor (M, N, L1, L2) where the others take 3.
@@ -33,10 +34,11 @@ from typing import Any
 
 import torch
 
-from evt import ir
-from evt.errors import LaunchError
+from evt import debug, ir
+from evt.codegen.config import SM_COUNT, TileConfig
+from evt.errors import CodegenError, LaunchError
 from evt.runtime import cache as kernel_cache
-from evt.runtime import guards
+from evt.runtime import guards, wave_traffic
 
 RETURN_CODES = {
     -1: "Gemm::can_implement rejected the problem",
@@ -95,8 +97,17 @@ class Library:
     run: Any
     workspace: Any
     nested: bool = False  # its ABI takes a nested batch's L1, L2 (and 4 strides per tensor)
-    store_align: int = 0  # outputs stored from registers, so many elements at a time (0: TMA)
-    pad_rows: bool = False  # TMA stores into padded rows of any N (`TileConfig.pad_rows`)
+    config: TileConfig | None = None  # what it was built with (its signature says; None: unknown)
+
+    @property
+    def store_align(self) -> int:
+        """Outputs stored from registers, so many elements at a time (0: through TMA)."""
+        return self.config.store_align if self.config else 0
+
+    @property
+    def pad_rows(self) -> bool:
+        """TMA stores into padded rows of any N (`TileConfig.pad_rows`)."""
+        return bool(self.config and self.config.pad_rows)
 
 
 _libraries: dict[str, Library] = {}
@@ -125,10 +136,10 @@ def _load(path: Path) -> Library:
     got = signature().decode()
     if meta.get("signature") and got != meta["signature"]:
         raise LaunchError(f"{path} says it is {got!r}, its cache entry says {meta['signature']!r}")
-    nested, (store_align, pad_rows) = _nested(got), _stores(got)
+    nested = _nested(got)
     run.argtypes, run.restype = RUN_ARGTYPES_NESTED if nested else RUN_ARGTYPES, ctypes.c_int
     workspace.argtypes, workspace.restype = [_I] * (6 if nested else 5), ctypes.c_size_t
-    return Library(path, name, handle, run, workspace, nested, store_align, pad_rows)
+    return Library(path, name, handle, run, workspace, nested, _config(got))
 
 
 def _nested(signature: str) -> bool:
@@ -142,18 +153,24 @@ def _nested(signature: str) -> bool:
         return False
 
 
-def _stores(signature: str) -> tuple[int, bool]:
-    """How the library's kernel stores its outputs, from the config label its signature
-    carries: (`TileConfig.store_align`, 0 through TMA; `TileConfig.pad_rows`)."""
-    from evt.codegen.config import TileConfig
-    from evt.errors import CodegenError
-
+def _config(signature: str) -> TileConfig | None:
+    """The tile config the library's kernel was built with, from the label its signature
+    carries (None where it carries none)."""
     parts = signature.split(";", 2)
     try:
-        config = TileConfig.from_label(parts[1]) if len(parts) == 3 else TileConfig()
+        return TileConfig.from_label(parts[1]) if len(parts) == 3 else None
     except CodegenError:
-        config = TileConfig()
-    return config.store_align, config.pad_rows
+        return None
+
+
+def sm_count() -> int:
+    """SMs of the current CUDA device (the persistent grid's width; `SM_COUNT` without one)."""
+    return _sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM_COUNT
+
+
+@cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 @cache
@@ -247,6 +264,21 @@ class Kernel:
         is handed), computed once per problem."""
         return self._plans.get(p) or self._plan(p)
 
+    def resolve(self, order: TileOrder, p: guards.Problem) -> TileOrder:
+        """`order` with its swizzle 0 (evt's choice) made explicit where the waves' operand
+        traffic calls for one (`wave_traffic`); else as it is (the kernel's `auto_swizzle`)."""
+        if order.swizzle or self.library.config is None or self.spec.gemm.nested:
+            return order
+        cfg, size = self.library.config, ir.torch_dtype(self.spec.gemm.dtype).itemsize
+        s = wave_traffic.swizzle(cfg, p.M, p.N, p.K, p.L, sm_count(), order.raster, size)
+        if not s:
+            return order
+        before = wave_traffic.traffic(cfg, p.M, p.N, 1, sm_count(), order.raster, size)
+        debug.log(1, f"region {self.spec.name}: swizzle {s} at (M, N, K, L) = "
+                     f"{(p.M, p.N, p.K, p.L)}: its waves would read {before:.1e} operand bytes "
+                     f"per FLOP from DRAM in the compiled order (evt.runtime.wave_traffic)")  # fmt: skip
+        return replace(order, swizzle=s)
+
     def _plan(self, p: guards.Problem) -> LaunchPlan:
         if self.library.nested != self.spec.gemm.nested:
             raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): its library "
@@ -254,7 +286,7 @@ class Kernel:
                               "region's spec disagrees")  # fmt: skip
         dtypes = [ir.torch_dtype(d) for d in self.spec.output_dtypes()]
         layouts = self.spec.output_layouts(p.M, p.N, p.L)
-        order = (self.tile_order(p) if self.tile_order else EVT_ORDER).code
+        order = self.resolve(self.tile_order(p) if self.tile_order else EVT_ORDER, p).code
         plan = LaunchPlan(
             outputs=tuple((shape, strides, d, ir.padded_storage(shape, strides))
                           for (shape, strides), d in zip(layouts, dtypes)),  # fmt: skip

@@ -1,0 +1,86 @@
+"""The swizzle for grids whose waves read more operand bytes than DRAM serves.
+
+CUTLASS's persistent scheduler walks the output tiles along its raster order's major mode
+(`PersistentTileSchedulerSm90`: along N where the grid has at least as many tiles along M as
+along N, else along M), `swizzle` tiles of the minor mode at a time. One wave of the grid (a CTA
+per SM) therefore reads, for every k-block, the A rows and B columns of the tiles it spans:
+`span` = rows + columns. Where the major mode has many tiles, that is one or two tile rows of one
+operand and the whole of the other, and with K >= 4096 a wave's operands no longer stay in L2
+between the CTAs that share them: each wave re-reads them from DRAM. The DRAM traffic per FLOP
+of the whole GEMM is then about waves x span x element bytes / (2 M N), whatever K is.
+
+On the H100 and the H200 (session 20, `benchmarks/results/2026-11-26-H100-session20/`, bias +
+ReLU / GELU at GPT-J's 8192 x 16384 x 4096, 128x256 tiles, 64 x 64 of them): CUTLASS's order
+(along N, swizzle 1, 4.0e-3 bytes per FLOP by this count) ran at 0.82-0.86 of cuBLAS, along M or
+with swizzle 4 or 8 (2.2e-3 and less) at 0.92-1.03; 256x128 tiles along M (2.2e-3) ran within 3%
+of every order; the down projection (8192 x 4096 x 16384, 1.3e-3) within 1-2%. The H100 serves
+~4e-3 bytes per FLOP at its GEMM speed (3.35 TB/s, ~800 TFLOP/s): past `LIMIT` the waves'
+reads outrun it.
+
+`swizzle` returns 0 (evt's compiled choice, `auto_swizzle` in evt/templates/evt_launch.h: 2 for
+one GEMM at K <= 1024, else 1) except where K > 1024 and the compiled choice's traffic is past
+`LIMIT`: there the smallest swizzle of 2, 4, 8 that brings it under (CUTLASS rounds both tile
+counts up to a multiple of swizzle x cluster: one that adds a wave is skipped). Stream-K
+kernels (their scheduler decomposes K, not this walk) and batched GEMMs keep 0.
+"""
+
+from __future__ import annotations
+
+from evt.codegen.config import TileConfig
+
+LIMIT = 3.0e-3  # DRAM bytes per FLOP a wave may read (H100: ~4e-3 at its GEMM speed)
+SWIZZLES = (2, 4, 8)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _log_cap(tiles_m: int, tiles_n: int, s: int) -> int:
+    """The swizzle CUTLASS takes when asked for `s` (`get_log_swizzle_size`: 8 needs both tile
+    counts >= 6, 4 needs >= 3, 2 needs >= 2)."""
+    small = min(tiles_m, tiles_n)
+    for size, needs in ((8, 6), (4, 3), (2, 2)):
+        if s >= size and small >= needs:
+            return size
+    return 1
+
+
+def traffic(cfg: TileConfig, M: int, N: int, swizzle: int, sm_count: int, raster: int = 0,
+            elem_bytes: int = 2) -> float:
+    """DRAM bytes per FLOP the waves of `cfg`'s persistent grid read at M x N (any K), in tile
+    order `raster`:`swizzle` (raster 0: CUTLASS's heuristic; swizzle as CUTLASS takes it)."""
+    cm, cn = cfg.cluster_m, cfg.cluster_n
+    blocks_m, blocks_n = _ceil_div(M, cfg.tile_m), _ceil_div(N, cfg.tile_n)
+    s = _log_cap(blocks_m, blocks_n, swizzle)
+    blocks_m = _ceil_div(blocks_m, s * cm) * s * cm  # CUTLASS rounds the grid up
+    blocks_n = _ceil_div(blocks_n, s * cn) * s * cn
+    along_n = raster == 2 or (raster == 0 and not blocks_n > blocks_m)
+    # in clusters: (count, rows or columns each) of the major mode, then the minor one
+    major, major_size = (blocks_n // cn, cfg.tile_n * cn) if along_n else (blocks_m // cm, cfg.tile_m * cm)
+    minor, minor_size = (blocks_m // cm, cfg.tile_m * cm) if along_n else (blocks_n // cn, cfg.tile_n * cn)
+    wave = max(1, sm_count // (cm * cn))  # clusters resident at once
+    span = (min(minor, _ceil_div(wave, s * major) * s) * minor_size
+            + min(major, _ceil_div(wave, s)) * major_size)  # fmt: skip
+    waves = _ceil_div(blocks_m * blocks_n, max(1, sm_count))
+    return waves * span * elem_bytes / (2 * M * N)
+
+
+def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
+            elem_bytes: int = 2) -> int:
+    """The swizzle evt launches `cfg`'s kernel with at (M, N, K, L): 0 (the compiled choice)
+    unless the waves' traffic says otherwise (module doc)."""
+    if cfg.scheduler == "streamk" or L != 1 or K <= 1024 or M <= 0 or N <= 0 or sm_count <= 0:
+        return 0
+    if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) <= LIMIT:
+        return 0
+    tiles = _ceil_div(M, cfg.tile_m) * _ceil_div(N, cfg.tile_n)
+    waves = _ceil_div(tiles, sm_count)
+    for s in SWIZZLES:
+        padded_m = _ceil_div(_ceil_div(M, cfg.tile_m), s * cfg.cluster_m) * s * cfg.cluster_m
+        padded_n = _ceil_div(_ceil_div(N, cfg.tile_n), s * cfg.cluster_n) * s * cfg.cluster_n
+        if _ceil_div(padded_m * padded_n, sm_count) > waves:
+            continue  # rounding the grid up to the swizzle adds a wave
+        if traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT:
+            return s
+    return 0

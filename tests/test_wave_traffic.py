@@ -1,0 +1,88 @@
+"""The swizzle evt launches large grids with (`evt.runtime.wave_traffic`): the waves' operand
+traffic per FLOP under CUTLASS's tile walk, against what the H100 measured (the module's doc)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from evt.codegen.config import TileConfig
+from evt.runtime import guards, launch
+from evt.runtime import wave_traffic as wt
+from tests.runtime_fakes import build_fake_library, fc1_spec
+from tests.test_runtime_launch import CC
+
+SMS = 132
+WIDE = TileConfig(128, 256, 64)
+GPTJ_UP, GPTJ_DOWN = (8192, 16384, 4096), (8192, 4096, 16384)
+
+
+def test_wide_grids_of_wide_tiles_get_a_swizzle():
+    """GPT-J's up projection at 128x256 (64 x 64 tiles, walked along N): 4.0e-3 bytes per FLOP,
+    0.82-0.86 of cuBLAS on the H100 / H200; swizzle 4 (2.1e-3) ran at 0.92-1.03."""
+    m, n, k = GPTJ_UP
+    assert wt.traffic(WIDE, m, n, 1, SMS) == pytest.approx(4.0e-3, rel=0.02)
+    assert wt.traffic(WIDE, m, n, 4, SMS) == pytest.approx(2.14e-3, rel=0.02)
+    assert wt.swizzle(WIDE, m, n, k, 1, SMS) == 4
+    # a 2x1 cluster walks two tile rows per swizzle step: 2 is enough
+    assert wt.swizzle(TileConfig(128, 256, 64, cluster_m=2), m, n, k, 1, SMS) == 2
+    # 256x128 tiles (32 x 128) are walked along M: 2.1e-3 as they are (measured within 3%)
+    assert wt.swizzle(TileConfig(256, 128, 64), m, n, k, 1, SMS) == 0
+
+
+def test_the_suites_other_grids_keep_the_compiled_choice():
+    cases = [
+        (WIDE, *GPTJ_DOWN),  # 64 x 16 tiles along N: 1.3e-3 (every order within 1-2%)
+        (WIDE, 4096, 32000, 4096),  # LLaMA's head: along M, 1.3e-3
+        (TileConfig(128, 128, 64, schedule="pingpong"), 8192, 1024, 4096),  # BERT's down
+        (TileConfig(128, 192, 64), 12608, 768, 3072),  # ViT's down projection
+        (WIDE, 16384, 4096, 4096),
+        (WIDE, 8192, 8192, 8192),
+    ]
+    for cfg, m, n, k in cases:
+        assert wt.traffic(cfg, m, n, 1, SMS) < wt.LIMIT, (cfg.label, m, n, k)
+        assert wt.swizzle(cfg, m, n, k, 1, SMS) == 0, (cfg.label, m, n, k)
+
+
+def test_the_raster_orders_session_15_measured():
+    """Along M, BERT's down projection (8192 x 1024 x 4096, 128x128 ping-pong) ran at 0.61 of
+    cuBLAS against 0.91 in CUTLASS's order (along N): 4.1e-3 against 1.5e-3 bytes per FLOP."""
+    pp = TileConfig(128, 128, 64, schedule="pingpong")
+    assert wt.traffic(pp, 8192, 1024, 1, SMS, raster=1) > wt.LIMIT
+    assert wt.traffic(pp, 8192, 1024, 1, SMS, raster=0) < wt.LIMIT
+    assert wt.traffic(pp, 8192, 1024, 1, SMS, raster=2) == wt.traffic(pp, 8192, 1024, 1, SMS)
+
+
+def test_where_the_swizzle_is_left_alone():
+    m, n, k = GPTJ_UP
+    assert wt.swizzle(WIDE, m, n, 1024, 1, SMS) == 0  # K <= 1024: auto_swizzle's rule
+    assert wt.swizzle(WIDE, m, n, k, 2, SMS) == 0  # batched
+    assert wt.swizzle(TileConfig(128, 256, 64, scheduler="streamk"), m, n, k, 1, SMS) == 0
+    # 65 x 64 tiles: swizzle 4 and 8 round M up to 68 / 72 tiles, a wave more; 2 is not enough
+    assert wt.traffic(WIDE, 8320, n, 1, SMS) > wt.LIMIT
+    assert wt.swizzle(WIDE, 8320, n, k, 1, SMS) == 0
+    # fp32 operands (TF32) read twice the bytes
+    assert wt.traffic(WIDE, m, n, 4, SMS, elem_bytes=4) == 2 * wt.traffic(WIDE, m, n, 4, SMS)
+
+
+@pytest.fixture(scope="module")
+def fake_library(tmp_path_factory):
+    if CC is None:
+        pytest.skip("no host C compiler")
+    return launch.load(build_fake_library(tmp_path_factory.mktemp("entry"), CC))
+
+
+def test_a_launch_plan_makes_the_swizzle_explicit(fake_library):
+    """evt's order (0:0) becomes 0:4 at GPT-J's grid for a 128x256 kernel; an order with a
+    swizzle, a library that does not name its config, and small grids stay as they are."""
+    m, n, k = GPTJ_UP
+    problem = guards.Problem(m, n, k, 1, (0,) * 9, (0,) * 3)
+    kernel = launch.Kernel(fc1_spec(), dataclasses.replace(fake_library, config=WIDE))
+    assert kernel.plan(problem).tile_order == launch.TileOrder(0, 4).code
+    assert kernel.resolve(launch.TileOrder(0, 1), problem) == launch.TileOrder(0, 1)
+    assert kernel.resolve(launch.TileOrder(1, 0), problem) == launch.TileOrder(1, 0)  # along M
+    small = guards.Problem(8192, 3072, 768, 1, (0,) * 9, (0,) * 3)
+    assert kernel.resolve(launch.EVT_ORDER, small) == launch.EVT_ORDER
+    unknown = launch.Kernel(fc1_spec(), fake_library)
+    assert unknown.resolve(launch.EVT_ORDER, problem) == launch.EVT_ORDER

@@ -93,6 +93,21 @@ def test_every_tile_order_matches_the_reference(kernels, shape):
                     check(ordered, inputs, want, (label, raster, swizzle))
 
 
+# GPT-J's MLP up projection: 64 x 64 tiles of 128x256, which CUTLASS walks along N, one wave
+# reading all of B (`evt.runtime.wave_traffic`): evt launches it with swizzle 4
+WIDE_GRID = (8192, 16384, 4096)
+
+
+def test_a_wide_grid_launches_with_the_wave_traffic_swizzle(kernels):
+    """evt's order at a grid whose waves would outrun DRAM is 0:4, made explicit in the launch
+    plan (the C++ launch path takes the same plan), and computes the reference's result."""
+    spec = specs.ALL["mlp_fc1_forward"]()
+    kernel = kernels[("mlp_fc1_forward", "128x256x64_c1x1_cooperative")]
+    inputs = make_inputs(spec, *WIDE_GRID, seed=7, device="cuda")
+    assert kernel.plan(kernel.guard(inputs)).tile_order == launch.TileOrder(0, 4).code
+    check(kernel, inputs, reference.run(spec, inputs), "wide grid, evt's order")
+
+
 @pytest.mark.parametrize("label", ["128x128x64_c1x1_pingpong_da", "128x256x64_c1x1_cooperative_da"])
 def test_direct_aux_stores_match_the_reference(label):
     """Aux stores from registers (`TileConfig.direct_aux`, not a candidate yet: an experiment

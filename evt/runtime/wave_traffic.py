@@ -9,13 +9,15 @@ operand and the whole of the other, and with K >= 4096 a wave's operands no long
 between the CTAs that share them: each wave re-reads them from DRAM. The DRAM traffic per FLOP
 of the whole GEMM is then about waves x span x element bytes / (2 M N), whatever K is.
 
-On the H100 and the H200 (session 20, `benchmarks/results/2026-11-26-H100-session20/`, bias +
-ReLU / GELU at GPT-J's 8192 x 16384 x 4096, 128x256 tiles, 64 x 64 of them): CUTLASS's order
-(along N, swizzle 1, 4.0e-3 bytes per FLOP by this count) ran at 0.82-0.86 of cuBLAS, along M or
-with swizzle 4 or 8 (2.2e-3 and less) at 0.92-1.03; 256x128 tiles along M (2.2e-3) ran within 3%
-of every order; the down projection (8192 x 4096 x 16384, 1.3e-3) within 1-2%. The H100 serves
-~4e-3 bytes per FLOP at its GEMM speed (3.35 TB/s, ~800 TFLOP/s): past `LIMIT` the waves'
-reads outrun it.
+Session 20 (`benchmarks/results/2026-11-26-H100-session20/`), bias + ReLU / GELU at GPT-J's
+8192 x 16384 x 4096 with 128x256 tiles (64 x 64 of them): in CUTLASS's order (along N, swizzle 1:
+4.0e-3 bytes per FLOP by this count) the H100 ran them at 0.79-0.87 of cuBLAS, with swizzle 4
+(2.1e-3) at 0.89-0.98; on an H200 along M or with swizzle 4 or 8 (2.1e-3 and less) gained 11-15%,
+256x128 tiles (walked along M, 2.1e-3) 3%, and the down projection (8192 x 4096 x 16384, 1.3e-3)
+less than the runs' spread. By the same count session 15's slow raster orders were the ones past
+the limit (BERT's down projection along M: 4.1e-3, 0.61 of cuBLAS; 1.5e-3 and 0.91 along N). The
+H100 serves ~4e-3 bytes per FLOP at its GEMM speed (3.35 TB/s, ~800 TFLOP/s): past `LIMIT` the
+waves' reads outrun it.
 
 `swizzle` returns 0 (evt's compiled choice, `auto_swizzle` in evt/templates/evt_launch.h: 2 for
 one GEMM at K <= 1024, else 1) except where K > 1024 and the compiled choice's traffic is past
@@ -36,14 +38,15 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _log_cap(tiles_m: int, tiles_n: int, s: int) -> int:
-    """The swizzle CUTLASS takes when asked for `s` (`get_log_swizzle_size`: 8 needs both tile
-    counts >= 6, 4 needs >= 3, 2 needs >= 2)."""
-    small = min(tiles_m, tiles_n)
-    for size, needs in ((8, 6), (4, 3), (2, 2)):
-        if s >= size and small >= needs:
-            return size
-    return 1
+def _grid(cfg: TileConfig, M: int, N: int, swizzle: int) -> tuple[int, int, int]:
+    """(swizzle, tiles along M, tiles along N) as CUTLASS's scheduler takes them: the swizzle
+    capped by the tile counts (`get_log_swizzle_size`: 8 needs both >= 6, 4 >= 3, 2 >= 2), both
+    counts rounded up to a multiple of swizzle x cluster."""
+    blocks_m, blocks_n = _ceil_div(M, cfg.tile_m), _ceil_div(N, cfg.tile_n)
+    small = min(blocks_m, blocks_n)
+    s = next((size for size, needs in ((8, 6), (4, 3), (2, 2)) if swizzle >= size and small >= needs), 1)
+    return (s, _ceil_div(blocks_m, s * cfg.cluster_m) * s * cfg.cluster_m,
+            _ceil_div(blocks_n, s * cfg.cluster_n) * s * cfg.cluster_n)  # fmt: skip
 
 
 def traffic(cfg: TileConfig, M: int, N: int, swizzle: int, sm_count: int, raster: int = 0,
@@ -51,10 +54,7 @@ def traffic(cfg: TileConfig, M: int, N: int, swizzle: int, sm_count: int, raster
     """DRAM bytes per FLOP the waves of `cfg`'s persistent grid read at M x N (any K), in tile
     order `raster`:`swizzle` (raster 0: CUTLASS's heuristic; swizzle as CUTLASS takes it)."""
     cm, cn = cfg.cluster_m, cfg.cluster_n
-    blocks_m, blocks_n = _ceil_div(M, cfg.tile_m), _ceil_div(N, cfg.tile_n)
-    s = _log_cap(blocks_m, blocks_n, swizzle)
-    blocks_m = _ceil_div(blocks_m, s * cm) * s * cm  # CUTLASS rounds the grid up
-    blocks_n = _ceil_div(blocks_n, s * cn) * s * cn
+    s, blocks_m, blocks_n = _grid(cfg, M, N, swizzle)
     along_n = raster == 2 or (raster == 0 and not blocks_n > blocks_m)
     # in clusters: (count, rows or columns each) of the major mode, then the minor one
     major, major_size = (blocks_n // cn, cfg.tile_n * cn) if along_n else (blocks_m // cm, cfg.tile_m * cm)
@@ -62,8 +62,11 @@ def traffic(cfg: TileConfig, M: int, N: int, swizzle: int, sm_count: int, raster
     wave = max(1, sm_count // (cm * cn))  # clusters resident at once
     span = (min(minor, _ceil_div(wave, s * major) * s) * minor_size
             + min(major, _ceil_div(wave, s)) * major_size)  # fmt: skip
-    waves = _ceil_div(blocks_m * blocks_n, max(1, sm_count))
-    return waves * span * elem_bytes / (2 * M * N)
+    return _waves(blocks_m, blocks_n, sm_count) * span * elem_bytes / (2 * M * N)
+
+
+def _waves(blocks_m: int, blocks_n: int, sm_count: int) -> int:
+    return _ceil_div(blocks_m * blocks_n, max(1, sm_count))
 
 
 def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
@@ -74,12 +77,9 @@ def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, rast
         return 0
     if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) <= LIMIT:
         return 0
-    tiles = _ceil_div(M, cfg.tile_m) * _ceil_div(N, cfg.tile_n)
-    waves = _ceil_div(tiles, sm_count)
+    waves = _waves(*_grid(cfg, M, N, 1)[1:], sm_count)
     for s in SWIZZLES:
-        padded_m = _ceil_div(_ceil_div(M, cfg.tile_m), s * cfg.cluster_m) * s * cfg.cluster_m
-        padded_n = _ceil_div(_ceil_div(N, cfg.tile_n), s * cfg.cluster_n) * s * cfg.cluster_n
-        if _ceil_div(padded_m * padded_n, sm_count) > waves:
+        if _waves(*_grid(cfg, M, N, s)[1:], sm_count) > waves:
             continue  # rounding the grid up to the swizzle adds a wave
         if traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT:
             return s

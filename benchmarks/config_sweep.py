@@ -3,7 +3,10 @@ the bare cuBLAS GEMM: the exhaustive sweep the config heuristic is judged agains
 
 Each pattern of the benchmark suite (`evt.bench.patterns`) is captured through the pipeline on CPU
 (small shapes: a KernelSpec does not depend on them), every (region, config) is built in parallel,
-checked against the reference path, then timed at the pattern's real shapes with CUDA events.
+checked against the reference path on exact (ternary) operands, then timed at the pattern's real
+shapes with CUDA events on normally distributed ones, as the benchmark's (sweeps before session 20
+timed the ternary ones, which draw less power: at GPT-J's sizes the H100 ran cuBLAS and some
+configs up to 25% faster on them).
 The output ranks the configs per (pattern, shape) and says where `evt.codegen.config.heuristic`
 put the measured winner.
 
@@ -159,14 +162,16 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 (a guard's refusal: this shape runs unfused)
                 print(f"{name} {shape} {cfg.label}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 continue
-            mm = time_ms(bare_mm(spec, x))
+            # timed on a layer's kind of operands, checked on exact ones (`make_inputs`)
+            timed = make_inputs(spec, m, n, k, seed=1, device="cuda", batch=batch, normal=True)
+            mm = time_ms(bare_mm(spec, timed))
             L = batch[0] if batch else 1
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
             for tile_order in orders:
                 ordered = kernel.ordered(tile_order)
                 got = ordered(x)  # each order checked before it is timed
                 err = max(_error(g.float(), w.float()) for g, w in zip(got, want))
-                ms = time_ms(lambda ordered=ordered, x=x: ordered(x))
+                ms = time_ms(lambda ordered=ordered, timed=timed: ordered(timed))
                 order = tile_order.label
                 row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
                            tile_order=order, functors=variant, ms=ms, mm_ms=mm,

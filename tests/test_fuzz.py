@@ -162,6 +162,21 @@ def test_the_fuzz_gemm_is_exact():
     assert torch.equal((a.float() @ b.float()).double(), exact) and exact.abs().max() <= 4
 
 
+def test_timing_inputs_are_a_layers_operands_laid_out_as_the_checked_ones(generated):
+    """`normal=True` (what config sweeps time on): A ~ N(0, 1), B ~ N(0, 1/K), every tensor
+    with the exact inputs' shape, strides and dtype, so the kernel takes both alike."""
+    for spec in list(generated.values())[:8]:
+        exact = make_inputs(spec, 64, 48, 1024, seed=3)
+        timed = make_inputs(spec, 64, 48, 1024, seed=3, normal=True)
+        layout = [(t.shape, t.stride(), t.dtype) for t in exact]
+        assert [(t.shape, t.stride(), t.dtype) for t in timed] == layout, spec.name
+    flat = next(s for s in generated.values() if not s.gemm.nested)
+    timed = make_inputs(flat, 64, 48, 1024, seed=3, normal=True)
+    a, b = timed[flat.gemm.a.input], timed[flat.gemm.b.input]
+    assert 0.9 < a.float().std() < 1.1 and 0.9 < b.float().std() * 1024**0.5 < 1.1
+    assert len(torch.unique(a.float())) > 3  # not ternary
+
+
 def _spec(*nodes: ir.Node, d: str, d_dtype: str = "bf16", inputs: int = 2) -> ir.KernelSpec:
     return ir.KernelSpec("k", specs.LINEAR, (ir.AccFetch("acc"), *nodes), d, d_dtype, inputs)
 

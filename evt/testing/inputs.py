@@ -32,19 +32,24 @@ FLAT_BATCH = (3,)  # L of a batched spec without one
 
 
 def make_inputs(spec: ir.KernelSpec, M: int, N: int, K: int, seed: int,
-                device: str = "cpu", batch: tuple[int, ...] | None = None) -> list[torch.Tensor]:  # fmt: skip
+                device: str = "cpu", batch: tuple[int, ...] | None = None,
+                normal: bool = False) -> list[torch.Tensor]:  # fmt: skip
     """Random inputs of `spec` at M x N x K (`batch`: the batch dimensions of a batched spec,
-    else small ones)."""
+    else small ones). `normal`: the GEMM's operands drawn as a layer's are (A ~ N(0, 1), B ~
+    N(0, 1/K)) instead of exactly: inputs to time kernels on, not to check them (ternary
+    operands draw less power, and the H100 ran long GEMMs on them up to 25% faster, cuBLAS's
+    too, and in another order of tile configs: session 20)."""
     gen = torch.Generator().manual_seed(seed)
     g = spec.gemm
     if batch is None:
         batch = NESTED_BATCH if g.nested else FLAT_BATCH if g.batched else ()
     operand = _Heads(random.Random(f"{seed}/layout"), device) if g.nested else _matrix
-    scale = 2.0 ** -math.ceil(math.log2(math.sqrt(4 * K / 9) / 0.35))
+    scale = K**-0.5 if normal else 2.0 ** -math.ceil(math.log2(math.sqrt(4 * K / 9) / 0.35))
+    draw = _normal if normal else _ternary
     out: list[torch.Tensor | None] = [None] * spec.num_inputs
-    a = _ternary(gen, (*batch, M, K))
+    a = draw(gen, (*batch, M, K))
     out[g.a.input] = operand(a, "mk".index(g.a.major), g.dtype, g.a.transposed)
-    b = _ternary(gen, (*batch, K, N)) * scale
+    b = draw(gen, (*batch, K, N)) * scale
     out[g.b.input] = operand(b, "kn".index(g.b.major), g.dtype, g.b.transposed)
     for n in spec.nodes:
         if isinstance(n, ir.AuxLoad):
@@ -60,6 +65,10 @@ def make_inputs(spec: ir.KernelSpec, M: int, N: int, K: int, seed: int,
 
 def _ternary(gen: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
     return torch.randint(-1, 2, shape, generator=gen).float()
+
+
+def _normal(gen: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.randn(shape, generator=gen)
 
 
 def _values(gen: torch.Generator, shape: tuple[int, ...], dtype: str) -> torch.Tensor:

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from evt.codegen.config import TileConfig
-from evt.runtime import guards, launch
+from evt.runtime import dispatch, guards, launch
 from evt.runtime import wave_traffic as wt
 from tests.runtime_fakes import build_fake_library, fc1_spec
 from tests.test_runtime_launch import CC
@@ -86,3 +86,18 @@ def test_a_launch_plan_makes_the_swizzle_explicit(fake_library):
     assert kernel.resolve(launch.EVT_ORDER, small) == launch.EVT_ORDER
     unknown = launch.Kernel(fc1_spec(), fake_library)
     assert unknown.resolve(launch.EVT_ORDER, problem) == launch.EVT_ORDER
+
+
+def test_dispatch_says_what_each_planned_launch_takes(fake_library, monkeypatch):
+    """What the bench records in a result's notes (`observe.evt_runtime`): each kernel's tile
+    config and the tile order its plan took at each problem."""
+    spec = fc1_spec()
+    kernel = launch.Kernel(spec, dataclasses.replace(fake_library, config=WIDE))
+    monkeypatch.setattr(dispatch, "_kernels", {dispatch.identity(spec): kernel})
+    assert dispatch.planned() == {}
+    kernel.plan(guards.Problem(*GPTJ_UP, 1, (0,) * 9, (0,) * 3))
+    kernel.plan(guards.Problem(8192, 3072, 768, 1, (0,) * 9, (0,) * 3))
+    assert sorted(dispatch.planned().values()) == [
+        f"{spec.name}: 128x256x64_c1x1_cooperative 0:0 at 8192x3072x768x1",
+        f"{spec.name}: 128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1",
+    ]

@@ -53,16 +53,19 @@ def evt_regions(notes: dict) -> Iterator[None]:
 
 @contextlib.contextmanager
 def evt_runtime(notes: dict) -> Iterator[None]:
-    """Record kernels built into evt's cache, kernel launches and, for the regions (named by
+    """Record kernels built into evt's cache, kernel launches, the tile config and tile order
+    of each kernel at each new problem it planned a launch for, and, for the regions (named by
     `evt_regions` inside) that never launched a kernel, why they fell back."""
     from evt.runtime import cache, dispatch
 
     launches = collections.Counter(dispatch.launches())
     built = _cache_entries(cache.root())
+    planned = set(dispatch.planned())
     try:
         yield
     finally:
         after = collections.Counter(dispatch.launches()) - launches
+        notes["kernels"] = sorted(v for k, v in dispatch.planned().items() if k not in planned)
         reasons = getattr(dispatch, "FALLBACKS", {})
         notes["kernels_built"] = len(_cache_entries(cache.root()) - built)
         notes["kernel_launches"] = sum(after.values())

@@ -188,6 +188,22 @@ def launches() -> collections.Counter:
     return LAUNCHES + fast.launches()
 
 
+def planned() -> dict[tuple[str, tuple[int, int, int, int]], str]:
+    """(kernel signature, problem) -> what its launches there take, e.g. `evt_f0_addmm:
+    128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1` (the first region of the kernel, its
+    tile config, the tile order of its launch plan: `launch.Kernel.resolve`), for every problem
+    a loaded kernel planned a launch for since `reset()`."""
+    with _lock:
+        kernels = [(sig, k) for sig, k in _kernels.items() if isinstance(k, launch.Kernel)]
+    out = {}
+    for sig, k in kernels:
+        label = k.library.config.label if k.library.config else k.library.name
+        for p, plan in list(k._plans.items()):
+            order = launch.TileOrder(plan.tile_order % 4, plan.tile_order // 4).label
+            out[(sig, (p.M, p.N, p.K, p.L))] = f"{k.spec.name}: {label} {order} at {p.M}x{p.N}x{p.K}x{p.L}"
+    return out
+
+
 def _launch_ready(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list | None:
     """The hot path: a kernel that launched for this spec before, no failure being injected.
     Guards still run (remembered per input layout); anything new takes the full path. Plain

@@ -508,9 +508,11 @@ def _decide_on_cpu(monkeypatch, tmp_path):
     return compiles
 
 
-def test_identical_regions_compile_the_unfused_path_once(monkeypatch, tmp_path):
-    """Two identical layers: one measurement, one compile, in this process and the next."""
+def test_identical_regions_compile_the_unfused_path_once(monkeypatch, tmp_path, capsys):
+    """Two identical layers: one measurement, one compile, in this process and the next;
+    `EVT_DEBUG=1` says how long a decision took, or that it came from the cache."""
     compiles = _decide_on_cpu(monkeypatch, tmp_path)
+    monkeypatch.setenv("EVT_DEBUG", "1")
     layers = torch.nn.Sequential(LinearAct(32, 32), LinearAct(32, 32))
     regions = []
     with torch.no_grad():  # the inference graph: both regions are Linear + GELU on [16, 32]
@@ -522,6 +524,8 @@ def test_identical_regions_compile_the_unfused_path_once(monkeypatch, tmp_path):
 
     report = pipeline.fuse(graph, keep=decide)
     assert len(regions) == 2 and not report.regions and len(compiles) == 1
+    decided = [line for line in capsys.readouterr().err.splitlines() if "[evt] autotune" in line]
+    assert len(decided) == 2 and "(decided in " in decided[0] and "(cached)" in decided[1], decided
     keys = {autotune.decision_key(b.spec, _problem(b)) for _, b in regions}
     (key,) = keys
     assert autotune.load(key).unfused_by == "inductor"

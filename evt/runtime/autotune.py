@@ -46,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -130,18 +131,20 @@ def decide(region, built, rest: str = "inductor") -> bool:
     if problem is None:
         return True
     key, wanted = decision_key(spec, problem), unfused.baseline(rest)
-    decision = _decided.get(key) or load(key)
+    decision, took = _decided.get(key) or load(key), "cached"
     if decision is None or decision.baseline != wanted or (
         not decision.unfused_by and unfused.timeable(region)  # made where it could not be timed
     ):
+        start = time.monotonic()
         with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
             decision = measure(region, built, problem, baseline=wanted)
         store(key, decision)
+        took = f"decided in {time.monotonic() - start:.1f} s: builds, the unfused path, timing"
     _decided[key] = decision  # an identical region later in this process is not measured again
     if decision.fuse and decision.config:
         dispatch.set_config(spec, config_of(spec, problem, decision.config))
         dispatch.set_tile_order(spec, problem, decision.config, order_of(decision))
-    debug.log(1, f"autotune {spec.name} {problem}: {describe(decision)}")
+    debug.log(1, f"autotune {spec.name} {problem} ({took}): {describe(decision)}")
     return decision.fuse
 
 

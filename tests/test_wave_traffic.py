@@ -45,6 +45,20 @@ def test_the_suites_other_grids_keep_the_compiled_choice():
         assert wt.swizzle(cfg, m, n, k, 1, SMS) == 0, (cfg.label, m, n, k)
 
 
+def test_of_the_suites_grids_only_gptjs_pass_the_limit():
+    """Every candidate config at every (M, N, K) of the GEMM+epilogue suite: the swizzle is made
+    explicit at GPT-J's up projection only (and for 128x64 tiles at its down projection)."""
+    from evt.bench import ops
+    from evt.codegen.config import CANDIDATES
+
+    shapes = {dims for p in ops.PATTERNS.values() for dims in p.shapes.values() if len(dims) == 3}
+    hits = {(dims, cfg.label) for dims in shapes for cfg in CANDIDATES
+            if wt.swizzle(cfg, *dims, 1, SMS)}  # fmt: skip
+    assert {dims for dims, _ in hits} == {GPTJ_UP, GPTJ_DOWN}
+    assert {label for dims, label in hits if dims == GPTJ_DOWN} == {"128x64x64_c1x1_cooperative"}
+    assert (GPTJ_UP, WIDE.label) in hits
+
+
 def test_the_raster_orders_session_15_measured():
     """Along M, BERT's down projection (8192 x 1024 x 4096, 128x128 ping-pong) ran at 0.61 of
     cuBLAS against 0.91 in CUTLASS's order (along N): 4.1e-3 against 1.5e-3 bytes per FLOP."""

@@ -141,6 +141,8 @@ def test_a_library_says_how_it_stores_its_outputs():
 def test_tile_orders_outside_the_range_are_refused():
     assert launch.TileOrder.from_label(" 2:8 ") == launch.TileOrder(2, 8)
     assert launch.TileOrder(1, 4).code == 17 and launch.TileOrder(1, 4).label == "1:4"
+    assert all(launch.TileOrder.from_code(launch.TileOrder(r, s).code) == launch.TileOrder(r, s)
+               for r in (0, 1, 2) for s in launch.SWIZZLES)  # fmt: skip
     for bad in ((3, 1), (0, 3), (-1, 2), (0, 16)):
         with pytest.raises(LaunchError, match="raster order is 0 .* the swizzle 0 .*, 1, 2, 4 or 8"):
             launch.TileOrder(*bad)

@@ -198,8 +198,8 @@ def planned() -> dict[tuple[str, tuple[int, int, int, int]], str]:
     out = {}
     for sig, k in kernels:
         label = k.library.config.label if k.library.config else k.library.name
-        for p, plan in list(k._plans.items()):
-            order = launch.TileOrder(plan.tile_order % 4, plan.tile_order // 4).label
+        for p, plan in k.plans():
+            order = launch.TileOrder.from_code(plan.tile_order).label
             out[(sig, (p.M, p.N, p.K, p.L))] = f"{k.spec.name}: {label} {order} at {p.M}x{p.N}x{p.K}x{p.L}"
     return out
 

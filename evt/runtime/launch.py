@@ -78,6 +78,11 @@ class TileOrder:
         return f"{self.raster}:{self.swizzle}"
 
     @classmethod
+    def from_code(cls, code: int) -> TileOrder:
+        """The order whose ABI code (`code`) is `code`."""
+        return cls(code % 4, code // 4)
+
+    @classmethod
     def from_label(cls, text: str) -> TileOrder:
         raster, _, swizzle = text.strip().partition(":")
         try:
@@ -263,6 +268,10 @@ class Kernel:
         """What a launch at problem `p` needs besides the tensors (also what the C++ launch path
         is handed), computed once per problem."""
         return self._plans.get(p) or self._plan(p)
+
+    def plans(self) -> list[tuple[guards.Problem, LaunchPlan]]:
+        """The problems this kernel planned a launch for, with their plans."""
+        return list(self._plans.items())
 
     def resolve(self, order: TileOrder, p: guards.Problem) -> TileOrder:
         """`order` with its swizzle 0 (evt's choice) made explicit where the waves' operand

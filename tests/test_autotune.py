@@ -10,6 +10,7 @@ import torch
 
 from evt import ir, pipeline
 from evt.codegen import config as cfgs
+from evt.codegen import wave_traffic
 from evt.codegen.emit import render
 from evt.errors import CodegenError, LaunchError
 from evt.examples import MLP
@@ -150,8 +151,9 @@ def test_ping_pong_ranks_last_for_special_statistics_only():
         for shape in [(8192, 50304, 768), (8192, 30528, 1024), (4096, 32000, 4096)]:
             ranked = cfgs.heuristic(spec(case), *shape)
             last = [c.schedule == "pingpong" and (c.cluster_n == 1 or shape[2] > 1024)
-                    for c in ranked]  # fmt: skip
-            assert last == sorted(last), (case, shape)  # all of them last
+                    for c in ranked if not wave_traffic.outruns(c, *shape, 1, cfgs.SM_COUNT)]  # fmt: skip
+            assert last == sorted(last), (case, shape)  # all of them last but configs whose
+            # waves outrun DRAM (128x64 tiles at LLaMA's head: `wave_traffic.outruns`)
             want = "128x128x64_c1x2_pingpong" if shape[2] <= 1024 else "128x256x64_c1x1_cooperative"
             assert ranked[0].label == want, (case, shape)
     stats = spec("layernorm_stats/bert")

@@ -94,7 +94,7 @@ def test_every_tile_order_matches_the_reference(kernels, shape):
 
 
 # GPT-J's MLP up projection: 64 x 64 tiles of 128x256, which CUTLASS walks along N, one wave
-# reading all of B (`evt.runtime.wave_traffic`): evt launches it with swizzle 4
+# reading all of B (`evt.codegen.wave_traffic`): evt launches it with swizzle 4
 WIDE_GRID = (8192, 16384, 4096)
 
 

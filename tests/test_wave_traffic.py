@@ -1,4 +1,4 @@
-"""The swizzle evt launches large grids with (`evt.runtime.wave_traffic`): the waves' operand
+"""The swizzle evt launches large grids with (`evt.codegen.wave_traffic`): the waves' operand
 traffic per FLOP under CUTLASS's tile walk, against what the H100 measured (the module's doc)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
+from evt.codegen import wave_traffic as wt
 from evt.codegen.config import TileConfig
 from evt.runtime import dispatch, guards, launch
-from evt.runtime import wave_traffic as wt
 from tests.runtime_fakes import build_fake_library, fc1_spec
 from tests.test_runtime_launch import CC
 
@@ -115,3 +115,27 @@ def test_dispatch_says_what_each_planned_launch_takes(fake_library, monkeypatch)
         f"{spec.name}: 128x256x64_c1x1_cooperative 0:0 at 8192x3072x768x1",
         f"{spec.name}: 128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1",
     ]
+
+
+def test_the_heuristic_ranks_configs_whose_waves_outrun_dram_last():
+    """8320 rows (65 tiles of 128): no swizzle fixes 128x256 without adding a wave (3.9e-3 bytes
+    per FLOP), so a config whose waves fit ranks first; at 8192 rows 128x256 stays first (its
+    swizzle 4 fixes it). Of the suite's shapes and candidates only 128x64 tiles at LLaMA's head
+    outrun DRAM (4096 x 32000: 32 x 500 tiles walked along M), never a first pick there."""
+    from evt.codegen import config
+    from tests import specs
+
+    spec = specs.ALL["mlp_fc1_forward"]()
+    m, n, k = GPTJ_UP
+    assert wt.outruns(WIDE, 8320, n, k, 1, SMS) and not wt.outruns(WIDE, m, n, k, 1, SMS)
+    first = config.heuristic(spec, 8320, n, k)[0]
+    assert not wt.outruns(first, 8320, n, k, 1, SMS), first.label
+    assert config.heuristic(spec, m, n, k)[0].label == WIDE.label
+    from evt.bench import ops
+
+    shapes = {dims for p in ops.PATTERNS.values() for dims in p.shapes.values() if len(dims) == 3}
+    outrun = {(dims, c.label) for dims in shapes for c in config.CANDIDATES
+              if wt.outruns(c, *dims, 1, SMS)}  # fmt: skip
+    llama_head = (4096, 32000, 4096)
+    assert outrun == {(llama_head, "128x64x64_c1x1_cooperative")}, outrun
+    assert config.heuristic(spec, *llama_head)[0].label == WIDE.label

@@ -16,6 +16,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from evt.codegen import wave_traffic
 from evt.errors import CodegenError
 from evt.ir import (
     ROW_STATISTICS,
@@ -289,12 +290,16 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     K <= 1024 and ping-pong without one last (`_special_statistics_tier`). The exact GELU ranked
     ping-pong last too until its epilogue got cheaper in session 13, after which ping-pong won
     it at K <= 1024. Stream-K tiles rank by `estimate`: first only where the last wave is mostly
-    empty. Each config takes its aux loads' stages from `source_stages`.
+    empty. Each config takes its aux loads' stages from `source_stages`. A config whose waves
+    would outrun DRAM whatever swizzle evt launches it with (`wave_traffic.outruns`) ranks after
+    the others of its stage tier.
     `benchmarks/heuristic_score.py` scores this against every committed sweep: 0.994 of the
     measured best in geomean over 98 cases, 0.940 at worst (session 16)."""
     candidates = [replace(c, pad_rows=True) for c in CANDIDATES] if pads_rows(spec, N) else CANDIDATES
     fitting = [source_stages(spec, c) for c in candidates if fits(spec, c)]
+    size = _bytes(spec.gemm.dtype)
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
+                                          wave_traffic.outruns(c, M, N, K, L, SM_COUNT, size),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
 
 

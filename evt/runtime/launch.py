@@ -12,7 +12,7 @@ M, 2 along N, and swizzle 0 evt's choice per problem, 1/2/4/8; passed as raster 
 an argument of every launch: one binary runs every order. A kernel launches 0:0 (`auto_swizzle`
 in evt/templates/evt_launch.h) unless its `tile_order` function says otherwise per problem
 (max-autotune's choice, `evt.runtime.dispatch`) or its waves would read more operand bytes than
-DRAM serves (`evt.runtime.wave_traffic`: a swizzle then, decided here at each problem).
+DRAM serves (`evt.codegen.wave_traffic`: a swizzle then, decided here at each problem).
 
 A kernel with a nested batch (L = L1 x L2) takes `L1, L2` where the others take `L`, and 4
 strides per tensor (M, N, L1, L2) where the others take 3.
@@ -35,10 +35,11 @@ from typing import Any
 import torch
 
 from evt import debug, ir
+from evt.codegen import wave_traffic
 from evt.codegen.config import SM_COUNT, TileConfig
 from evt.errors import CodegenError, LaunchError
 from evt.runtime import cache as kernel_cache
-from evt.runtime import guards, wave_traffic
+from evt.runtime import guards
 
 RETURN_CODES = {
     -1: "Gemm::can_implement rejected the problem",
@@ -285,7 +286,7 @@ class Kernel:
         before = wave_traffic.traffic(cfg, p.M, p.N, 1, sm_count(), order.raster, size)
         debug.log(1, f"region {self.spec.name}: swizzle {s} at (M, N, K, L) = "
                      f"{(p.M, p.N, p.K, p.L)}: its waves would read {before:.1e} operand bytes "
-                     f"per FLOP from DRAM in the compiled order (evt.runtime.wave_traffic)")  # fmt: skip
+                     f"per FLOP from DRAM in the compiled order (evt.codegen.wave_traffic)")  # fmt: skip
         return replace(order, swizzle=s)
 
     def _plan(self, p: guards.Problem) -> LaunchPlan:

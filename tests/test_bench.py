@@ -323,6 +323,16 @@ def _rec(case, baseline, status="ok", ms=None, kind="op", error=None):
     return r
 
 
+def test_what_evt_did_names_each_kernels_config_and_tile_order():
+    r = _rec("bias_relu/gptj", "evt", ms=1.6)
+    r["notes"] = {"regions": ["forward aten.addmm + aten.relu"], "unfused_gemms": 0,
+                  "kernels_built": 0, "kernel_launches": 3, "fallbacks": {},
+                  "kernels": ["evt_f0_addmm: 128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1"]}  # fmt: skip
+    md = markdown.evt_notes([r, _rec("bias/gptj", "evt", ms=1.6)])
+    assert "kernels (tile config, tile order, problem)" in md
+    assert "| 128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1 |" in md
+
+
 def test_ratios_geomean_and_markdown():
     results = [
         _rec("A", "eager", ms=2.0), _rec("A", "mm", ms=0.5), _rec("A", "evt", ms=1.0),

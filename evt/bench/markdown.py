@@ -134,6 +134,7 @@ def evt_notes(results: list[dict]) -> str:
         if r["baseline"] != "evt" or "regions" not in n:
             continue
         fb = "; ".join(f"{k}: {v}" for k, v in (n.get("fallbacks") or {}).items())
+        kernels = "; ".join(k.partition(": ")[2] for k in n.get("kernels") or [])
         rows.append(
             [
                 r["case"],
@@ -142,11 +143,12 @@ def evt_notes(results: list[dict]) -> str:
                 str(n.get("kernels_built")),
                 str(n.get("kernel_launches")),
                 "; ".join(n["regions"])[:300],
+                kernels[:300] or "—",
                 fb[:300],
             ]
         )
     head = ["case", "regions", "unfused GEMMs", "kernels built", "kernel launches", "fused"]
-    head += ["fallbacks"]
+    head += ["kernels (tile config, tile order, problem)", "fallbacks"]
     return "## What evt did\n\n" + table(head, rows) if rows else ""
 
 

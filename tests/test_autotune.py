@@ -602,6 +602,27 @@ def test_heuristic_scores_on_the_committed_sweeps():
     assert min(fractions) > 0.92
 
 
+def test_heuristic_score_counts_a_config_two_sweeps_timed_once():
+    """Two sweeps of one results folder that both timed a config: it counts once, at its faster
+    run, for the heuristic's pick as for the measured best."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import heuristic_score
+
+    spec = specs.mlp_fc1_forward()
+    first, other = (c.label for c in cfgs.heuristic(spec, 8192, 3072, 768)[:2])
+
+    def row(config, tflops):
+        return dict(pattern="p", region="r", shape="s", m=8192, n=3072, k=768, config=config,
+                    tflops=tflops)  # fmt: skip
+
+    groups = {("run", "p", "r", "s"): [row(first, 620), row(other, 600), row(first, 500)]}
+    ((_, pick, best),) = heuristic_score.score(groups, {("p", "r"): spec})
+    assert (pick["config"], pick["tflops"]) == (best["config"], best["tflops"]) == (first, 620)
+
+
 def test_aux_loads_take_fewer_stages_where_the_main_loop_needs_them():
     """CUTLASS gives the aux loads min(subtiles, 4) shared-memory stages; where that leaves the
     main loop under 5, the heuristic's configs take the most aux stages that reach the main

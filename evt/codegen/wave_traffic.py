@@ -78,7 +78,7 @@ def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, rast
             elem_bytes: int = 2) -> int:
     """The swizzle evt launches `cfg`'s kernel with at (M, N, K, L): 0 (the compiled choice)
     unless the waves' traffic says otherwise (module doc)."""
-    if cfg.scheduler == "streamk" or L != 1 or K <= 1024 or M <= 0 or N <= 0 or sm_count <= 0:
+    if not _applies(cfg, M, N, K, L, sm_count):
         return 0
     if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) <= LIMIT:
         return 0
@@ -99,7 +99,11 @@ def outruns(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,
     such configs after the others: at GPT-J's up projection 256x128 tiles (2.1e-3 as they are)
     ran 621 TFLOP/s on the H100 (session 20, call 7) where 128x256 ran 575 in CUTLASS's order
     (call 1) and 683 with swizzle 4 (call 7)."""
-    if cfg.scheduler == "streamk" or L != 1 or K <= 1024 or M <= 0 or N <= 0 or sm_count <= 0:
-        return False
-    s = swizzle(cfg, M, N, K, L, sm_count, 0, elem_bytes) or 1
-    return traffic(cfg, M, N, s, sm_count, 0, elem_bytes) > LIMIT
+    # `swizzle` returns 0 where the compiled order is under the limit or no swizzle brings it there
+    return (_applies(cfg, M, N, K, L, sm_count) and not swizzle(cfg, M, N, K, L, sm_count, 0, elem_bytes)
+            and traffic(cfg, M, N, 1, sm_count, 0, elem_bytes) > LIMIT)  # fmt: skip
+
+
+def _applies(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bool:
+    """Where the rule applies: one GEMM (L = 1) at K > 1024, a persistent (not stream-K) grid."""
+    return cfg.scheduler != "streamk" and L == 1 and K > 1024 and M > 0 and N > 0 and sm_count > 0

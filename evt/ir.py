@@ -337,6 +337,10 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     "neg": ComputeOp(1, "cutlass::negate", "neg"),
     "relu": ComputeOp(1, "cutlass::epilogue::thread::ReLu", "relu"),
     "gelu": ComputeOp(1, "evt::Gelu", "gelu"),  # through erfc: no cancellation in the tail
+    # the same where the graph rounds the GELU's result to bf16 / fp16: a cheaper normal tail
+    # whose relative error is 6% / 10% of that rounding's (evt_functors.h, TailFit)
+    "gelu_for_bf16": ComputeOp(1, "evt::GeluForBf16", "gelu"),
+    "gelu_for_f16": ComputeOp(1, "evt::GeluForF16", "gelu"),
     "gelu_tanh": ComputeOp(1, "evt::GeluTanh", "gelu_tanh"),
     # grad * d/dz gelu(z): CUTLASS's dGELU is the tanh form, so exact GELU has its own functor.
     "gelu_backward": ComputeOp(2, "evt::GeluBackward", "gelu_backward"),

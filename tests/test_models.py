@@ -288,7 +288,9 @@ def test_bert_layer(dtype, nested):
     # the FFN's fc1; the MLM head transform's GELU goes to Inductor's LayerNorm kernel after it
     # (evt/partition/trim_for_inductor.py: the pre-activation is saved for the backward anyway)
     gelus = regions(r, "forward", "addmm", "gelu")
-    assert len(gelus) == 1 and all(computes(x, "gelu") for x in gelus)  # exact GELU
+    # the exact GELU; in bf16 its form for a result rounded to bf16 (evt_functors.h, TailFit)
+    exact = "gelu_for_bf16" if dtype == BF16 else "gelu"
+    assert len(gelus) == 1 and all(computes(x, exact) for x in gelus)
     assert len(regions(r, "forward", "addmm", "add")) >= 2  # proj and fc2 with their residuals
     (dgrad,) = regions(r, "backward", "mm", "gelu_backward", "sum")
     (gelu_bwd,) = computes(dgrad, "gelu_backward")

@@ -46,7 +46,7 @@ def test_the_catalog_reaches_every_node_kind_and_compute_op(coverage):
     kinds = set().union(*(k for k, _ in coverage.values()))
     ops = set().union(*(o for _, o in coverage.values()))
     assert kinds == set(ir.NODE_TYPES), sorted(set(ir.NODE_TYPES) - kinds)
-    assert ops == set(ir.COMPUTE_OPS) - NOT_A_NODE, sorted(set(ir.COMPUTE_OPS) - NOT_A_NODE - ops)
+    assert ops - NOT_A_NODE == set(ir.COMPUTE_OPS) - NOT_A_NODE, sorted(set(ir.COMPUTE_OPS) - NOT_A_NODE - ops)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -54,4 +54,4 @@ def test_each_module_trains_like_eager(name):
     case = CASES[name]
     torch.manual_seed(1)
     errs = train_compare(case.build(ROWS, DIM), case.inputs(ROWS, DIM), torch.float32)
-    assert max(errs.values()) < 1e-4, errs
+    assert max(errs.values()) < case.tolerance, errs

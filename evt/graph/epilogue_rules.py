@@ -70,9 +70,15 @@ def _unary(op: str) -> Rule:
     return lambda node: Expr(op, (node.args[0],))
 
 
+# the exact GELU for a result the graph rounds to a 16-bit dtype (evt.ir.COMPUTE_OPS)
+_GELU_FOR = {torch.bfloat16: "gelu_for_bf16", torch.float16: "gelu_for_f16"}
+
+
 def _gelu(node: Node) -> Expr:
-    tanh = node.kwargs.get("approximate", "none") == "tanh"
-    return Expr("gelu_tanh" if tanh else "gelu", (node.args[0],))
+    if node.kwargs.get("approximate", "none") == "tanh":
+        return Expr("gelu_tanh", (node.args[0],))
+    dtype = getattr(node.meta.get("val"), "dtype", None)
+    return Expr(_GELU_FOR.get(dtype, "gelu"), (node.args[0],))
 
 
 def _gelu_backward(node: Node) -> Expr:

@@ -151,7 +151,7 @@ def _visit(node, values, inputs, a, b, shape, outputs, batched: bool) -> torch.T
     if isinstance(node, ir.ScalarBroadcast):
         return torch.full(shape, node.value, dtype=F32, device=a.device)
     if isinstance(node, ir.Compute):
-        out = COMPUTE_REFERENCE[node.op](*(values[x] for x in node.args))
+        out = COMPUTE_REFERENCE[ir.COMPUTE_OPS[node.op].reference](*(values[x] for x in node.args))
         return out if node.dtype == "f32" else out.to(ir.torch_dtype(node.dtype)).to(F32)
     if isinstance(node, ir.REDUCTIONS):  # fp32 over the reduced modes, rounded once
         for index, value in _reduce(node, values[node.arg], batched):

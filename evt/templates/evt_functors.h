@@ -102,33 +102,60 @@ CUTLASS_HOST_DEVICE float min_nan(float a, float b) {
 CUTLASS_HOST_DEVICE float exp_approx(float x) { return exp2_approx(x * 1.4426950408889634f); }
 
 // The standard normal distribution's lower tail and density at z:
-//   tail = Phi(-|z|) = erfc(|z| / sqrt 2) / 2 = t e Q(t),  t = 1 / (1 + 0.28 |z|),  e = exp(-z^2 / 2)
-// with Q a degree-5 polynomial fitted to the tail's error relative to max(tail, 1e-2)
-// (scripts/fit_normal_tail.py prints its coefficients and errors): in float64 it is 3.3e-8
-// absolute for every z, 1.9e-7 relative at |z| < 3 and 7.3e-5 at |z| < 5, each below torch's
-// float32 formula's, 0.5 (1 + erf(z / sqrt 2)), which cancels where Phi is small (2e-4 relative at
-// |z| < 3, 0.2 at |z| < 5, all digits below z = -5.5). Degree 8 reached 1.7e-7 relative
-// everywhere at three multiply-adds more per element, which a GEMM epilogue at K <= 1024 waits
-// for (bias + GELU at K = 768: 5% slower). The density shares the tail's exp: GELU's backward
-// takes one exp2 and one reciprocal per element (the Numerical Recipes erfc, t exp(-u^2 + P(t)),
-// takes two exp2). Against float64 (tests/test_functors_host.py, libm's exp2 for the SFU's) gelu
-// has relative error below 6e-7 for |z| < 3 and 1e-4 for |z| < 5, its derivative absolute
-// error 1.9e-7, below torch's float32 gelu_backward's (2.1e-7) on each of z < -3, -3..0, 0..3,
-// z > 3 (3e-8 against 1e-7 at z < -3, where its 0.5 + sign(z) (0.5 + r) cancels).
+//   tail = Phi(-|z|) = erfc(|z| / sqrt 2) / 2 = t e Q(t),  t = 1 / (1 + C |z|),  e = exp(-z^2 / 2)
+// with Q a polynomial fitted by scripts/fit_normal_tail.py (which prints its coefficients and
+// errors), one fit per precision a GELU's result is rounded to (`TailFit`):
+// - F32 (degree 5, C 0.28), fitted to the tail's error relative to max(tail, 1e-2): in float64
+//   3.3e-8 absolute for every z, 1.9e-7 relative at |z| < 3 and 7.3e-5 at |z| < 5, each below
+//   torch's float32 formula's, 0.5 (1 + erf(z / sqrt 2)), which cancels where Phi is small (2e-4
+//   relative at |z| < 3, 0.2 at |z| < 5, all digits below z = -5.5). Degree 8 reached 1.7e-7
+//   relative everywhere at three multiply-adds more per element, which a GEMM epilogue at
+//   K <= 1024 waits for (bias + GELU at K = 768: 5% slower). GELU's backward always takes this
+//   fit: its derivative crosses zero (z = -0.75), where only an absolute error this small keeps
+//   grad * gelu'(z) as exact as torch's.
+// - BF16 (degree 3, C 0.3) and F16 (degree 4, C 0.25), fitted to the tail's error relative to
+//   itself for every z (|z| <= 13.5): 2.3e-4 and 4.9e-5, 6% and 10% of the unit roundoff of the
+//   dtype the graph's GELU rounds its result to (bf16 2^-8, fp16 2^-11; the forward's error is
+//   relative: z Phi(z) = z tail below 0, z (1 - tail) above, Phi >= 1/2 there). Eager rounds that
+//   result to the dtype, so every value the epilogue computes from it stays nearer the exact GELU
+//   than eager's; two and one multiply-adds fewer an element than F32.
+// The density shares the tail's exp: GELU's backward takes one exp2 and one reciprocal per
+// element (the Numerical Recipes erfc, t exp(-u^2 + P(t)), takes two exp2). Against float64
+// (tests/test_functors_host.py, libm's exp2 for the SFU's) the F32 gelu has relative error below
+// 6e-7 for |z| < 3 and 1e-4 for |z| < 5, its derivative absolute error 1.9e-7, below torch's
+// float32 gelu_backward's (2.1e-7) on each of z < -3, -3..0, 0..3, z > 3 (3e-8 against 1e-7 at
+// z < -3, where its 0.5 + sign(z) (0.5 + r) cancels).
 struct NormalTail {
   float tail;  // Phi(-|z|) = e tq
   float e;     // exp(-z^2 / 2)
   float tq;    // t Q(t)
 };
+
+enum class TailFit { F32, F16, BF16 };
+
+// Q(t) by Horner's rule, coefficients from the highest degree down
+CUTLASS_HOST_DEVICE float horner(float, float q) { return q; }
+template <class... Rest>
+CUTLASS_HOST_DEVICE float horner(float t, float q, float next, Rest... rest) {
+  return horner(t, fmaf(q, t, next), rest...);
+}
+
+template <TailFit Fit = TailFit::F32>
 CUTLASS_HOST_DEVICE NormalTail normal_tail(float z) {
   float const e = exp2_approx(-0.72134752044448170f * z * z);  // log2(e) / 2
-  float const t = rcp_approx(fmaf(0.28f, fabsf(z), 1.0f));
-  float q = -1.068262401e-01f;
-  q = fmaf(q, t, 3.942018720e-01f);
-  q = fmaf(q, t, -2.442924314e-01f);
-  q = fmaf(q, t, 2.750126889e-01f);
-  q = fmaf(q, t, 6.496798009e-02f);
-  q = fmaf(q, t, 1.169361579e-01f);
+  float t, q;
+  if constexpr (Fit == TailFit::F32) {
+    t = rcp_approx(fmaf(0.28f, fabsf(z), 1.0f));
+    q = horner(t, -1.068262401e-01f, 3.942018720e-01f, -2.442924314e-01f, 2.750126889e-01f,
+               6.496798009e-02f, 1.169361579e-01f);
+  } else if constexpr (Fit == TailFit::F16) {
+    t = rcp_approx(fmaf(0.25f, fabsf(z), 1.0f));
+    q = horner(t, 2.413298898e-01f, -1.032329570e-01f, 1.798425987e-01f, 8.071466864e-02f,
+               1.013242062e-01f);
+  } else {
+    t = rcp_approx(fmaf(0.3f, fabsf(z), 1.0f));
+    q = horner(t, 2.088449449e-01f, 3.558742403e-02f, 1.374783382e-01f, 1.182043596e-01f);
+  }
   float const tq = t * q;
   return {tq * e, e, tq};
 }
@@ -138,8 +165,11 @@ CUTLASS_HOST_DEVICE float normal_cdf(NormalTail n, float z) {
   return z < 0.0f ? n.tail : 1.0f - n.tail;
 }
 
-// The exact (erf) GELU, torch's gelu(approximate="none"): z Phi(z).
+// The exact (erf) GELU, torch's gelu(approximate="none"): z Phi(z); GeluForBf16 / GeluForF16
+// where the graph rounds its result to bf16 / fp16 (the fits above).
 EVT_ELEMENTWISE(Gelu, z * normal_cdf(normal_tail(z), z), float z)
+EVT_ELEMENTWISE(GeluForBf16, z * normal_cdf(normal_tail<TailFit::BF16>(z), z), float z)
+EVT_ELEMENTWISE(GeluForF16, z * normal_cdf(normal_tail<TailFit::F16>(z), z), float z)
 
 // grad * d/dz gelu(z) for the exact GELU: grad * (Phi(z) + z phi(z)), as torch's
 // gelu_backward(approximate="none") computes it; phi(z) = exp(-z^2 / 2) / sqrt(2 pi). With

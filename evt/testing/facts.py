@@ -51,7 +51,7 @@ def _unary(op: str, a: Fact) -> tuple[float, float] | None:
         return -hi, -lo
     if op == "relu":
         return max(lo, 0.0), max(hi, 0.0)
-    if op in ("gelu", "gelu_tanh", "silu"):
+    if op in ("gelu", "gelu_for_bf16", "gelu_for_f16", "gelu_tanh", "silu"):
         return (-0.3 if lo < 0 else 0.0), max(hi, 0.0)
     if op == "sigmoid":
         return _sig(lo), _sig(hi)

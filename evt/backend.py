@@ -69,15 +69,16 @@ def fuse_graph(graph: Graph, autotune: bool = False, rest: str = "inductor") -> 
     rewrite it in place: a half-rewritten graph is not left behind). With `autotune`, each
     region's config is measured and regions slower than the unfused path (as route `rest` runs
     it) stay unfused (`evt.runtime.autotune`)."""
-    keep = None
+    keep = prepare = None
     if autotune:
         from evt.runtime import autotune as tuner
 
         keep = functools.partial(tuner.decide, rest=rest)
+        prepare = functools.partial(tuner.prefetch, rest=rest)
     before = Graph()
     before.output(before.graph_copy(graph, {}))
     try:
-        report = pipeline.fuse(graph, check=debug.level() >= 2, draw=DRAW, keep=keep)
+        report = pipeline.fuse(graph, check=debug.level() >= 2, draw=DRAW, keep=keep, prepare=prepare)
     except Exception as e:  # noqa: BLE001 - training must not crash because of evt
         _restore(graph, before)
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)

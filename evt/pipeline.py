@@ -90,9 +90,12 @@ def run_passes(graph: Graph, passes: list[tuple[str, Pass]], check: bool) -> Non
             verify(graph, after=name)
 
 
-def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> GraphReport:
+def fuse(
+    graph: Graph, check: bool = False, draw: bool = False, keep=None, prepare=None
+) -> GraphReport:
     """Run the whole pipeline on `graph` in place; returns what was fused (and, with `draw`, a
-    picture of the partition). `keep(region, built)` may veto regions (max-autotune)."""
+    picture of the partition). `keep(region, built)` may veto regions (max-autotune), after
+    `prepare(regions)` saw them all (`evt.graph.lower_regions`)."""
     run_passes(graph, GRAPH_PASSES, check)
     regions = partition(graph)
     narrowed = narrow_outputs(graph, regions)
@@ -128,7 +131,7 @@ def fuse(graph: Graph, check: bool = False, draw: bool = False, keep=None) -> Gr
         why[region.anchor] = "max-autotune: its fused kernel was not faster than the unfused path"
         return False
 
-    lowered = lower_regions(graph, regions, keep_region)
+    lowered = lower_regions(graph, regions, keep_region, prepare)
     run_passes(graph, CLEANUP_PASSES, check)
     verify(graph, after="lower_regions")
     report = GraphReport(unfused_gemms=len(gemms) - len(lowered), drawing=drawing)

@@ -557,6 +557,41 @@ def _problem(built):
     return dispatch.problem_hint(built.spec, [n.meta["val"] for n in built.inputs])
 
 
+def test_every_regions_candidates_start_building_before_the_first_is_timed(monkeypatch, tmp_path):
+    """max-autotune's `prepare` hook submits the shortlists of all regions to the build pool at
+    once (each decision then finds its kernels built or building), and none for a region whose
+    decision is cached."""
+    _decide_on_cpu(monkeypatch, tmp_path)
+    events = []
+    monkeypatch.setattr(build, "prefetch", lambda spec, cfg=None, compile_fn=None: events.append(
+        ("build", spec.name, cfg.label)) or Future())  # fmt: skip
+
+    def timed(built, problem, timer, device):
+        events.append(("time", built.spec.name, None))
+        return _made_up_kernel_timings(built, problem, timer, device)
+
+    monkeypatch.setattr(autotune, "time_candidates", timed)
+    model = torch.nn.Sequential(LinearAct(32, 64, "relu"), LinearAct(64, 32, "gelu"))
+    with torch.no_grad():
+        graph = capture_joint(model, torch.randn(16, 32))
+    seen = []
+    report = pipeline.fuse(graph, keep=lambda r, b: seen.append(b) or autotune.decide(r, b),
+                           prepare=autotune.prefetch)  # fmt: skip
+    assert len(seen) == 2 and not report.regions  # the unfused path (0.5 ms) wins on the CPU
+    kinds = [kind for kind, _, _ in events]
+    first_timed = kinds.index("time")
+    assert kinds[first_timed:] == ["time", "time"]
+    for b in seen:
+        want = {c.label for c in autotune.shortlist(b.spec, _problem(b))}
+        assert {label for kind, name, label in events if name == b.spec.name and kind == "build"} == want
+    events.clear()  # decided: a later compile of the same graph builds nothing up front
+    with torch.no_grad():
+        graph = capture_joint(model, torch.randn(16, 32))
+    pipeline.fuse(graph, keep=autotune.decide, prepare=autotune.prefetch)
+    assert events == []
+    autotune.reset()
+
+
 def test_autotune_on_the_inductor_route_compiles_the_unfused_path_apart(monkeypatch, tmp_path):
     """Inside Inductor's compile (evt's pass runs in it), the unfused path compiles in a compile
     of its own: without evt's pass (it would fuse the region again) and CUDA graphs."""

@@ -21,23 +21,26 @@ from evt.partition.region import Region
 
 FUSED_GEMM = torch.ops.evt.fused_gemm.default
 Keep = Callable[[Region, BuiltRegion], bool]
+Prepare = Callable[[list[tuple[Region, BuiltRegion]]], None]
 
 
 def lower_regions(
-    graph: Graph, regions: list[Region], keep: Keep | None = None
+    graph: Graph, regions: list[Region], keep: Keep | None = None, prepare: Prepare | None = None
 ) -> list[tuple[Region, BuiltRegion]]:
     """Replace each region by one `evt::fused_gemm` call. `keep(region, built)` may veto a region
-    (max-autotune leaves regions whose kernel loses to the unfused path in the graph)."""
-    plans = []
+    (max-autotune leaves regions whose kernel loses to the unfused path in the graph);
+    `prepare` sees every built region before the first `keep` (max-autotune starts all their
+    candidates' builds at once)."""
+    built_regions = []
     for i, region in enumerate(regions):
         name = f"evt_{region.side[0]}{i}_{region.anchor.name}"
         try:
-            built = build_region(region, name)
+            built_regions.append((region, build_region(region, name)))
         except EvtError as e:
             warnings.warn(f"evt: region {name} stays unfused: {e}", stacklevel=2)
-            continue
-        if keep is None or keep(region, built):
-            plans.append((region, built))
+    if prepare is not None:
+        prepare(built_regions)
+    plans = [(r, b) for r, b in built_regions if keep is None or keep(r, b)]
     replaced: dict[Node, Node] = {}  # outputs of regions lowered so far -> their getitem
     for region, b in plans:
         inputs = [replaced.get(n, n) for n in b.inputs]

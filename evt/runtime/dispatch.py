@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
 import os
 import threading
@@ -257,7 +256,7 @@ def kernel_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = 
             _kernels[sig] = found
     if isinstance(found, EvtError):
         raise found
-    return dataclasses.replace(found, spec=spec)  # named after this region
+    return found.named(spec)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -233,6 +233,15 @@ class Kernel:
                 self._passed[key] = problem
         return problem
 
+    def named(self, spec: ir.KernelSpec) -> Kernel:
+        """This kernel as the region `spec` (another of its signature) calls it: named after that
+        region, sharing its guard verdicts and launch plans (`dataclasses.replace` alone would
+        start both afresh, and `evt.runtime.dispatch.planned` would never see the plans)."""
+        out = replace(self, spec=spec)
+        object.__setattr__(out, "_passed", self._passed)
+        object.__setattr__(out, "_plans", self._plans)
+        return out
+
     def ordered(self, order: TileOrder) -> Kernel:
         """This kernel launching every problem in `order` (its guards and plans start afresh)."""
         return replace(self, tile_order=lambda p: order)

@@ -192,6 +192,23 @@ def test_a_max_of_bf16_values_has_bf16_tolerance():
     assert tol == [bf16, bf16, f32, f32, f32, f32, bf16, bf16, f32]
 
 
+def test_a_max_through_a_widening_cast_keeps_the_rounded_dtypes_tolerance():
+    """Cross-entropy's statistics of BERT's MLM head: logits rounded to bf16, widened to fp32,
+    then the softmax max in fp32 (session 21: EVT_VERIFY failed the step on one bf16 ulp, 3.4e-3
+    relative, against f32's 2e-3); the sum keeps f32's."""
+    from evt.runtime import verify
+
+    nodes = (ir.AccFetch("acc"), ir.RowBroadcast("bias", 2, "bf16"),
+             ir.Compute("logits", "add", ("acc", "bias")),
+             ir.Compute("rounded", "identity", ("logits",), "bf16"),
+             ir.Compute("widened", "identity", ("rounded",), "f32"),
+             ir.SoftmaxStats("stats", "widened", "f32", max_output=1, sum_output=2))  # fmt: skip
+    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16")
+    spec = ir.KernelSpec("mlm_head", gemm, nodes, "logits", "bf16", 3)
+    tol = [verify.tolerance(spec, i) for i in range(3)]
+    assert tol == [verify.TOLERANCE["bf16"], verify.TOLERANCE["bf16"], verify.TOLERANCE["f32"]]
+
+
 def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeypatch):
     """Inside `dispatch.reference_only()` (the bench prebuild's capture) a region runs its
     reference path even where kernels run, on any thread, with no warning and no fallback recorded, and no

@@ -207,6 +207,18 @@ def test_a_max_through_a_widening_cast_keeps_the_rounded_dtypes_tolerance():
     spec = ir.KernelSpec("mlm_head", gemm, nodes, "logits", "bf16", 3)
     tol = [verify.tolerance(spec, i) for i in range(3)]
     assert tol == [verify.TOLERANCE["bf16"], verify.TOLERANCE["bf16"], verify.TOLERANCE["f32"]]
+    # the kernel's max one bf16 ulp above the reference's, its sum consistent with it: the sum
+    # is compared rescaled to the reference's max (m + log s is what readers take)
+    torch.manual_seed(0)
+    a, b, bias = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32)
+    inputs = [a.bfloat16(), b.bfloat16(), bias.bfloat16()]
+    want = reference.run(spec, inputs)
+    m = want[1] + 2.0**-7 * want[1].abs()
+    got = [want[0], m, want[2] * torch.exp(want[1] - m)]
+    assert (got[2] - want[2]).abs().max() / want[2].abs().max() > 10 * tol[2]
+    verify.check(spec, inputs, got)
+    with pytest.raises(LaunchError, match="output 2"):
+        verify.check(spec, inputs, [want[0], want[1], 1.01 * want[2]])  # a sum that is off
 
 
 def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeypatch):

@@ -6,7 +6,7 @@ kernel evt_f0_addmm
   primals_2 = RowBroadcast(in2, bf16)
   addmm = Compute(add; addmm_acc, primals_2) -> f32
   addmm_store = AuxStore(addmm) -> out1 (bf16)
-  gelu = Compute(gelu; addmm_store) -> f32
+  gelu = Compute(gelu_for_bf16; addmm_store) -> f32
   D = gelu -> out0 (bf16)
 */
 #include <atomic>
@@ -81,8 +81,8 @@ using evt_addmm_store = fusion::Sm90EVT<fusion::Sm90AuxStore<
     cute::Stride<int64_t, cute::_1, int64_t>, evt_addmm_store_desc::SmemLayoutAtom, evt_addmm_store_desc::CopyOpR2S>,
     evt_addmm>;
 
-// gelu: Compute gelu(addmm_store) -> f32
-using evt_gelu = fusion::Sm90EVT<fusion::Sm90Compute<evt::Gelu, float, ElementCompute, kRound>,
+// gelu: Compute gelu_for_bf16(addmm_store) -> f32
+using evt_gelu = fusion::Sm90EVT<fusion::Sm90Compute<evt::GeluForBf16, float, ElementCompute, kRound>,
     evt_addmm_store>;
 
 using CustomEVT = evt_gelu;  // stored as D
@@ -249,5 +249,5 @@ EVT_EXPORT size_t evt_evt_f0_addmm_workspace(int M, int N, int K, int L, int til
 }
 
 EVT_EXPORT char const* evt_evt_f0_addmm_signature() {
-  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"gelu\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"arg\":\"addmm\",\"dtype\":\"bf16\",\"kind\":\"aux_store\",\"major\":\"n\",\"name\":\"addmm_store\",\"output\":1},{\"args\":[\"addmm_store\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"gelu\",\"op\":\"gelu\"}],\"num_inputs\":3}";
+  return "evt_f0_addmm;128x256x64_c1x1_cooperative;{\"d\":\"gelu\",\"d_dtype\":\"bf16\",\"gemm\":{\"a\":{\"input\":0,\"major\":\"k\",\"transposed\":false},\"b\":{\"input\":1,\"major\":\"k\",\"transposed\":true},\"batched\":false,\"dtype\":\"bf16\"},\"name\":\"k\",\"nodes\":[{\"kind\":\"acc\",\"name\":\"addmm_acc\"},{\"dtype\":\"bf16\",\"input\":2,\"kind\":\"row_broadcast\",\"name\":\"primals_2\"},{\"args\":[\"addmm_acc\",\"primals_2\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"addmm\",\"op\":\"add\"},{\"arg\":\"addmm\",\"dtype\":\"bf16\",\"kind\":\"aux_store\",\"major\":\"n\",\"name\":\"addmm_store\",\"output\":1},{\"args\":[\"addmm_store\"],\"dtype\":\"f32\",\"kind\":\"compute\",\"name\":\"gelu\",\"op\":\"gelu_for_bf16\"}],\"num_inputs\":3}";
 }

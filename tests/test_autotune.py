@@ -502,6 +502,9 @@ def _decide_on_cpu(monkeypatch, tmp_path):
     monkeypatch.setattr(dispatch, "sm90_available", lambda: True)
     monkeypatch.setattr(autotune.guards, "static_reason", lambda spec: None)
     monkeypatch.setattr(autotune, "time_candidates", _made_up_kernel_timings)
+    # no kernel is timed, so none is built (max-autotune's `prefetch` would queue real nvcc
+    # builds in the process's pool, where later tests' builds wait behind them)
+    monkeypatch.setattr(build, "prefetch", lambda *args, **kwargs: Future())
     real, compiles = autotune.measure, []
     monkeypatch.setattr(autotune, "measure", lambda *a, **k: real(
         *a, **k, timer=lambda fn: (fn(), 0.5)[1], device="cpu"))  # fmt: skip

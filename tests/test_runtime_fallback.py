@@ -221,6 +221,45 @@ def test_a_max_through_a_widening_cast_keeps_the_rounded_dtypes_tolerance():
         verify.check(spec, inputs, [want[0], want[1], 1.01 * want[2]])  # a sum that is off
 
 
+def test_verify_takes_softmax_statistics_of_large_logits_from_the_stored_logits():
+    """BERT's MLM head at initialization has logits of ~100 (bf16 ulp 0.5): one the kernel's
+    accumulation order rounds the other way moves its exp(x - m) by 65%, so the statistics are
+    checked against the kernel's own stored bf16 logits (checked themselves at bf16's
+    tolerance), not the reference's (session 22: the sum off by 0.099 against f32's 2e-3)."""
+    from evt.runtime import verify
+
+    nodes = (ir.AccFetch("acc"), ir.RowBroadcast("bias", 2, "bf16"),
+             ir.Compute("logits", "add", ("acc", "bias")),
+             ir.Compute("rounded", "identity", ("logits",), "bf16"),
+             ir.Compute("widened", "identity", ("rounded",), "f32"),
+             ir.SoftmaxStats("stats", "widened", "f32", max_output=1, sum_output=2))  # fmt: skip
+    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16")
+    spec = ir.KernelSpec("mlm_head", gemm, nodes, "logits", "bf16", 3)
+    assert verify.stored_copy(spec, "widened") == 0
+    torch.manual_seed(0)
+    a, b, bias = 8 * torch.randn(8, 64), torch.randn(32, 64), torch.randn(32)
+    inputs = [a.bfloat16(), b.bfloat16(), bias.bfloat16()]
+    want = reference.run(spec, inputs)
+    # the kernel rounds each row's second largest logit one ulp up (its f32 value sat at a
+    # rounding midpoint) and computes its statistics from what it stored
+    d = want[0].float().clone()
+    rows = torch.arange(d.shape[0])
+    second = d.topk(2, dim=1).indices[:, 1]
+    x = d[rows, second]
+    d[rows, second] = x + torch.ldexp(torch.ones_like(x), torch.frexp(x).exponent - 8)
+    m = d.amax(1)
+    got = [d.bfloat16(), m, torch.exp(d - m[:, None]).sum(1)]
+    assert verify.relative_error(got[2], want[2]) > 10 * verify.tolerance(spec, 2)
+    verify.check(spec, inputs, got)
+    with pytest.raises(LaunchError, match="output 2"):
+        verify.check(spec, inputs, [got[0], got[1], 1.01 * got[2]])  # a sum that is off
+    with pytest.raises(LaunchError, match="output 0"):  # logits off beyond bf16's tolerance
+        verify.check(spec, inputs, [1.05 * got[0], got[1], got[2]])
+    # an fp32 copy of the logits is no copy of the bf16-rounded values the statistic reads
+    f32_copy = (*nodes, ir.AuxStore("copy", "logits", 3, "f32"))
+    assert verify.stored_copy(ir.KernelSpec("h", gemm, f32_copy, "acc", "f32", 4), "widened") is None
+
+
 def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeypatch):
     """Inside `dispatch.reference_only()` (the bench prebuild's capture) a region runs its
     reference path even where kernels run, on any thread, with no warning and no fallback recorded, and no

@@ -154,7 +154,7 @@ def _visit(node, values, inputs, a, b, shape, outputs, batched: bool) -> torch.T
         out = COMPUTE_REFERENCE[ir.COMPUTE_OPS[node.op].reference](*(values[x] for x in node.args))
         return out if node.dtype == "f32" else out.to(ir.torch_dtype(node.dtype)).to(F32)
     if isinstance(node, ir.REDUCTIONS):  # fp32 over the reduced modes, rounded once
-        for index, value in _reduce(node, values[node.arg], batched):
+        for index, value in reduce(node, values[node.arg], batched):
             outputs[index] = _store(value, node.dtype)
         return values[node.arg]
     assert isinstance(node, ir.AuxStore), node
@@ -165,7 +165,7 @@ def _visit(node, values, inputs, a, b, shape, outputs, batched: bool) -> torch.T
 REDUCE = {"sum": torch.sum, "max": torch.amax}  # amax propagates NaN
 
 
-def _reduce(node, x: torch.Tensor, batched: bool) -> list[tuple[int, torch.Tensor]]:
+def reduce(node, x: torch.Tensor, batched: bool) -> list[tuple[int, torch.Tensor]]:
     """(output index, value) of each output of a reduction or statistic of the [L, M, N] `x`."""
     if isinstance(node, ir.RowReduction):  # over L and M: [N] or [1, N]
         total = REDUCE[node.op](x, dim=(0, 1))

@@ -21,7 +21,7 @@ def check(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], outputs: list[tor
     """Raise LaunchError when an output is further from the reference than its dtype allows."""
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         return
-    expected = reference.run(spec, inputs)
+    expected = restated(spec, outputs, reference.run(spec, inputs))
     for i, (got, ref, dtype) in enumerate(
         zip(aligned(spec, outputs, expected), expected, spec.output_dtypes(), strict=True)
     ):
@@ -30,6 +30,52 @@ def check(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], outputs: list[tor
             raise LaunchError(f"EVT_VERIFY: region {spec.name} output {i} ({dtype}) differs from "
                               f"the reference path: max error {err:.3g} relative to max |ref| "
                               f"(tolerance {tol:g})")  # fmt: skip
+
+
+def restated(spec: ir.KernelSpec, outputs: Sequence[torch.Tensor], expected: list[torch.Tensor]):
+    """`expected` with each softmax statistic recomputed from the kernel's own stored copy of
+    its argument, where the kernel stores that argument rounded exactly as the statistic reads it
+    (`stored_copy`: bf16 logits stored as D whose fp32 widening the statistic reads, as
+    cross-entropy's and softmax's heads do). A logit the kernel's accumulation order rounds the
+    other way moves its exp(x - m) by exp(one ulp of x): 65% at the logits of ~100 of BERT's MLM
+    head at initialization (bf16 ulp 0.5; EVT_VERIFY failed its step on the sum, 0.099 against
+    f32's 2e-3, session 22), an error no tolerance of the sum's own dtype covers. The stored copy
+    is checked against the reference at its dtype's tolerance, the statistics against it at
+    theirs."""
+    out = list(expected)
+    for n in spec.nodes:
+        j = stored_copy(spec, n.arg) if isinstance(n, ir.SoftmaxStats) else None
+        if j is not None:
+            x = outputs[j].float()
+            x = x if spec.gemm.batched else x.unsqueeze(0)
+            for index, value in reference.reduce(n, x, spec.gemm.batched):
+                out[index] = value.to(expected[index].dtype)
+    return out
+
+
+def stored_copy(spec: ir.KernelSpec, name: str) -> int | None:
+    """The index of an output whose values, widened to fp32, are exactly `name`'s, where `name`
+    rounds to a narrower dtype on its way: `name` is a chain of identity casts from a node S
+    (itself rounded or not) through one narrower dtype (bf16 or fp16, once or more) and the
+    output stores a node of that chain in that dtype. None where no such output exists."""
+    computes = {c.name: c for c in spec.nodes if isinstance(c, ir.Compute)}
+    chain, dtypes, node = [name], set(), computes.get(name)
+    while node is not None:
+        dtypes.add(node.dtype)
+        if node.op != "identity":
+            break
+        chain.append(node.args[0])
+        node = computes.get(node.args[0])
+    narrow = dtypes - {"f32"}
+    if len(narrow) != 1:
+        return None
+    (dtype,) = narrow
+    if spec.d in chain and spec.d_dtype == dtype:
+        return 0
+    for n in spec.nodes:
+        if isinstance(n, ir.AuxStore) and n.arg in chain and n.dtype == dtype:
+            return n.output
+    return None
 
 
 def aligned(spec: ir.KernelSpec, outputs: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]):

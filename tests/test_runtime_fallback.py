@@ -221,6 +221,21 @@ def test_a_max_through_a_widening_cast_keeps_the_rounded_dtypes_tolerance():
         verify.check(spec, inputs, [want[0], want[1], 1.01 * want[2]])  # a sum that is off
 
 
+def test_a_max_through_an_aux_store_keeps_the_rounded_dtypes_tolerance():
+    """An aux store passes its argument on as it is: a max reading bf16-rounded values through
+    one keeps bf16's tolerance; the store's own rounding (to f16 here) is its copy's, not the
+    max's."""
+    from evt.runtime import verify
+
+    nodes = (ir.AccFetch("acc"), ir.Compute("rounded", "identity", ("acc",), "bf16"),
+             ir.AuxStore("saved", "rounded", 1, "f16"),
+             ir.ColReduction("row_max", "saved", 2, "f32", op="max"))  # fmt: skip
+    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16")
+    spec = ir.KernelSpec("saved_max", gemm, nodes, "acc", "f32", 3)
+    assert [verify.tolerance(spec, i) for i in range(3)] == [
+        verify.TOLERANCE["f32"], verify.TOLERANCE["f16"], verify.TOLERANCE["bf16"]]
+
+
 def test_verify_takes_softmax_statistics_of_large_logits_from_the_stored_logits():
     """BERT's MLM head at initialization has logits of ~100 (bf16 ulp 0.5): one the kernel's
     accumulation order rounds the other way moves its exp(x - m) by 65%, so the statistics are

@@ -289,10 +289,11 @@ class Kernel:
         if order.swizzle or self.library.config is None or self.spec.gemm.nested:
             return order
         cfg, size = self.library.config, ir.torch_dtype(self.spec.gemm.dtype).itemsize
-        s = wave_traffic.swizzle(cfg, p.M, p.N, p.K, p.L, sm_count(), order.raster, size)
+        sms = sm_count()
+        s = wave_traffic.swizzle(cfg, p.M, p.N, p.K, p.L, sms, order.raster, size)
         if not s:
             return order
-        before = wave_traffic.traffic(cfg, p.M, p.N, 1, sm_count(), order.raster, size)
+        before = wave_traffic.traffic(cfg, p.M, p.N, 1, sms, order.raster, size)
         debug.log(1, f"region {self.spec.name}: swizzle {s} at (M, N, K, L) = "
                      f"{(p.M, p.N, p.K, p.L)}: its waves would read {before:.1e} operand bytes "
                      f"per FLOP from DRAM in the compiled order (evt.codegen.wave_traffic)")  # fmt: skip

@@ -114,15 +114,21 @@ def tolerance(spec: ir.KernelSpec, i: int) -> float:
 
 
 def _rounded_upstream(spec: ir.KernelSpec, name: str) -> set[str]:
-    """The dtypes the computes that `name` derives from (itself included) round to."""
-    computes = {c.name: c for c in spec.nodes if isinstance(c, ir.Compute)}
+    """The dtypes the computes that `name` derives from (itself included) round to, through the
+    writers that pass their argument on as it is (an aux store's value is its argument's, not
+    its stored copy's; a reduction's too)."""
+    nodes = {n.name: n for n in spec.nodes}
     todo, seen, out = [name], set(), set()
     while todo:
-        node = computes.get(todo.pop())
-        if node is not None and node.name not in seen:
-            seen.add(node.name)
+        node = nodes.get(todo.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if isinstance(node, ir.Compute):
             out.add(node.dtype)
             todo.extend(node.args)
+        elif isinstance(node, (ir.AuxStore, *ir.REDUCTIONS)):
+            todo.append(node.arg)
     return out
 
 

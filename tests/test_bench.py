@@ -14,7 +14,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from evt.bench import baselines, check, cli, isolate, markdown, measure, ops, plan, report, runner
+from evt.bench import (
+    baselines,
+    check,
+    cli,
+    clocks,
+    isolate,
+    markdown,
+    measure,
+    ops,
+    plan,
+    report,
+    runner,
+)
 from evt.bench.baselines import BASELINES, Baseline
 from evt.bench.store import RECORD_FIELDS, ResumeError, Store
 from evt.bench.workload import outputs
@@ -369,6 +381,39 @@ def test_cuda_graph_times_have_their_own_ratios():
     )
     assert "## GEMM+epilogue suite under CUDA graphs" in md
     assert "| eager | 0.71 (2) | — (0) | 0.50 (1) | 1.50 (1) | — (0) | 0.53 (1) |" in md
+
+
+def test_clock_samples_summarize_to_median_clock_mean_power_and_events():
+    rows = [["1500", "650.5", "0x0000000000000004"], ["1400", "700.0", "0x0000000000000001"],
+            ["1600", "[N/A]", "0x0000000000000000"], ["bad"], ["1450", "690.0", "garbage"]]  # fmt: skip
+    got = clocks.summarize(rows)
+    assert got == {"sm_mhz": 1475.0, "power_w": pytest.approx((650.5 + 700 + 690) / 3),
+                   "events": ["sw-power-cap"], "samples": 4}  # fmt: skip
+    assert clocks.summarize([]) == {} and clocks.summarize([["[N/A]", "1", "0x0"]]) == {}
+    with clocks.window("cpu") as seen:  # nothing sampled off CUDA
+        pass
+    assert seen == {}
+
+
+def test_clock_table_compares_tflops_per_ghz_with_mm():
+    """Each baseline's fraction of the bare GEMM per GHz of its own clock: evt at 0.8 of mm's
+    TFLOP/s but at a clock 0.9 of mm's does 0.8 / 0.9 of mm's work per cycle."""
+    results = []
+    for case, (mm, evt) in {"A": ((1.0, 1500), (0.8, 1350)), "B": ((2.0, 1600), (2.0, 1600))}.items():
+        for b, (tf, mhz) in (("mm", mm), ("evt", evt)):
+            r = _rec(case, b, ms=1.0)
+            r.update(graph_ms=1.0 / tf, graph_tflops=tf, graph_sm_mhz=mhz, graph_power_w=690.0,
+                     clock_events=["sw-power-cap"] if case == "A" else [])  # fmt: skip
+            results.append(r)
+    md = markdown.clock_table(results)
+    ratio = math.sqrt((0.8 / 1350) / (1.0 / 1500) * 1.0)
+    assert f"| evt | 2 | 1475 | 690 | 1 of 2 | {ratio:.3f} |" in md
+    assert "| mm | 2 | 1550 | 690 | 1 of 2 | — |" in md
+    full = markdown.render({"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": results})
+    assert "median SM clock while timed (MHz)" in full and "## Clocks while timed" in full
+    for r in results:
+        r["graph_sm_mhz"] = None  # a CPU run, or a file from before the clock fields
+    assert markdown.clock_table(results) == ""
 
 
 def test_step_charts_plot_as_run_and_under_cuda_graphs():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from evt.bench import coverage, provenance
 from evt.bench import report as R
 
@@ -152,6 +154,35 @@ def evt_notes(results: list[dict]) -> str:
     return "## What evt did\n\n" + table(head, rows) if rows else ""
 
 
+def clock_table(results: list[dict]) -> str:
+    """Per baseline, over its GEMM cases timed under CUDA graphs: the median SM clock and mean
+    board power while timed (`evt.bench.clocks`), how many of those timings ran at the power
+    limit, and its fraction of the bare GEMM's TFLOP/s per GHz of its own clock (what its
+    kernels do per cycle, apart from the clock the board's power budget gave them)."""
+    ops = [r for r in results if r["kind"] == "op" and r["status"] == "ok" and r.get("graph_sm_mhz")]
+    if not ops:
+        return ""
+    idx = R.index(ops)
+    per_ghz = lambda r: r["graph_tflops"] / r["graph_sm_mhz"]  # noqa: E731
+    rows = []
+    for b in R.baselines_in(ops):
+        mine = [r for r in ops if r["baseline"] == b]
+        power = [r["graph_power_w"] for r in mine if r.get("graph_power_w")]
+        capped = sum("sw-power-cap" in (r.get("clock_events") or []) for r in mine)
+        pairs = [(r, idx.get((r["case"], "mm"))) for r in mine]
+        ratio = R.geomean(per_ghz(r) / per_ghz(m) for r, m in pairs if m and r["graph_tflops"] and m["graph_tflops"])
+        rows.append([b, str(len(mine)), R.fmt(statistics.median(r["graph_sm_mhz"] for r in mine), 0),
+                     R.fmt(statistics.fmean(power), 0) if power else "—", f"{capped} of {len(mine)}",
+                     R.fmt(ratio, 3) if b != "mm" else "—"])  # fmt: skip
+    head = ["baseline", "cases", "median SM clock (MHz)", "mean power (W)", "timings at the power limit",
+            "fraction of mm's TFLOP/s per GHz (geomean)"]  # fmt: skip
+    return (
+        "## Clocks while timed (GEMM suite under CUDA graphs)\n\nnvidia-smi's samples during "
+        "each timing (`evt.bench.clocks`): an H100 at its power limit runs well below its maximum "
+        "clock, and not every kernel at the same one.\n\n" + table(head, rows)
+    )
+
+
 def problem_list(results: list[dict]) -> str:
     items = [
         f"- **{r['case']} / {r['baseline']}**: {R.not_timed(r)}: "
@@ -192,6 +223,10 @@ def render(data: dict) -> str:
                  wanted=wanted),
         per_case(res, "step", "peak_mem_bytes", "Training steps: peak memory (MiB)", 0, MIB,
                  wanted=wanted),
+        per_case(res, "op", "graph_sm_mhz",
+                 "GEMM+epilogue suite under CUDA graphs: median SM clock while timed (MHz)", 0,
+                 wanted=wanted),
+        clock_table(res),
         compile_table(data),
         evt_notes(res),
         coverage.baselines_section(res),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from evt.bench import check, measure, ops, steps
+from evt.bench import check, clocks, measure, ops, steps
 from evt.bench.baselines import BASELINES, Baseline
 from evt.bench.env import now
 from evt.bench.plan import Item, Plan, pending
@@ -92,8 +92,10 @@ def measure_item(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict)
     if not verdict.ok:
         rec.update(status="wrong", error=verdict.why)
         return
-    ms = measure.time_ms(measure.rotating(impl, s.input_sets), device)
+    with clocks.window(device) as seen:
+        ms = measure.time_ms(measure.rotating(impl, s.input_sets), device)
     rec.update(status="ok", time_ms=ms, flops=s.flops, bytes=s.bytes, input_sets=len(s.input_sets))
+    rec["sm_mhz"] = seen.get("sm_mhz")
     rec["tflops"] = s.flops / (ms * 1e9) if s.flops else None
     rec["gbps"] = s.bytes / (ms * 1e6) if s.bytes else None
     if device.startswith("cuda"):
@@ -107,11 +109,14 @@ def measure_item(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict)
 def graph_item(impl: Callable, s: CaseState, device: str, rec: dict) -> None:
     """The same calls replayed from CUDA graphs: the GPU's time without the host's."""
     try:
-        ms = measure.graph_time_ms(impl, s.input_sets, device)
+        with clocks.window(device) as seen:
+            ms = measure.graph_time_ms(impl, s.input_sets, device)
     except Exception as e:  # noqa: BLE001 - recorded; the eager-launch time stands
         rec["graph_error"] = error_text(e)
         return
     rec["graph_ms"] = ms
+    rec.update(graph_sm_mhz=seen.get("sm_mhz"), graph_power_w=seen.get("power_w"),
+               clock_events=seen.get("events"))  # fmt: skip
     rec["graph_tflops"] = s.flops / (ms * 1e9) if s.flops else None
 
 

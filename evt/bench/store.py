@@ -11,8 +11,8 @@ Schema (`"schema": "evt-bench/1"`):
     results   one record per (case, baseline), see `RECORD_FIELDS`; each names the session
               (index into `sessions`) and the git commit it was measured at
 
-Files written before `session`, `commit` and `skip_reason` existed read the same (missing fields
-are None).
+Files written before `session`, `commit`, `skip_reason` and the clock fields existed read the
+same (missing fields are None).
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ RECORD_FIELDS = (
     "graph_tflops",
     "host_ms",  # on CUDA: the host's time per call, calls enqueued back to back
     "graph_error",  # why the capture failed (the time_ms still stands)
+    "sm_mhz",  # on CUDA: the median SM clock while time_ms was measured (evt.bench.clocks)
+    "graph_sm_mhz",  # ... while graph_ms was measured
+    "graph_power_w",  # the mean board power then
+    "clock_events",  # the clock-event reasons active then (sw-power-cap: at the power limit)
     "timer",
     "compile_cold_s",
     "compile_warm_s",

@@ -192,19 +192,27 @@ def test_a_max_of_bf16_values_has_bf16_tolerance():
     assert tol == [bf16, bf16, f32, f32, f32, f32, bf16, bf16, f32]
 
 
+MLM_HEAD_NODES = (ir.AccFetch("acc"), ir.RowBroadcast("bias", 2, "bf16"),
+                  ir.Compute("logits", "add", ("acc", "bias")),
+                  ir.Compute("rounded", "identity", ("logits",), "bf16"),
+                  ir.Compute("widened", "identity", ("rounded",), "f32"),
+                  ir.SoftmaxStats("stats", "widened", "f32", max_output=1, sum_output=2))  # fmt: skip
+BF16_GEMM = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16")
+
+
+def _mlm_head() -> ir.KernelSpec:
+    """Cross-entropy's statistics of BERT's MLM head: logits + bias stored as bf16 D, widened to
+    fp32, their softmax max and sum."""
+    return ir.KernelSpec("mlm_head", BF16_GEMM, MLM_HEAD_NODES, "logits", "bf16", 3)
+
+
 def test_a_max_through_a_widening_cast_keeps_the_rounded_dtypes_tolerance():
     """Cross-entropy's statistics of BERT's MLM head: logits rounded to bf16, widened to fp32,
     then the softmax max in fp32 (session 21: EVT_VERIFY failed the step on one bf16 ulp, 3.4e-3
     relative, against f32's 2e-3); the sum keeps f32's."""
     from evt.runtime import verify
 
-    nodes = (ir.AccFetch("acc"), ir.RowBroadcast("bias", 2, "bf16"),
-             ir.Compute("logits", "add", ("acc", "bias")),
-             ir.Compute("rounded", "identity", ("logits",), "bf16"),
-             ir.Compute("widened", "identity", ("rounded",), "f32"),
-             ir.SoftmaxStats("stats", "widened", "f32", max_output=1, sum_output=2))  # fmt: skip
-    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16")
-    spec = ir.KernelSpec("mlm_head", gemm, nodes, "logits", "bf16", 3)
+    spec = _mlm_head()
     tol = [verify.tolerance(spec, i) for i in range(3)]
     assert tol == [verify.TOLERANCE["bf16"], verify.TOLERANCE["bf16"], verify.TOLERANCE["f32"]]
     # the kernel's max one bf16 ulp above the reference's, its sum consistent with it: the sum
@@ -230,8 +238,7 @@ def test_a_max_through_an_aux_store_keeps_the_rounded_dtypes_tolerance():
     nodes = (ir.AccFetch("acc"), ir.Compute("rounded", "identity", ("acc",), "bf16"),
              ir.AuxStore("saved", "rounded", 1, "f16"),
              ir.ColReduction("row_max", "saved", 2, "f32", op="max"))  # fmt: skip
-    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16")
-    spec = ir.KernelSpec("saved_max", gemm, nodes, "acc", "f32", 3)
+    spec = ir.KernelSpec("saved_max", BF16_GEMM, nodes, "acc", "f32", 3)
     assert [verify.tolerance(spec, i) for i in range(3)] == [
         verify.TOLERANCE["f32"], verify.TOLERANCE["f16"], verify.TOLERANCE["bf16"]]
 
@@ -243,13 +250,7 @@ def test_verify_takes_softmax_statistics_of_large_logits_from_the_stored_logits(
     tolerance), not the reference's (session 22: the sum off by 0.099 against f32's 2e-3)."""
     from evt.runtime import verify
 
-    nodes = (ir.AccFetch("acc"), ir.RowBroadcast("bias", 2, "bf16"),
-             ir.Compute("logits", "add", ("acc", "bias")),
-             ir.Compute("rounded", "identity", ("logits",), "bf16"),
-             ir.Compute("widened", "identity", ("rounded",), "f32"),
-             ir.SoftmaxStats("stats", "widened", "f32", max_output=1, sum_output=2))  # fmt: skip
-    gemm = ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16")
-    spec = ir.KernelSpec("mlm_head", gemm, nodes, "logits", "bf16", 3)
+    spec = _mlm_head()
     assert verify.stored_copy(spec, "widened") == 0
     torch.manual_seed(0)
     a, b, bias = 8 * torch.randn(8, 64), torch.randn(32, 64), torch.randn(32)
@@ -271,8 +272,8 @@ def test_verify_takes_softmax_statistics_of_large_logits_from_the_stored_logits(
     with pytest.raises(LaunchError, match="output 0"):  # logits off beyond bf16's tolerance
         verify.check(spec, inputs, [1.05 * got[0], got[1], got[2]])
     # an fp32 copy of the logits is no copy of the bf16-rounded values the statistic reads
-    f32_copy = (*nodes, ir.AuxStore("copy", "logits", 3, "f32"))
-    assert verify.stored_copy(ir.KernelSpec("h", gemm, f32_copy, "acc", "f32", 4), "widened") is None
+    f32_copy = (*MLM_HEAD_NODES, ir.AuxStore("copy", "logits", 3, "f32"))
+    assert verify.stored_copy(ir.KernelSpec("h", BF16_GEMM, f32_copy, "acc", "f32", 4), "widened") is None
 
 
 def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeypatch):

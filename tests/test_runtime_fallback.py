@@ -4,6 +4,7 @@ are fakes, so no test here needs nvcc or a GPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 
@@ -271,6 +272,13 @@ def test_verify_takes_softmax_statistics_of_large_logits_from_the_stored_logits(
         verify.check(spec, inputs, [got[0], got[1], 1.01 * got[2]])  # a sum that is off
     with pytest.raises(LaunchError, match="output 0"):  # logits off beyond bf16's tolerance
         verify.check(spec, inputs, [1.05 * got[0], got[1], got[2]])
+    # batched: the statistics restated per batch and row
+    batched = ir.KernelSpec("mlm_head_b", dataclasses.replace(BF16_GEMM, batched=True), MLM_HEAD_NODES,
+                            "logits", "bf16", 3)  # fmt: skip
+    inputs = [(8 * torch.randn(2, 8, 64)).bfloat16(), torch.randn(2, 32, 64).bfloat16(), inputs[2]]
+    want = reference.run(batched, inputs)
+    assert [t.shape for t in verify.restated(batched, want, want)] == [t.shape for t in want]
+    verify.check(batched, inputs, want)
     # an fp32 copy of the logits is no copy of the bf16-rounded values the statistic reads
     f32_copy = (*MLM_HEAD_NODES, ir.AuxStore("copy", "logits", 3, "f32"))
     assert verify.stored_copy(ir.KernelSpec("h", BF16_GEMM, f32_copy, "acc", "f32", 4), "widened") is None

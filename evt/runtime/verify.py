@@ -47,9 +47,9 @@ def restated(spec: ir.KernelSpec, outputs: Sequence[torch.Tensor], expected: lis
         j = stored_copy(spec, n.arg) if isinstance(n, ir.SoftmaxStats) else None
         if j is not None:
             x = outputs[j].float()
-            x = x if spec.gemm.batched else x.unsqueeze(0)
+            x = x.reshape(-1, *x.shape[-2:])  # [L, M, N], a nested batch's [L1, L2] flattened
             for index, value in reference.reduce(n, x, spec.gemm.batched):
-                out[index] = value.to(expected[index].dtype)
+                out[index] = value.reshape(expected[index].shape).to(expected[index].dtype)
     return out
 
 

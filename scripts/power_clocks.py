@@ -1,10 +1,10 @@
-"""Does a fused epilogue cost clock speed? (`evt bench` records the clock of each timing too:
-`evt.bench.clocks`; this holds each call for seconds, the steady state at the power limit.) For a few suite cases and baselines, replays one call
+"""Does a fused epilogue cost clock speed? For a few suite cases and baselines, replays one call
 from a CUDA graph back to back for a few seconds while `nvidia-smi` samples the SM clock, the
-board power and the active clock-event (throttle) reasons, then reports the time per call, the
-TFLOP/s, the clock and power while it ran, and the TFLOP/s per GHz of SM clock: where evt's
-kernel runs at a lower clock than the bare GEMM, that share of the gap is power, not the kernel's
-schedule.
+board power and the active clock-event (throttle) reasons (`evt.bench.clocks`), then reports the
+time per call, the TFLOP/s, the clock and power while it ran, and the TFLOP/s per GHz of SM
+clock: where evt's kernel runs at a lower clock than the bare GEMM, that share of the gap is
+power, not the kernel's schedule. (`evt bench` records each timing's clock too, but its timings
+are short bursts; this holds each call for seconds: the steady state at the power limit.)
 
     python scripts/power_clocks.py [--cases bias_relu/gpt2,bias_gelu/gpt2] [--baselines mm,evt]
         [--seconds 3] [--json out.json]

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -393,6 +394,26 @@ def test_clock_samples_summarize_to_median_clock_mean_power_and_events():
     with clocks.window("cpu") as seen:  # nothing sampled off CUDA
         pass
     assert seen == {}
+
+
+def test_clock_sampler_reads_nvidia_smi_in_the_background(tmp_path, monkeypatch):
+    """`clocks.Sampler` runs `nvidia-smi -lms` and keeps its lines with their arrival times
+    (a stand-in nvidia-smi on PATH prints three samples, then waits to be stopped)."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nfor c in 1400 1500 1600; do echo \"$c, 690.0, 0x4\"; done\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    t0 = time.monotonic()
+    s = clocks.Sampler(0)
+    try:
+        deadline = time.monotonic() + 10
+        while len(s.rows) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = s.summary(t0, time.monotonic())
+    finally:
+        s.close()
+    assert got == {"sm_mhz": 1500.0, "power_w": 690.0, "events": ["sw-power-cap"], "samples": 3}
+    assert s.summary(time.monotonic() + 1, time.monotonic() + 2) == {}
 
 
 def test_clock_table_compares_tflops_per_ghz_with_mm():

@@ -86,9 +86,9 @@ def sampler(device: str) -> Sampler | None:
     """This process's sampler of `device`'s GPU, started on first use; None off CUDA or where
     nvidia-smi is missing or fails to start."""
     global _sampler, _failed
-    if _sampler is not None or _failed:
+    if _sampler is not None or _failed or not device.startswith("cuda"):
         return _sampler
-    if not device.startswith("cuda") or not torch.cuda.is_available() or not shutil.which("nvidia-smi"):
+    if not torch.cuda.is_available() or not shutil.which("nvidia-smi"):
         _failed = True
         return None
     try:

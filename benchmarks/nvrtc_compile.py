@@ -15,6 +15,7 @@ named for NVRTC to instantiate. Three builds, one at a time, each under `/usr/bi
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -27,6 +28,20 @@ STD_SHIM = """#pragma once
 namespace std {
 using cuda::std::is_pointer_v;
 using cuda::std::void_t;
+// A structured binding of a const cute::tuple (CUTLASS 4.2's Sm90RowBroadcast binds its stride)
+// looks up std::tuple_size<const E>: libstdc++ forwards that to tuple_size<E>, cute's NVRTC
+// declarations do not, and NVRTC then decomposes the tuple as an aggregate ("too many
+// identifiers", NVRTC 13.0 and 13.5).
+template <class... _Tp>
+struct tuple_size;
+template <decltype(sizeof(0)) _Ip, class... _Tp>
+struct tuple_element;
+template <class _Tp>
+struct tuple_size<const _Tp> : tuple_size<_Tp> {};
+template <decltype(sizeof(0)) _Ip, class _Tp>
+struct tuple_element<_Ip, const _Tp> {
+  using type = const typename tuple_element<_Ip, _Tp>::type;
+};
 }  // namespace std
 """
 HOST_ONLY = ("#include <", '#include "evt_launch.h"', "using namespace evt::launch", "#define EVT_")
@@ -104,6 +119,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--spec", default="mlp_fc1_forward", choices=sorted(specs.ALL))
     p.add_argument("--out", default="nvrtc-compile")
+    p.add_argument("--json", help="also write the runs (times, memory, SASS verdicts) here")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -151,6 +167,21 @@ def main() -> None:
                 else code[name] == code["nvcc .so"]
             )
             print(f"{name} SASS identical to the nvcc .so kernel's: {same}")  # fmt: skip
+            runs[name]["sass_identical_to_nvcc_so"] = same
+    if args.json:
+        record = {"spec": args.spec, "nvcc": nvcc.nvcc_version(), "nvrtc": nvrtc_version(),
+                  "runs": {k: {f: v for f, v in r.items() if f != "log"} for k, r in runs.items()}}  # fmt: skip
+        Path(args.json).write_text(json.dumps(record, indent=1))
+
+
+def nvrtc_version() -> str | None:
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}"
+    except Exception:  # noqa: BLE001 - no libnvrtc: the run says so
+        return None
 
 
 if __name__ == "__main__":

@@ -29,3 +29,28 @@ def test_host_variants_touch_only_the_host_level():
     flags = ["-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-DNDEBUG"]
     assert compile_time.VARIANTS["host_O1"](flags) == [*flags[:2], "-O1", flags[3]]
     assert compile_time.VARIANTS["cxx20"](flags)[1] == "-std=c++20"
+
+
+def test_the_nvrtc_shim_lets_nvrtc_bind_a_const_cute_tuple(tmp_path):
+    """CUTLASS 4.2's Sm90RowBroadcast binds a const cute::tuple (`auto const& [a, b, c] = ...`):
+    without the shim's tuple_size<const T> NVRTC takes it for an aggregate ("too many
+    identifiers"). Runs where libnvrtc loads (the nvidia-cuda-nvrtc wheel), a few seconds."""
+    import pytest
+
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    try:
+        nvrtc.nvrtcVersion()
+    except Exception as e:  # noqa: BLE001 - cuda.pathfinder's error when libnvrtc is absent
+        pytest.skip(f"no libnvrtc: {type(e).__name__}")
+    (tmp_path / "shim.h").write_text(nvrtc_compile.STD_SHIM)
+    cu = tmp_path / "bind.cu"
+    cu.write_text("#include <cute/tensor.hpp>\n__global__ void k(long* out) {\n"
+                  "  auto const t = cute::make_tuple(cute::Int<0>{}, cute::Int<1>{}, 3L);\n"
+                  "  auto const& [a, b, c] = t;\n  out[0] = a + b + c;\n}\n")  # fmt: skip
+    options = [o.encode() for o in nvrtc_compile.nvrtc_options(tmp_path / "shim.h")]
+    _, prog = nvrtc.nvrtcCreateProgram(cu.read_bytes(), b"bind.cu", 0, [], [])
+    result = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    assert result[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")[-2000:]

@@ -230,6 +230,56 @@ def test_a_max_through_a_widening_cast_keeps_the_rounded_dtypes_tolerance():
         verify.check(spec, inputs, [want[0], want[1], 1.01 * want[2]])  # a sum that is off
 
 
+def test_verify_allows_what_a_rounding_flip_moves_downstream():
+    """Cross-entropy's gradient recomputed in the epilogue: exp(bf16(logits) - lse), the logits
+    not stored. At logits of ~250 a bf16 ulp is 2: a kernel whose fp32 accumulator differs from
+    the reference's by 2^-15 (another summation order) rounds some logit the other way and its
+    exp moves by e^2; the reference run again at accumulators scaled by 1 -+ FLIP gives each
+    element that slack, and nothing beyond it passes."""
+    from evt.runtime import verify
+
+    nodes = (*MLM_HEAD_NODES[:5], ir.ColBroadcast("lse", 3, "f32"),
+             ir.Compute("shifted", "sub", ("widened", "lse")), ir.Compute("p", "exp", ("shifted",)))  # fmt: skip
+    spec = ir.KernelSpec("ce_grad", BF16_GEMM, nodes, "p", "bf16", 4)
+    torch.manual_seed(0)
+    a, b, bias = (8 * torch.randn(64, 64)).bfloat16(), torch.randn(256, 64).bfloat16(), torch.randn(256).bfloat16()
+    logits = (a.float() @ b.float().T + bias.float()).bfloat16().float()
+    inputs = [a, b, bias, torch.logsumexp(logits, 1, keepdim=True)]
+    want = reference.run(spec, inputs)
+    kernel = reference.run(spec, inputs, acc_scale=1 + verify.FLIP / 2)  # another summation order
+    assert verify.relative_error(kernel[0], want[0]) > 10 * verify.tolerance(spec, 0)  # flips
+    verify.check(spec, inputs, kernel)
+    off = kernel[0].float() + 0.05 * kernel[0].float().amax()  # a kernel that is wrong
+    with pytest.raises(LaunchError, match="beyond what its roundings' flips move it"):
+        verify.check(spec, inputs, [off.bfloat16()])
+    # no rounding before the exp: no slack, the dtype's tolerance alone
+    plain = ir.KernelSpec("exp", BF16_GEMM, (ir.AccFetch("acc"), ir.Compute("e", "exp", ("acc",))), "e", "bf16", 2)
+    assert verify.rounding_slack(plain, [a, b], reference.run(plain, [a, b])) == [None]
+
+
+def test_verify_passes_every_spec_against_its_own_reference():
+    """Every hand-built spec (batched, nested, statistics, aux loads and stores, masks, TF32)
+    checked against its reference outputs and against a kernel summing in another order: the
+    slack, restated statistics and rescaled sums are shaped right for each, and a mask's bits
+    that flip near their threshold are within its slack (a bool output's tolerance was missing:
+    EVT_VERIFY raised KeyError on a stored ReLU mask)."""
+    from evt.runtime import verify
+    from evt.testing.inputs import make_inputs
+    from tests import specs
+
+    for make in specs.ALL.values():
+        spec = make()
+        inputs = make_inputs(spec, 48, 40, 32, seed=1, normal=True)
+        want = reference.run(spec, inputs)
+        verify.check(spec, inputs, want)
+        # a right kernel summing in another order: its accumulator a few fp32 ulps off
+        verify.check(spec, inputs, reference.run(spec, inputs, acc_scale=1 + verify.FLIP / 2))
+        damaged = [t.clone() for t in want]
+        damaged[0].view(-1)[0] = damaged[0].float().abs().max() * 2 + 1
+        with pytest.raises(LaunchError, match="output 0"):
+            verify.check(spec, inputs, damaged)
+
+
 def test_a_max_through_an_aux_store_keeps_the_rounded_dtypes_tolerance():
     """An aux store passes its argument on as it is: a max reading bf16-rounded values through
     one keeps bf16's tolerance; the store's own rounding (to f16 here) is its copy's, not the

@@ -39,8 +39,9 @@ def check(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], outputs: list[tor
                               f"(tolerance {tol:g})")  # fmt: skip
 
 
-# How far the kernel's fp32 accumulator may differ from the reference's, relatively (another
-# summation order: a few fp32 ulps times the terms' spread; 2^-14 leaves a wide margin)
+# How far the kernel's fp32 accumulator may differ from the reference's, in units of
+# sum_k |a_k b_k| (another summation order; the worst case K 2^-24 stays below it to K = 1024,
+# the typical sqrt(K) 2^-24 far below it at any K)
 FLIP = 2.0**-14
 
 
@@ -51,8 +52,8 @@ def rounding_slack(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor],
     kernel's accumulator, summed in another order than the reference's, can land such a value
     one ulp (bf16: up to 2^-7 relative) or one side of a threshold the other way, and what
     follows amplifies it (an exp of BERT's MLM logits of ~100 at initialization: 65%; a mask
-    bit: all of it). The reference runs again with its accumulator scaled by 1 + FLIP and
-    1 - FLIP: every value that close to a rounding boundary or a threshold goes the other way in
+    bit: all of it). The reference runs again with its accumulator moved by +FLIP and -FLIP
+    times sum_k |a_k b_k|: every value that close to a rounding boundary or a threshold goes the other way in
     one of the two runs, and an element's slack is how far the two runs move it, summed (a sum
     can take flips of both directions). None where neither is upstream of the output, for
     statistics `restated` from the kernel's own stored copy, and for fp32 GEMMs (TF32)."""
@@ -63,7 +64,7 @@ def rounding_slack(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor],
     affected = [i not in skip and _flips_upstream(spec, upstream(i)) for i in range(len(expected))]
     if spec.gemm.dtype == "f32" or not any(affected):
         return [None] * len(expected)
-    runs = [reference.run(spec, inputs, acc_scale=1.0 + s) for s in (FLIP, -FLIP)]
+    runs = [reference.run(spec, inputs, acc_spread=s) for s in (FLIP, -FLIP)]
     slack: list[torch.Tensor | None] = []
     for i, ref in enumerate(expected):
         if not affected[i]:

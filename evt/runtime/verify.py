@@ -53,9 +53,9 @@ def rounding_slack(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor],
     one ulp (bf16: up to 2^-7 relative) or one side of a threshold the other way, and what
     follows amplifies it (an exp of BERT's MLM logits of ~100 at initialization: 65%; a mask
     bit: all of it). The reference runs again with its accumulator moved by +FLIP and -FLIP
-    times sum_k |a_k b_k|: every value that close to a rounding boundary or a threshold goes the other way in
-    one of the two runs, and an element's slack is how far the two runs move it, summed (a sum
-    can take flips of both directions). None where neither is upstream of the output, for
+    times sum_k |a_k b_k|: every value that close to a rounding boundary or a threshold goes the
+    other way in one of the two runs, and an element's slack is how far the two runs move it,
+    summed (a sum can take flips of both directions). None where neither is upstream of the output, for
     statistics `restated` from the kernel's own stored copy, and for fp32 GEMMs (TF32)."""
     def upstream(i: int) -> str:
         return spec.d if i == 0 else spec.outputs()[i - 1].node.arg

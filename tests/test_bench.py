@@ -432,6 +432,11 @@ def test_clock_table_compares_tflops_per_ghz_with_mm():
     assert "| mm | 2 | 1550 | 690 | 1 of 2 | — |" in md
     full = markdown.render({"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": results})
     assert "median SM clock while timed (MHz)" in full and "## Clocks while timed" in full
+    step = _rec("step/mlp", "evt", ms=0.7, kind="step")
+    step.update(graph_ms=0.7, graph_sm_mhz=1710.0)
+    full = markdown.render({"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": [*results, step]})
+    assert "Training steps under CUDA graphs: median SM clock while timed (MHz)" in full
+    assert "| step/mlp | s | 1710 |" in full
     for r in results:
         r["graph_sm_mhz"] = None  # a CPU run, or a file from before the clock fields
     assert markdown.clock_table(results) == ""

@@ -55,8 +55,9 @@ def rounding_slack(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor],
     bit: all of it). The reference runs again with its accumulator moved by +FLIP and -FLIP
     times sum_k |a_k b_k|: every value that close to a rounding boundary or a threshold goes the
     other way in one of the two runs, and an element's slack is how far the two runs move it,
-    summed (a sum can take flips of both directions). None where neither is upstream of the output, for
-    statistics `restated` from the kernel's own stored copy, and for fp32 GEMMs (TF32)."""
+    summed (a sum can take flips of both directions). None where neither is upstream of the
+    output, for statistics `restated` from the kernel's own stored copy, and for fp32 GEMMs
+    (TF32)."""
     def upstream(i: int) -> str:
         return spec.d if i == 0 else spec.outputs()[i - 1].node.arg
 
@@ -77,8 +78,13 @@ def rounding_slack(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor],
 
 def restated_outputs(spec: ir.KernelSpec) -> set[int]:
     """The outputs `restated` checks against the kernel's own stored copy of their argument."""
-    return {i for n in spec.nodes if isinstance(n, ir.SoftmaxStats) and stored_copy(spec, n.arg) is not None
-            for i in ir.stat_outputs(n) if i is not None}  # fmt: skip
+    return {i for n, _ in _stored_statistics(spec) for i in ir.stat_outputs(n) if i is not None}
+
+
+def _stored_statistics(spec: ir.KernelSpec) -> list[tuple[ir.SoftmaxStats, int]]:
+    """(statistic, output index of the stored copy of its argument) where `stored_copy` finds one."""
+    found = [(n, stored_copy(spec, n.arg)) for n in spec.nodes if isinstance(n, ir.SoftmaxStats)]
+    return [(n, j) for n, j in found if j is not None]
 
 
 def restated(spec: ir.KernelSpec, outputs: Sequence[torch.Tensor], expected: list[torch.Tensor]):
@@ -92,13 +98,11 @@ def restated(spec: ir.KernelSpec, outputs: Sequence[torch.Tensor], expected: lis
     is checked against the reference at its dtype's tolerance, the statistics against it at
     theirs."""
     out = list(expected)
-    for n in spec.nodes:
-        j = stored_copy(spec, n.arg) if isinstance(n, ir.SoftmaxStats) else None
-        if j is not None:
-            x = outputs[j].float()
-            x = x.reshape(-1, *x.shape[-2:])  # [L, M, N], a nested batch's [L1, L2] flattened
-            for index, value in reference.reduce(n, x, spec.gemm.batched):
-                out[index] = value.reshape(expected[index].shape).to(expected[index].dtype)
+    for n, j in _stored_statistics(spec):
+        x = outputs[j].float()
+        x = x.reshape(-1, *x.shape[-2:])  # [L, M, N], a nested batch's [L1, L2] flattened
+        for index, value in reference.reduce(n, x, spec.gemm.batched):
+            out[index] = value.reshape(expected[index].shape).to(expected[index].dtype)
     return out
 
 

@@ -14,6 +14,7 @@ process, stopped at exit); nothing is sampled off CUDA or without `nvidia-smi`.
 from __future__ import annotations
 
 import atexit
+import bisect
 import contextlib
 import shutil
 import statistics
@@ -48,8 +49,12 @@ class Sampler:
             self.rows.append((time.monotonic(), [x.strip() for x in line.split(",")]))
 
     def summary(self, t0: float, t1: float) -> dict:
-        """What the samples taken between monotonic times t0 and t1 say (empty: none)."""
-        return summarize([r for t, r in self.rows if t0 <= t <= t1])
+        """What the samples taken between monotonic times t0 and t1 say (empty: none). The rows
+        arrive in time order: a window is found by bisection, not by reading a long run's all."""
+        rows = list(self.rows)  # the reader thread appends meanwhile
+        lo = bisect.bisect_left(rows, t0, key=lambda r: r[0])
+        hi = bisect.bisect_right(rows, t1, key=lambda r: r[0])
+        return summarize([r for _, r in rows[lo:hi]])
 
     def close(self) -> None:
         self.proc.terminate()

@@ -51,7 +51,7 @@ class Sampler:
     def summary(self, t0: float, t1: float) -> dict:
         """What the samples taken between monotonic times t0 and t1 say (empty: none). The rows
         arrive in time order: a window is found by bisection, not by reading a long run's all."""
-        rows = list(self.rows)  # the reader thread appends meanwhile
+        rows = self.rows  # the reader thread only appends: indices found here stay valid
         lo = bisect.bisect_left(rows, t0, key=lambda r: r[0])
         hi = bisect.bisect_right(rows, t1, key=lambda r: r[0])
         return summarize([r for _, r in rows[lo:hi]])

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from evt.codegen import wave_traffic
 from evt.errors import CodegenError
 from evt.ir import (
+    COMPUTE_OPS,
     ROW_STATISTICS,
     AuxLoad,
     AuxStore,
@@ -254,8 +255,9 @@ _MAINLOOP = {
 }  # fmt: skip
 _SPECIAL = {"exp", "log", "gelu_tanh", "gelu_tanh_backward", "silu", "silu_backward", "sigmoid",
             "tanh", "rsqrt"}  # fmt: skip
-# the exact GELU: ~15-20 FP32 instructions and 2 SFU an element
-_ERF = {"gelu", "gelu_for_bf16", "gelu_for_f16", "gelu_backward"}
+# the exact GELU, each of its forms (ops sharing its reference): ~15-20 FP32 instructions and 2
+# SFU an element
+_ERF = {op for op, c in COMPUTE_OPS.items() if c.reference in ("gelu", "gelu_backward")}
 # Epilogue cost per 128x256 tile, in k-blocks of main loop: storing D, aux tensors read and
 # written (per 2 bytes an element), special functions and reductions; plus a fixed cost per tile
 # whatever its area ("tile": filling the pipeline, the epilogue's barriers), which makes the

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from evt import ir
+
 CAP = 1e4  # |value| bound: well inside f16 (65504) and far from fp32 overflow
 ACC = (-4.0, 4.0)
 LOAD = (-2.0, 2.0)
@@ -43,6 +45,11 @@ def _sig(x: float) -> float:
     return 0.5 * (1.0 + math.tanh(0.5 * x))
 
 
+def _reference(op: str) -> str:
+    """The function `op` computes (`ir.COMPUTE_OPS`: forms of one function share it)."""
+    return ir.COMPUTE_OPS[op].reference if op in ir.COMPUTE_OPS else op
+
+
 def _unary(op: str, a: Fact) -> tuple[float, float] | None:
     lo, hi = a.lo, a.hi
     if op in ("identity",):
@@ -51,7 +58,7 @@ def _unary(op: str, a: Fact) -> tuple[float, float] | None:
         return -hi, -lo
     if op == "relu":
         return max(lo, 0.0), max(hi, 0.0)
-    if op in ("gelu", "gelu_for_bf16", "gelu_for_f16", "gelu_tanh", "silu"):
+    if _reference(op) in ("gelu", "gelu_tanh", "silu"):  # each GELU form alike
         return (-0.3 if lo < 0 else 0.0), max(hi, 0.0)
     if op == "sigmoid":
         return _sig(lo), _sig(hi)

@@ -116,6 +116,30 @@ def test_direct_aux_stores_skip_shared_memory():
     assert mainloop_stages(spec, direct) > mainloop_stages(spec, via_smem)
 
 
+def test_aux_loads_into_registers():
+    """`register_loads`: every aux load is evt's Sm90AuxLoadRegisters with that many subtiles in
+    flight, whose C++ is inlined into these kernels only (a kernel without it keeps its text and
+    key); no shared memory counted for it; the label says it and reads back."""
+    from dataclasses import replace
+
+    spec = specs.layer_norm_backward()  # an f32 aux load
+    cfg = TileConfig(128, 128, 64, schedule="pingpong", register_loads=2)
+    assert cfg.label == "128x128x64_c1x1_pingpong_rl2" and TileConfig.from_label(cfg.label) == cfg
+    text, plain = render(spec, cfg), render(spec, replace(cfg, register_loads=0))
+    assert "struct Sm90AuxLoadRegisters {" in text and "Sm90AuxLoadRegisters" not in plain
+    assert re.search(r"evt::Sm90AuxLoadRegisters<2, float, cute::Stride<int64_t, cute::_1, int64_t>,", text)
+    assert "fusion::Sm90AuxLoad<" not in text and "AuxLoadDescriptor" not in text
+    assert "fusion::Sm90AuxLoad<" in plain
+    assert "; loaded into registers, 2 subtile(s) in flight" in text
+    assert mainloop_stages(spec, cfg) > mainloop_stages(spec, replace(cfg, register_loads=0))
+    no_loads = specs.mlp_fc1_forward()
+    assert "Sm90AuxLoadRegisters" not in render(no_loads, cfg)
+    assert mainloop_stages(no_loads, cfg) == mainloop_stages(no_loads, replace(cfg, register_loads=0))
+    assert "register_loads" not in repr(TileConfig()) and "register_loads=2" in repr(cfg)
+    with pytest.raises(CodegenError, match="1 to 8 subtiles"):
+        TileConfig(register_loads=9)
+
+
 def test_outputs_stored_from_registers():
     """`store_align`: D through an Sm90AuxStore of 0 stages at the tree's root (CUTLASS's D is
     void: no TMA store, no shared memory), every aux store from registers too, `store_align`

@@ -83,6 +83,12 @@ class TileConfig:
     # TMA writes whole: `ir.padded_storage`). The heuristic sets it at such an N only
     # (`pads_rows`), so every other kernel keeps its source and its key.
     pad_rows: bool = False
+    # Aux loads straight from global memory into registers (`evt::Sm90AuxLoadRegisters`,
+    # evt_register_loads.inc), `register_loads` subtiles in flight (1: each subtile's loads at
+    # its start; 2: one subtile ahead, ...), instead of through shared memory by the producer
+    # warp's TMA (0): no shared memory, no barrier per subtile. Not a candidate: an experiment of
+    # `config_sweep.py --configs ..._rl2` until measured.
+    register_loads: int = 0
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -104,6 +110,9 @@ class TileConfig:
         if self.epi_stages_c not in (0, 1, 2, 3, 4):
             raise CodegenError(f"unsupported {self}: the epilogue's source stages are 1 to 4 "
                                "(0: CUTLASS's choice)")  # fmt: skip
+        if not 0 <= self.register_loads <= 8:
+            raise CodegenError(f"unsupported {self}: aux loads into registers keep 1 to 8 subtiles "
+                               "in flight (0: through shared memory by TMA)")  # fmt: skip
         if self.store_align not in (0, 1, 2, 4, 8):
             raise CodegenError(f"unsupported {self}: outputs are stored from registers 1, 2, 4 or "
                                "8 elements at a time (0: through shared memory by TMA)")  # fmt: skip
@@ -144,6 +153,7 @@ class TileConfig:
             + ("_da" if self.direct_aux else "")
             + (f"_sa{self.store_align}" if self.store_align else "")
             + ("_pr" if self.pad_rows else "")
+            + (f"_rl{self.register_loads}" if self.register_loads else "")
         )
 
     @classmethod
@@ -152,17 +162,17 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
                    "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0),
-                   bool(pr))  # fmt: skip
+                   bool(pr), int(rl or 0))  # fmt: skip
 
 
-_LATE_FIELDS = ("store_align", "pad_rows")
+_LATE_FIELDS = ("store_align", "pad_rows", "register_loads")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
 _LABEL = re.compile(
-    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?"
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?"
 )
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
@@ -454,7 +464,7 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     # outputs stored from registers (`store_align`) take no shared memory
     epi_bytes = 0 if cfg.store_align else epi_m * epi_n * stages_d * _bytes(spec.d_dtype)
     for n in spec.nodes:
-        if isinstance(n, AuxLoad):
+        if isinstance(n, AuxLoad) and not cfg.register_loads:
             epi_bytes += epi_m * epi_n * stages_c * _bytes(n.dtype)
         elif isinstance(n, AuxStore) and not (cfg.direct_aux or cfg.store_align):
             epi_bytes += epi_m * epi_n * stages_d * _bytes(n.dtype)

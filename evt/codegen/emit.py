@@ -15,6 +15,7 @@ from functools import lru_cache
 import jinja2
 
 from evt.codegen.config import SCHEDULERS, SCHEDULES, TileConfig, default_config
+from evt.codegen.nvcc import TEMPLATES
 from evt.codegen.visitor import plan_visitor
 from evt.errors import CodegenError
 from evt.ir import (
@@ -133,7 +134,16 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         rounds=config.store_align or any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),
         deferred=any(isinstance(n, DEFERRED) for n in plan.nodes),
         tree=_tree_text(spec),
+        register_loads=_register_loads(spec, config),
     )  # fmt: skip
+
+
+def _register_loads(spec: KernelSpec, config: TileConfig) -> str:
+    """The C++ of `evt::Sm90AuxLoadRegisters` where the kernel loads aux tensors into registers,
+    else "": inlined, so that only these kernels' sources (and cache keys) hold it."""
+    if not (config.register_loads and any(isinstance(n, AuxLoad) for n in spec.nodes)):
+        return ""
+    return (TEMPLATES / "evt_register_loads.inc").read_text()
 
 
 def _layouts(spec: KernelSpec) -> dict:
@@ -197,6 +207,9 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
     }
     if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast)):
         view["input"] = n.input
+    if isinstance(n, AuxLoad) and config.register_loads:
+        view["in_flight"] = config.register_loads
+        view["comment"] += f"; loaded into registers, {config.register_loads} subtile(s) in flight"
     if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
     if isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory

@@ -127,9 +127,10 @@ def test_direct_aux_stores_match_the_reference(label):
     ("activations", "128x256x64_c1x1_cooperative_rl2"),
 ])  # fmt: skip
 def test_aux_loads_into_registers_match_the_reference(name, label):
-    """Aux loads straight into registers (`TileConfig.register_loads`, not a candidate yet: an
-    experiment of the config sweep; bf16, f32 and bool aux tensors, 1-3 subtiles in flight) read
-    every element, residue tiles included (their bounds checks), as the reference path does."""
+    """Aux loads straight into registers (`TileConfig.register_loads`, not a candidate: slower
+    than TMA, kept as a config-sweep experiment; bf16, f32 and bool aux tensors, 1-3 subtiles in
+    flight) read every element, residue tiles included (their bounds checks), as the reference
+    path does."""
     spec = specs.ALL[name]()
     kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, cfgs.TileConfig.from_label(label)).result()))
     for shape in (*SHAPES, PADDED):

@@ -86,8 +86,14 @@ class TileConfig:
     # Aux loads straight from global memory into registers (`evt::Sm90AuxLoadRegisters`,
     # evt_register_loads.inc), `register_loads` subtiles in flight (1: each subtile's loads at
     # its start; 2: one subtile ahead, ...), instead of through shared memory by the producer
-    # warp's TMA (0): no shared memory, no barrier per subtile. Not a candidate: an experiment of
-    # `config_sweep.py --configs ..._rl2` until measured.
+    # warp's TMA (0): no shared memory, no barrier per subtile. Not a candidate: on the H100
+    # (session 23, benchmarks/results/2026-11-27-H100-session23/) the exact GELU's backward ran
+    # at 0.44-0.53 / 0.55-0.64 / 0.56-0.66 of the bare GEMM with 1 / 2 / 3 subtiles in flight
+    # against 0.75-0.83 through TMA; LayerNorm statistics and the fp32 residual at K = 3072 at
+    # -11% to +9% of TMA at the same tile, never above the best TMA config beyond noise. ptxas
+    # emits each subtile's proxy fence before its TMA store as MEMBAR.ALL.CTA +
+    # FENCE.VIEW.ASYNC.S, and the MEMBAR waits for every load in flight: no load outlives the
+    # subtile it was issued in.
     register_loads: int = 0
 
     def __post_init__(self) -> None:

@@ -140,6 +140,35 @@ def test_aux_loads_into_registers():
         TileConfig(register_loads=9)
 
 
+def test_fence_free_epilogue():
+    """`fence_free`: CUTLASS's collective wrapped in evt's store loop without per-subtile fences
+    (inlined into these kernels only), for kernels with every output from registers and every
+    aux tensor loaded into registers; anything that needs shared memory between subtiles is
+    refused with what to change, and does not fit."""
+    from dataclasses import replace
+
+    cfg = TileConfig(128, 128, 64, schedule="pingpong", store_align=2, register_loads=2, fence_free=True)
+    assert cfg.label == "128x128x64_c1x1_pingpong_sa2_rl2_ff" and TileConfig.from_label(cfg.label) == cfg
+    spec = specs.mlp_dgrad_gelu()  # an aux load, D only
+    text = render(spec, cfg)
+    assert "class Sm90FenceFreeEpilogue : public Base {" in text
+    assert "using CollectiveEpilogue = evt::Sm90FenceFreeEpilogue<CutlassEpilogue>;" in text
+    assert "using CutlassEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<" in text
+    assert "Sm90AuxLoadRegisters<2," in text and fits(spec, cfg)
+    plain = render(spec, replace(cfg, fence_free=False))
+    assert "FenceFree" not in plain and "CutlassEpilogue" not in plain
+    with pytest.raises(CodegenError, match="store_align"):
+        render(spec, replace(cfg, store_align=0))
+    with pytest.raises(CodegenError, match="register_loads"):
+        render(spec, replace(cfg, register_loads=0))
+    assert not fits(spec, replace(cfg, register_loads=0))
+    stats = specs.row_statistics()
+    with pytest.raises(CodegenError, match="reductions go through shared memory"):
+        render(stats, cfg)
+    assert not fits(stats, cfg)
+    assert "fence_free" not in repr(TileConfig()) and "fence_free=True" in repr(cfg)
+
+
 def test_outputs_stored_from_registers():
     """`store_align`: D through an Sm90AuxStore of 0 stages at the tree's root (CUTLASS's D is
     void: no TMA store, no shared memory), every aux store from registers too, `store_align`

@@ -138,6 +138,23 @@ def test_aux_loads_into_registers_match_the_reference(name, label):
         check(kernel, inputs, reference.run(spec, inputs), (label, shape))
 
 
+@pytest.mark.parametrize("name, label", [
+    ("mlp_fc1_forward", "128x128x64_c1x1_pingpong_sa2_ff"),
+    ("mlp_dgrad_gelu", "128x128x64_c1x1_pingpong_sa2_rl2_ff"),
+    ("activations", "128x256x64_c1x1_cooperative_sa2_rl2_ff"),
+])  # fmt: skip
+def test_fence_free_epilogues_match_the_reference(name, label):
+    """evt's fence-free store loop (`TileConfig.fence_free`: every output from registers, every
+    aux tensor loaded into registers, no barrier between subtiles; ping-pong and cooperative, a
+    broadcast bias row, aux stores, bf16 and bool aux loads) writes every element, residue tiles
+    included, as the reference path computes it."""
+    spec = specs.ALL[name]()
+    kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, cfgs.TileConfig.from_label(label)).result()))
+    for shape in (*SHAPES, PADDED):
+        inputs = make_inputs(spec, *shape, seed=7, device="cuda")
+        check(kernel, inputs, reference.run(spec, inputs), (label, shape))
+
+
 @pytest.mark.parametrize(
     "spec, label, shapes",
     [

@@ -95,6 +95,12 @@ class TileConfig:
     # FENCE.VIEW.ASYNC.S, and the MEMBAR waits for every load in flight: no load outlives the
     # subtile it was issued in.
     register_loads: int = 0
+    # CUTLASS's epilogue collective with a store loop without its per-subtile proxy fence
+    # (MEMBAR.ALL.CTA), named barriers and TMA store (`evt::Sm90FenceFreeEpilogue`,
+    # evt_fence_free.inc): for kernels with every output from registers (`store_align`) and
+    # every aux tensor loaded into registers (`register_loads`), no reduction. An experiment of
+    # `config_sweep.py --configs ..._sa2_rl2_ff`.
+    fence_free: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -160,6 +166,7 @@ class TileConfig:
             + (f"_sa{self.store_align}" if self.store_align else "")
             + ("_pr" if self.pad_rows else "")
             + (f"_rl{self.register_loads}" if self.register_loads else "")
+            + ("_ff" if self.fence_free else "")
         )
 
     @classmethod
@@ -168,17 +175,17 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
                    "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0),
-                   bool(pr), int(rl or 0))  # fmt: skip
+                   bool(pr), int(rl or 0), bool(ff))  # fmt: skip
 
 
-_LATE_FIELDS = ("store_align", "pad_rows", "register_loads")
+_LATE_FIELDS = ("store_align", "pad_rows", "register_loads", "fence_free")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
 _LABEL = re.compile(
-    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?"
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?"
 )
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
@@ -252,9 +259,17 @@ def epilogue_subtiles(cfg: TileConfig) -> int:
 
 def fits(spec: KernelSpec, cfg: TileConfig) -> bool:
     """Whether the epilogue's shared memory leaves `cfg` at least 2 mainloop stages (and, for
-    stream-K, whether the batch is flat: CUTLASS's stream-K scheduler takes one L mode)."""
+    stream-K, whether the batch is flat: CUTLASS's stream-K scheduler takes one L mode; for a
+    fence-free epilogue, whether nothing goes through shared memory: `emit._check_fence_free`)."""
     if cfg.scheduler == "streamk" and spec.gemm.nested:
         return False
+    if cfg.fence_free:
+        from evt.codegen.emit import _check_fence_free
+
+        try:
+            _check_fence_free(spec, cfg)
+        except CodegenError:
+            return False
     return mainloop_stages(spec, cfg) >= 2
 
 

@@ -98,8 +98,11 @@ class TileConfig:
     # CUTLASS's epilogue collective with a store loop without its per-subtile proxy fence
     # (MEMBAR.ALL.CTA), named barriers and TMA store (`evt::Sm90FenceFreeEpilogue`,
     # evt_fence_free.inc): for kernels with every output from registers (`store_align`) and
-    # every aux tensor loaded into registers (`register_loads`), no reduction. An experiment of
-    # `config_sweep.py --configs ..._sa2_rl2_ff`.
+    # every aux tensor loaded into registers (`register_loads`), no reduction. Not a candidate:
+    # correct, but on the H100 (session 23) bias + ReLU stored so ran at 0.78-0.87 of the bare
+    # GEMM against 0.92-1.07 through TMA at K <= 1024, the GELU's backward at 0.54-0.65 against
+    # 0.77-0.81: the per-thread global stores and loads cost more than the shared-memory stages
+    # and the fences they avoid.
     fence_free: bool = False
 
     def __post_init__(self) -> None:

@@ -169,6 +169,28 @@ def test_fence_free_epilogue():
     assert "fence_free" not in repr(TileConfig()) and "fence_free=True" in repr(cfg)
 
 
+def test_store_stages():
+    """`epi_stages_d`: CUTLASS's epilogue policy with that many stages for D and the aux stores
+    (their descriptors sized by it), with or without fewer aux-load stages; the stage estimate
+    counts them; a config without it keeps its text."""
+    from dataclasses import replace
+
+    spec = specs.mlp_fc1_forward()  # D and the pre-activation's aux store
+    cfg = TileConfig(128, 256, 64, epi_n=64, epi_stages_d=4)
+    assert cfg.label == "128x256x64_c1x1_cooperative_e64_sd4" and TileConfig.from_label(cfg.label) == cfg
+    text = render(spec, cfg)
+    assert "Sm90TmaWarpSpecialized<EpiDefault::StagesC,\n    4, EpiDefault::FragmentSize" in text
+    assert "constexpr static int StagesD = EpiPolicy::StagesD;" in text
+    assert re.search(r"AuxStoreDescriptor<\n    EvtEpilogueDescriptor,", text), text
+    both = render(spec, replace(cfg, epi_stages_c=2))
+    assert "Sm90TmaWarpSpecialized<2,\n    4, EpiDefault::FragmentSize" in both
+    assert "EpiPolicy" not in render(spec, replace(cfg, epi_stages_d=0))
+    assert mainloop_stages(spec, cfg) < mainloop_stages(spec, replace(cfg, epi_stages_d=0))
+    assert "epi_stages_d" not in repr(TileConfig()) and "epi_stages_d=4" in repr(cfg)
+    with pytest.raises(CodegenError, match="store stages are 1 to 8"):
+        TileConfig(epi_stages_d=9)
+
+
 def test_outputs_stored_from_registers():
     """`store_align`: D through an Sm90AuxStore of 0 stages at the tree's root (CUTLASS's D is
     void: no TMA store, no shared memory), every aux store from registers too, `store_align`

@@ -104,6 +104,9 @@ class TileConfig:
     # 0.77-0.81: the per-thread global stores and loads cost more than the shared-memory stages
     # and the fences they avoid.
     fence_free: bool = False
+    # Shared-memory stages of D and the aux stores, TMA stores in flight (0: CUTLASS's,
+    # min(subtiles, 2)). Not a candidate: an experiment of `config_sweep.py --configs ..._sd4`.
+    epi_stages_d: int = 0
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -124,6 +127,9 @@ class TileConfig:
             )
         if self.epi_stages_c not in (0, 1, 2, 3, 4):
             raise CodegenError(f"unsupported {self}: the epilogue's source stages are 1 to 4 "
+                               "(0: CUTLASS's choice)")  # fmt: skip
+        if not 0 <= self.epi_stages_d <= 8:
+            raise CodegenError(f"unsupported {self}: the epilogue's store stages are 1 to 8 "
                                "(0: CUTLASS's choice)")  # fmt: skip
         if not 0 <= self.register_loads <= 8:
             raise CodegenError(f"unsupported {self}: aux loads into registers keep 1 to 8 subtiles "
@@ -170,6 +176,7 @@ class TileConfig:
             + ("_pr" if self.pad_rows else "")
             + (f"_rl{self.register_loads}" if self.register_loads else "")
             + ("_ff" if self.fence_free else "")
+            + (f"_sd{self.epi_stages_d}" if self.epi_stages_d else "")
         )
 
     @classmethod
@@ -178,17 +185,17 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff][_sdD], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff, sd = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
                    "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0),
-                   bool(pr), int(rl or 0), bool(ff))  # fmt: skip
+                   bool(pr), int(rl or 0), bool(ff), int(sd or 0))  # fmt: skip
 
 
-_LATE_FIELDS = ("store_align", "pad_rows", "register_loads", "fence_free")
+_LATE_FIELDS = ("store_align", "pad_rows", "register_loads", "fence_free", "epi_stages_d")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
 _LABEL = re.compile(
-    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?"
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?(?:_sd(\d+))?"
 )
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
@@ -484,7 +491,7 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     """An estimate of what StageCountAutoCarveout leaves for the mainloop."""
     epi_m, epi_n = cfg.epilogue_tile
     epi_tiles = epilogue_subtiles(cfg)
-    stages_c, stages_d = cfg.epi_stages_c or min(epi_tiles, 4), min(epi_tiles, 2)
+    stages_c, stages_d = cfg.epi_stages_c or min(epi_tiles, 4), cfg.epi_stages_d or min(epi_tiles, 2)
     # outputs stored from registers (`store_align`) take no shared memory
     epi_bytes = 0 if cfg.store_align else epi_m * epi_n * stages_d * _bytes(spec.d_dtype)
     for n in spec.nodes:

@@ -61,10 +61,16 @@ def score(groups, specs) -> list[tuple[tuple, dict, dict]]:
 
 def _timed_as(cfg: cfgs.TileConfig, timed: dict) -> str:
     """The label a sweep timed `cfg` under: a sweep from before the heuristic chose the aux
-    loads' stages (`config.source_stages`, session 14) timed CUTLASS's."""
-    if cfg.label in timed or not cfg.epi_stages_c:
+    loads' stages (`config.source_stages`, session 14) timed CUTLASS's, one from before it chose
+    epilogue subtiles for one-k-block problems (`config.epilogue_subtile`, session 23) CUTLASS's
+    subtile."""
+    if cfg.label in timed:
         return cfg.label
-    return dataclasses.replace(cfg, epi_stages_c=0).label
+    if cfg.epi_stages_c and (label := dataclasses.replace(cfg, epi_stages_c=0).label) in timed:
+        return label
+    if cfg.epi_n and (label := dataclasses.replace(cfg, epi_n=0).label) in timed:
+        return label
+    return dataclasses.replace(cfg, epi_n=0, epi_stages_c=0).label
 
 
 def capture_specs(groups) -> dict[tuple[str, str], object]:

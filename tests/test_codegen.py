@@ -191,6 +191,25 @@ def test_store_stages():
         TileConfig(epi_stages_d=9)
 
 
+def test_one_k_block_problems_take_wider_epilogue_subtiles():
+    """Where K is one k-block (attention's scores) the epilogue is the whole kernel: the
+    heuristic's cooperative tiles take 64-wide epilogue subtiles there (fewer fences, barriers
+    and TMA stores a tile), ping-pong tiles and larger K keep CUTLASS's."""
+    from evt.codegen.config import epilogue_subtile, heuristic
+
+    spec = specs.scaled_scores()  # scale and an aux load
+    picks = heuristic(spec, 1024, 1024, 64, 96)
+    assert picks[0].label == "128x256x64_c1x1_cooperative_e64"
+    assert all(c.epi_n == (64 if c.schedule == "cooperative" and c.tile_n > 64 else 0) for c in picks)
+    assert all(c.epi_n == 0 for c in heuristic(spec, 1024, 1024, 128, 96))
+    assert epilogue_subtile(spec, TileConfig(128, 64, 64), 64) == TileConfig(128, 64, 64)  # 64 wide
+    assert epilogue_subtile(spec, TileConfig(128, 256, 64, epi_n=128), 64).epi_n == 128  # explicit
+    # two bf16 aux loads: 64-wide stages would leave 128x256 one main-loop stage, so it keeps 32
+    masked = specs.attention_scores()
+    assert not fits(masked, TileConfig(128, 256, 64, epi_n=64)) and fits(masked, TileConfig(128, 256, 64))
+    assert epilogue_subtile(masked, TileConfig(128, 256, 64), 64) == TileConfig(128, 256, 64)
+
+
 def test_outputs_stored_from_registers():
     """`store_align`: D through an Sm90AuxStore of 0 stages at the tree's root (CUTLASS's D is
     void: no TMA store, no shared memory), every aux store from registers too, `store_align`

@@ -340,11 +340,32 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     `benchmarks/heuristic_score.py` scores this against every committed sweep: 0.994 of the
     measured best in geomean over 98 cases, 0.940 at worst (session 16)."""
     candidates = [replace(c, pad_rows=True) for c in CANDIDATES] if pads_rows(spec, N) else CANDIDATES
+    candidates = [epilogue_subtile(spec, c, K) for c in candidates]
     fitting = [source_stages(spec, c) for c in candidates if fits(spec, c)]
     size = _bytes(spec.gemm.dtype)
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           wave_traffic.outruns(c, M, N, K, L, SM_COUNT, size),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
+
+
+# Epilogue subtile N for a problem whose K is one k-block, where the epilogue is all the kernel
+# does (attention's scores: K = 64): CUTLASS's 32 pays a fence, two barriers and a TMA store per
+# 128 x 32 subtile. On the H100 (session 23, `benchmarks/results/2026-11-27-H100-session23/`)
+# 128x256 cooperative with 64-wide subtiles ran the causal scores at 0.99-1.01 of cuBLAS's bmm
+# against 0.91-0.92 at GPT-2's shape and 0.96-0.97 against 0.93-0.94 at BERT's; at K = 768 it
+# changed nothing measurable (session 22: +1%).
+_ONE_K_BLOCK_EPILOGUE_N = 64
+
+
+def epilogue_subtile(spec: KernelSpec, cfg: TileConfig, K: int) -> TileConfig:
+    """`cfg` with `_ONE_K_BLOCK_EPILOGUE_N`-wide epilogue subtiles where K fits one k-block, the
+    tile is cooperative and wide enough (ping-pong's subtiles take the other warp group's shared
+    memory too) and the wider stages leave the main loop its 2; else `cfg`."""
+    n = _ONE_K_BLOCK_EPILOGUE_N
+    if cfg.epi_n or K > cfg.tile_k or cfg.schedule != "cooperative" or cfg.tile_n % n or cfg.tile_n <= n:
+        return cfg
+    wide = replace(cfg, epi_n=n)
+    return wide if fits(spec, wide) else cfg
 
 
 def pads_rows(spec: KernelSpec, N: int) -> bool:

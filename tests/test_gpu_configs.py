@@ -217,6 +217,32 @@ def test_padded_rows_are_stored_through_tma(spec, label, shapes):
             assert o.untyped_storage().nbytes() >= size * o.element_size()  # the launcher's own
 
 
+def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
+    """Attention's scores at ViT's 197 tokens: the mask every batch reads and the per-batch bias
+    have 394-byte rows, which TMA cannot read; the launch copies them into padded rows
+    (`guards.pad_aux_rows`) and the kernel reads the copies, no fallback: every element as the
+    reference computes it, the padding's garbage never read into the problem."""
+    import warnings
+
+    from evt.runtime import dispatch, guards
+
+    spec = specs.attention_scores()
+    inputs = make_inputs(spec, 197, 197, 64, seed=5, device="cuda", batch=(6,))
+    padded = guards.pad_aux_rows(spec, inputs)
+    assert padded is not None and [i for i, (a, b) in enumerate(zip(inputs, padded)) if a is not b] == [2, 3]
+    for i in (2, 3):
+        padded[i].untyped_storage().fill_(0x7F)  # the pads: bf16 3.4e38, were they read
+        padded[i].copy_(inputs[i])
+    want = reference.run(spec, inputs)
+    dispatch.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warns
+        (got,) = dispatch.run(spec, inputs)
+    assert dispatch.launches()[spec.name] == 1
+    assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
+    check(dispatch.kernel_for(spec, (197, 197, 64, 6)), padded, want, "padded copies, poisoned pads")
+
+
 @pytest.mark.parametrize("rest", ["eager", "inductor"])
 def test_max_autotune_training_matches_eager(tmp_path, monkeypatch, rest):
     """mode="max-autotune": every region is decided (cached on disk) against the unfused path as

@@ -151,9 +151,9 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
     """Operands whose rows are not whole 16-byte vectors cannot be loaded by TMA: on CUDA (here
     "meta") the region stays unfused with that reason instead of falling back at every launch
     (an aux tensor of that kind stays outside the epilogue from the start: `graph/layouts.py`).
-    Outputs can be stored from registers: ViT's 197-token attention scores form a region (its
-    197-byte bool mask stays outside), as GPT-2's 1024-token scores do, where the profitability
-    check is off (on, it predicts the one-element register stores slower: tests/test_profit.py)."""
+    ViT's 197-token attention scores form a region as GPT-2's 1024-token scores do: its outputs
+    stored into padded rows, its 197-byte bool mask read from a copy with padded rows
+    (`guards.pad_aux_rows`), so the mask's `where` is in the epilogue too."""
     import warnings
 
     import torch.nn.functional as F
@@ -175,6 +175,7 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
 
     assert len(case("attention_scores/gpt2").regions) == 1
     (vit,) = case("attention_scores/vit").regions  # 197 x 197 bf16 scores: rows padded to 208
+    assert any(isinstance(n, ir.AuxLoad) and n.dtype == "b8" for n in vit.spec.nodes)  # the mask
     config = dispatch.config_for(vit.spec, vit.problem)
     assert config.store_align == 0 and config.pad_rows
 
@@ -239,9 +240,12 @@ def test_an_fp32_gemm_region_is_not_formed_on_cuda(monkeypatch):
         torch.set_float32_matmul_precision(precision)
 
 
-def test_an_aux_tensor_tma_cannot_read_is_not_loadable():
-    """On CUDA ("meta"), an [M, N] input whose rows or strides are not whole 16-byte vectors is
-    not an aux load (the op reading it stays out of the epilogue); on the CPU it is."""
+def test_an_aux_tensor_tma_cannot_read_is_loaded_from_a_padded_copy():
+    """On CUDA ("meta"), an N-major [M, N] input whose rows or strides are not whole 16-byte
+    vectors is still an aux load: the launch copies it into rows padded to 32-byte sectors
+    (`guards.pad_aux_rows`, ViT's 197 x 197 bool mask); an M-major one TMA cannot read is not
+    (the op reading it stays out of the epilogue). The copy holds the same values, is marked so
+    the guards waive its row extent, and the compile-time check sees what the launch will."""
     from evt.graph.layouts import load_kind
 
     def val(rows, cols, dtype, device="meta", row_stride=None):
@@ -249,7 +253,26 @@ def test_an_aux_tensor_tma_cannot_read_is_not_loadable():
         return t[:, :cols]
 
     assert load_kind(val(64, 64, torch.bool), 64, 64) == "aux_load"
-    assert load_kind(val(64, 60, torch.bool), 64, 60) is None  # 60-byte rows
-    assert load_kind(val(64, 60, torch.bool, "cpu"), 64, 60) == "aux_load"
-    assert load_kind(val(64, 64, torch.bfloat16, row_stride=68), 64, 64) is None  # 136-byte stride
-    assert load_kind(val(64, 64, torch.bfloat16, row_stride=72), 64, 64) == "aux_load"
+    assert load_kind(val(64, 60, torch.bool), 64, 60) == "aux_load"  # 60-byte rows: copied
+    assert load_kind(val(64, 64, torch.bfloat16, row_stride=68), 64, 64) == "aux_load"
+    assert load_kind(val(64, 68, torch.bfloat16).t(), 68, 64) is None  # M-major, 136-byte stride
+    assert load_kind(val(64, 72, torch.bfloat16).t(), 72, 64) == "aux_load"
+
+    mask_spec = ir.KernelSpec("masked", ir.Gemm(ir.Operand(0, False, "k"), ir.Operand(1, True, "k"), "bf16"),
+                              (ir.AccFetch("acc"), ir.AuxLoad("mask", 2, "b8", "n"),
+                               ir.ScalarBroadcast("zero", 0.0),
+                               ir.Compute("masked", "where", ("mask", "zero", "acc"))),
+                              "masked", "bf16", 3)  # fmt: skip
+    a, b = torch.randn(197, 64).bfloat16(), torch.randn(197, 64).bfloat16()
+    mask = torch.rand(197, 197) > 0.5
+    infos = [guards.TensorInfo.of(t) for t in (a, b, mask)]
+    with pytest.raises(LaunchError, match="stride along M is 197"):
+        guards.check(mask_spec, infos, store_align=None)
+    (same_a, same_b, copy) = guards.pad_aux_rows(mask_spec, [a, b, mask])
+    assert same_a is a and same_b is b and torch.equal(copy, mask) and copy.stride() == (224, 1)
+    assert guards.TensorInfo.of(copy).padded and not guards.TensorInfo.of(mask).padded
+    guards.check(mask_spec, [guards.TensorInfo.of(t) for t in (a, b, copy)], store_align=None)
+    assert guards.pad_aux_rows(mask_spec, [a, b, copy]) is None  # already a padded copy
+    assert guards.pad_aux_rows(mask_spec, [a, b, torch.rand(197, 208) > 0.5]) is None  # readable
+    metas = [t.to("meta") for t in (a, b, mask)]
+    assert guards.shape_reason(mask_spec, metas) is None

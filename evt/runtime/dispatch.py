@@ -169,14 +169,15 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], key: str | None = N
     C++ launch path (`evt.runtime.fast`), which then serves calls with the same input layout."""
     if _reference_only or not use_kernels(inputs):
         return reference.run(spec, inputs)
+    padded = guards.pad_aux_rows(spec, inputs)  # aux tensors TMA cannot read as they are
     try:
-        outputs = _launch_ready(spec, inputs) or _launch(spec, inputs)
+        outputs = _launch_ready(spec, padded or inputs) or _launch(spec, padded or inputs)
     except EvtError as e:
         return fallback(spec, inputs, str(e))
     LAUNCHES[spec.name] += 1
     if os.environ.get("EVT_VERIFY", "0") not in ("", "0"):
         verify.check(spec, inputs, outputs)
-    elif key is not None and fast.loaded() == inputs[0].device.type and not injected():
+    elif key is not None and fast.loaded() == inputs[0].device.type and not injected() and padded is None:
         kernel = _ready[id(spec)]
         fast.remember(key, spec.name, kernel, kernel.guard(inputs), inputs, outputs)
     return outputs

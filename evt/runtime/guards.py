@@ -21,6 +21,7 @@ from evt.errors import LaunchError
 from evt.runtime import reference
 
 ALIGN = 16  # bytes: TMA base addresses and strides
+PADDED = "_evt_padded_rows"  # the attribute `pad_aux_rows` marks its copies with
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,14 @@ class TensorInfo:
     dtype: torch.dtype
     data_ptr: int
     device: str
+    # evt's own copy with rows padded to whole 32-byte sectors (`pad_aux_rows`): TMA may read the
+    # 16-byte vector a row ends in, so an aux load's row extent need not be one
+    padded: bool = False
 
     @classmethod
     def of(cls, t: torch.Tensor) -> TensorInfo:
-        return cls(tuple(t.shape), tuple(t.stride()), t.dtype, t.data_ptr(), str(t.device))
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype, t.data_ptr(), str(t.device),
+                   getattr(t, PADDED, False))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,9 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     if reason := static_reason(spec):  # e.g. an fp32 GEMM (no TF32 kernels yet): never runs
         return reason
     infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
+    for n in spec.nodes:  # what `pad_aux_rows` copies at launch, as the launch sees the copy
+        if isinstance(n, ir.AuxLoad) and n.major == "n" and len(infos[n.input].shape) >= 2:
+            infos[n.input] = _padded_info(infos[n.input])
     try:
         check(spec, infos, store_align=None)  # the heuristic builds a kernel for any N
     except LaunchError as e:
@@ -294,7 +302,7 @@ def _check_role(r: Role, t: TensorInfo) -> None:
         if i != r.unit and i not in r.zero and r.extents[i] > 1 and (r.strides[i] * size) % ALIGN:
             raise LaunchError(f"{where}: stride along {mode} is {r.strides[i]} elements "
                               f"({r.strides[i] * size} bytes), not a multiple of 16 bytes")  # fmt: skip
-    if r.tma:
+    if r.tma and not t.padded:
         _check_extent(where, unit, r.extents[r.unit], r.dtype)
 
 
@@ -312,3 +320,52 @@ def _passed_strides(r: Role) -> tuple[int, ...]:
     for i in r.zero:
         out[i] = 0
     return tuple(out)
+
+
+def pad_aux_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+    """`inputs` with each N-major aux load TMA cannot read as it is (rows that are not whole
+    16-byte vectors, strides or a base address off 16 bytes: ViT's 197 x 197 bool attention mask)
+    replaced by a copy into rows padded to whole 32-byte sectors (`ir.row_pitch`), marked so the
+    guards waive the row extent for it; None where every aux load is readable as it is. The copy
+    runs on the current stream before the kernel: an [M, N] mask every batch reads costs one
+    small kernel a call, where leaving its `where` outside the region costs a pass over the
+    whole [L, M, N] output."""
+    out = None
+    for n in spec.nodes:
+        if not isinstance(n, ir.AuxLoad) or n.major != "n":
+            continue
+        t = inputs[n.input]
+        if t.dim() < 2 or getattr(t, PADDED, False) or _tma_readable(t):
+            continue
+        pitch = ir.row_pitch(t.shape[-1], ir.dtype_name(t.dtype))
+        padded = torch.empty((*t.shape[:-1], pitch), dtype=t.dtype, device=t.device)[..., : t.shape[-1]]
+        padded.copy_(t)
+        setattr(padded, PADDED, True)
+        out = list(inputs) if out is None else out
+        out[n.input] = padded
+    return out
+
+
+def _padded_info(t: TensorInfo) -> TensorInfo:
+    """`t` as `pad_aux_rows` would copy it where TMA cannot read it as it is."""
+    size, n = t.dtype.itemsize, t.shape[-1]
+    readable = (n * size) % ALIGN == 0 and all(
+        (st * size) % ALIGN == 0 for sz, st in zip(t.shape[:-1], t.stride[:-1]) if sz > 1)  # fmt: skip
+    if readable or (n > 1 and t.stride[-1] != 1):
+        return t
+    pitch = ir.row_pitch(n, ir.dtype_name(t.dtype))
+    strides = [1]
+    for sz in reversed((*t.shape[:-1], pitch)[1:]):
+        strides.insert(0, strides[0] * sz)
+    return TensorInfo(t.shape, tuple(strides), t.dtype, t.data_ptr, t.device, padded=True)
+
+
+def _tma_readable(t: torch.Tensor) -> bool:
+    """Whether TMA reads `t` as it is: unit stride along its last dimension, 16-byte base,
+    strides and row extent."""
+    size = t.element_size()
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        return True  # not N-major here: the guards decide (an M-major aux load is not copied)
+    if t.data_ptr() % ALIGN or (t.shape[-1] * size) % ALIGN:
+        return False
+    return all((st * size) % ALIGN == 0 for sz, st in zip(t.shape[:-1], t.stride()[:-1]) if sz > 1)

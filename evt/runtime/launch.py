@@ -200,7 +200,8 @@ def check_device(tensors: Sequence[torch.Tensor]) -> None:
 def fingerprint(inputs: Sequence[torch.Tensor]) -> tuple:
     """Everything the guards read about the inputs; alignment only as `data_ptr % 16`."""
     return tuple(
-        (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % guards.ALIGN) for t in inputs
+        (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % guards.ALIGN, getattr(t, guards.PADDED, False))
+        for t in inputs
     )
 
 

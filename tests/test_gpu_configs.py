@@ -241,6 +241,18 @@ def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
     assert dispatch.launches()[spec.name] == 1
     assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
     check(dispatch.kernel_for(spec, (197, 197, 64, 6)), padded, want, "padded copies, poisoned pads")
+    # the op's C++ launch path copies them the same way: a repeated call launches from C++
+    from evt import ir
+    from evt.runtime import fast
+
+    assert fast.ensure("cuda")
+    text = ir.to_json(spec)
+    first = torch.ops.evt.fused_gemm(text, inputs)  # the Python path, which hands C++ its plan
+    before = fast.launches()[spec.name]
+    again = torch.ops.evt.fused_gemm(text, [t.clone() for t in inputs])  # other storage, same layout
+    assert fast.launches()[spec.name] == before + 1, "the repeated call did not launch from C++"
+    for got in (first[0], again[0]):
+        assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
 
 
 @pytest.mark.parametrize("rest", ["eager", "inductor"])

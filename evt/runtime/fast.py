@@ -91,18 +91,22 @@ def ensure(device: str = "cuda") -> bool:
     return loaded() == device
 
 
-def remember(key: str, region: str, kernel, problem, inputs, outputs) -> None:
+def remember(key: str, region: str, kernel, problem, inputs, outputs, padded=None) -> None:
     """Hand a launch that just succeeded to the C++ path: later calls with `key` (the op's spec
-    text) and inputs of this layout launch from C++."""
+    text) and inputs of this layout launch from C++. `padded`: the inputs the launch read, where
+    `guards.pad_aux_rows` copied some into padded rows (the C++ path copies them the same way)."""
     if loaded() is None:
         return
+    pads = [] if padded is None else [
+        x for i, (a, b) in enumerate(zip(inputs, padded)) if a is not b for x in (i, b.stride(-2))
+    ]  # fmt: skip
     try:
         plan = kernel.plan(problem)
         run = ctypes.cast(kernel.library.run, ctypes.c_void_p).value
         rid = torch.ops.evt_fast.remember(
             key, run, kernel.library.nested, list(inputs), list(outputs),
             list(plan.input_strides), list(plan.output_strides), list(problem.abi_shape),
-            plan.tile_order, plan.workspace_bytes,
+            plan.tile_order, plan.workspace_bytes, pads,
         )  # fmt: skip
     except Exception as e:  # noqa: BLE001
         _disable(f"evt: the C++ launch path failed ({type(e).__name__}: {e}); "

@@ -58,6 +58,9 @@ struct Plan {
   std::vector<Output> outputs;
   int64_t workspace_bytes = 0;
   int tile_order = 0;  // raster + 4 * swizzle (evt.runtime.launch.TileOrder)
+  // (input, row pitch) of each aux input TMA cannot read as it is: copied into rows of that
+  // pitch before the launch (evt.runtime.guards.pad_aux_rows)
+  std::vector<int64_t> pads;
 };
 
 struct Entry {
@@ -121,6 +124,22 @@ bool launch(Entry const& e, Plan const& plan, at::TensorList inputs, std::vector
   void const* in[kMaxTensors];
   void* out[kMaxTensors];
   for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i].data_ptr();
+  std::vector<at::Tensor> copies;  // alive until the launch is enqueued (stream-ordered frees)
+  for (size_t k = 0; k + 1 < plan.pads.size(); k += 2) {
+    at::Tensor const& t = inputs[plan.pads[k]];
+    int64_t const pitch = plan.pads[k + 1];
+    std::vector<int64_t> sizes = t.sizes().vec(), strides(sizes.size(), 1);
+    int64_t rows = 1;
+    for (size_t d = sizes.size() - 1; d-- > 0;) {
+      strides[d] = d + 1 == sizes.size() - 1 ? pitch : strides[d + 1] * sizes[d + 1];
+      rows *= sizes[d];
+    }
+    // whole padded rows, the last one's too (TMA may read the 16-byte vector a row ends in)
+    at::Tensor copy = at::empty_strided({rows * pitch}, {1}, t.options()).as_strided(sizes, strides);
+    copy.copy_(t);
+    in[plan.pads[k]] = copy.data_ptr();
+    copies.push_back(std::move(copy));
+  }
   for (size_t i = 0; i < outs.size(); ++i) out[i] = outs[i].data_ptr();
   void* ws = workspace.defined() ? workspace.data_ptr() : nullptr;
   auto const ws_bytes = static_cast<size_t>(plan.workspace_bytes);
@@ -175,7 +194,7 @@ std::vector<at::Tensor> fused_gemm(c10::string_view spec, at::TensorList inputs)
 int64_t remember(c10::string_view spec, int64_t run, bool nested, at::TensorList inputs,
                  at::TensorList outputs, c10::IntArrayRef input_strides,
                  c10::IntArrayRef output_strides, c10::IntArrayRef abi, int64_t tile_order,
-                 int64_t workspace_bytes) {
+                 int64_t workspace_bytes, c10::IntArrayRef pads) {
   TORCH_CHECK(run != 0, "evt_fast.remember: no run function");
   TORCH_CHECK(!inputs.empty() && inputs.size() <= kMaxTensors && outputs.size() <= kMaxTensors,
               "evt_fast.remember: ", inputs.size(), " inputs and ", outputs.size(),
@@ -189,6 +208,13 @@ int64_t remember(c10::string_view spec, int64_t run, bool nested, at::TensorList
   plan.abi.assign(abi.begin(), abi.end());
   plan.workspace_bytes = workspace_bytes;
   plan.tile_order = static_cast<int>(tile_order);
+  TORCH_CHECK(pads.size() % 2 == 0, "evt_fast.remember: pads are (input, row pitch) pairs");
+  for (size_t k = 0; k < pads.size(); k += 2) {
+    TORCH_CHECK(pads[k] >= 0 && pads[k] < static_cast<int64_t>(inputs.size()) && inputs[pads[k]].dim() >= 2 &&
+                    pads[k + 1] >= inputs[pads[k]].size(-1),
+                "evt_fast.remember: pad (", pads[k], ", ", pads[k + 1], ") does not fit the inputs");
+  }
+  plan.pads.assign(pads.begin(), pads.end());
   for (at::Tensor const& o : outputs) {
     // fresh outputs: contiguous, or rows padded with the whole storage (evt.runtime.launch.allocate)
     TORCH_CHECK(o.storage_offset() == 0, "evt_fast.remember: outputs are fresh tensors");
@@ -234,7 +260,7 @@ void set_enabled(bool on) { enabled.store(on, std::memory_order_relaxed); }
 TORCH_LIBRARY(evt_fast, m) {
   m.def("remember(str spec, int run, bool nested, Tensor[] inputs, Tensor[] outputs, "
         "int[] input_strides, int[] output_strides, int[] abi, int tile_order, "
-        "int workspace_bytes) -> int",
+        "int workspace_bytes, int[] pads) -> int",
         &remember);
   m.def("launch_counts() -> int[]", &launch_counts);
   m.def("forget_all() -> ()", &forget_all);

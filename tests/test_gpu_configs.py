@@ -242,6 +242,7 @@ def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
     assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
     check(dispatch.kernel_for(spec, (197, 197, 64, 6)), padded, want, "padded copies, poisoned pads")
     # the op's C++ launch path copies them the same way: a repeated call launches from C++
+    import evt.runtime.ops  # noqa: F401 - defines evt::fused_gemm
     from evt import ir
     from evt.runtime import fast
 

@@ -335,7 +335,7 @@ def pad_aux_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[to
         if not isinstance(n, ir.AuxLoad) or n.major != "n":
             continue
         t = inputs[n.input]
-        if t.dim() < 2 or getattr(t, PADDED, False) or _tma_readable(t):
+        if t.dim() < 2 or getattr(t, PADDED, False) or _readable(TensorInfo.of(t)):
             continue
         pitch = ir.row_pitch(t.shape[-1], ir.dtype_name(t.dtype))
         padded = torch.empty((*t.shape[:-1], pitch), dtype=t.dtype, device=t.device)[..., : t.shape[-1]]
@@ -348,24 +348,21 @@ def pad_aux_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[to
 
 def _padded_info(t: TensorInfo) -> TensorInfo:
     """`t` as `pad_aux_rows` would copy it where TMA cannot read it as it is."""
-    size, n = t.dtype.itemsize, t.shape[-1]
-    readable = (n * size) % ALIGN == 0 and all(
-        (st * size) % ALIGN == 0 for sz, st in zip(t.shape[:-1], t.stride[:-1]) if sz > 1)  # fmt: skip
-    if readable or (n > 1 and t.stride[-1] != 1):
+    if _readable(t):
         return t
-    pitch = ir.row_pitch(n, ir.dtype_name(t.dtype))
+    pitch = ir.row_pitch(t.shape[-1], ir.dtype_name(t.dtype))
     strides = [1]
     for sz in reversed((*t.shape[:-1], pitch)[1:]):
         strides.insert(0, strides[0] * sz)
     return TensorInfo(t.shape, tuple(strides), t.dtype, t.data_ptr, t.device, padded=True)
 
 
-def _tma_readable(t: torch.Tensor) -> bool:
-    """Whether TMA reads `t` as it is: unit stride along its last dimension, 16-byte base,
-    strides and row extent."""
-    size = t.element_size()
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        return True  # not N-major here: the guards decide (an M-major aux load is not copied)
-    if t.data_ptr() % ALIGN or (t.shape[-1] * size) % ALIGN:
+def _readable(t: TensorInfo) -> bool:
+    """Whether TMA reads `t` as it is: a 16-byte base, strides and row extent (anything not
+    N-major counts as readable here: the guards decide, an M-major aux load is not copied)."""
+    size, n = t.dtype.itemsize, t.shape[-1]
+    if n > 1 and t.stride[-1] != 1:
+        return True
+    if t.data_ptr % ALIGN or (n * size) % ALIGN:
         return False
-    return all((st * size) % ALIGN == 0 for sz, st in zip(t.shape[:-1], t.stride()[:-1]) if sz > 1)
+    return all((st * size) % ALIGN == 0 for sz, st in zip(t.shape[:-1], t.stride[:-1]) if sz > 1)

@@ -123,6 +123,25 @@ def main(scratch: Path, cc: str) -> None:
     assert padded.handle.evt_test_record()[20] == 112
     print("ok: outputs with padded rows get their whole storage from C++ as from Python")
 
+    # an aux input TMA cannot read as it is (a bool mask with 104-byte rows): both paths launch
+    # on a copy with rows padded to 128 bytes (guards.pad_aux_rows; the C++ plan's pads)
+    masked = ir.KernelSpec("masked", spec.gemm, (
+        ir.AccFetch("acc"), ir.AuxLoad("mask", 2, "b8", "n"), ir.ScalarBroadcast("zero", 0.0),
+        ir.Compute("masked", "where", ("mask", "zero", "acc"), "bf16"),
+        ir.AuxStore("saved", "masked", 1, "bf16")), "masked", "bf16", 3)  # fmt: skip
+    dispatch.reset()
+    dispatch._kernels[dispatch.identity(masked)] = launch.Kernel(masked, library)
+    x, w, _ = fc1_inputs(M, K, 104)
+    masks = [torch.rand(M, 104) > 0.5 for _ in range(2)]
+    text = ir.to_json(masked)
+    outs = [torch.ops.evt.fused_gemm(text, [x, w, m]) for m in (masks[0], masks[1], masks[0])]
+    assert (dispatch.LAUNCHES[masked.name], fast.launches()[masked.name]) == (1, 2)
+    rec = record()[:40]
+    assert rec[14:17] == [128, 1, 0], rec[8:17]  # the mask's (M, N, L) strides: the padded copy's
+    assert rec[32] not in (m.data_ptr() for m in masks), "the kernel read the unpadded mask"
+    assert all(bool((o[0] == 1).all()) for o in outs)
+    print("ok: an aux input TMA cannot read launches on a padded copy, from Python and from C++")
+
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), sys.argv[2])

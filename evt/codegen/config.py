@@ -20,6 +20,7 @@ from evt.codegen import wave_traffic
 from evt.errors import CodegenError
 from evt.ir import (
     COMPUTE_OPS,
+    REDUCTIONS,
     ROW_STATISTICS,
     AuxLoad,
     AuxStore,
@@ -270,17 +271,31 @@ def epilogue_subtiles(cfg: TileConfig) -> int:
 def fits(spec: KernelSpec, cfg: TileConfig) -> bool:
     """Whether the epilogue's shared memory leaves `cfg` at least 2 mainloop stages (and, for
     stream-K, whether the batch is flat: CUTLASS's stream-K scheduler takes one L mode; for a
-    fence-free epilogue, whether nothing goes through shared memory: `emit._check_fence_free`)."""
+    fence-free epilogue, whether nothing goes through shared memory: `fence_free_reason`)."""
     if cfg.scheduler == "streamk" and spec.gemm.nested:
         return False
-    if cfg.fence_free:
-        from evt.codegen.emit import _check_fence_free
-
-        try:
-            _check_fence_free(spec, cfg)
-        except CodegenError:
-            return False
+    if fence_free_reason(spec, cfg):
+        return False
     return mainloop_stages(spec, cfg) >= 2
+
+
+def fence_free_reason(spec: KernelSpec, cfg: TileConfig) -> str | None:
+    """Why `spec` cannot take `cfg`'s fence-free epilogue, else None (also where `cfg` has none):
+    such a kernel has nothing in shared memory between subtiles, so every output is stored from
+    registers, every aux tensor loaded into registers, and no reduction runs."""
+    if not cfg.fence_free:
+        return None
+    if not cfg.store_align:
+        return (f"kernel {spec.name}: a fence-free epilogue ({cfg.label}) stores its outputs from "
+                "registers: give the config store_align (_saN)")  # fmt: skip
+    if any(isinstance(n, AuxLoad) for n in spec.nodes) and not cfg.register_loads:
+        return (f"kernel {spec.name}: a fence-free epilogue ({cfg.label}) loads its aux tensors "
+                "into registers: give the config register_loads (_rlN)")  # fmt: skip
+    if node := next((n for n in spec.nodes if isinstance(n, REDUCTIONS)), None):
+        return (f"node {node.name}: reductions go through shared memory between the subtiles' "
+                f"barriers, which a fence-free epilogue ({cfg.label}) has not: use a config "
+                "without _ff")  # fmt: skip
+    return None
 
 
 SM_COUNT = 132  # H100 SXM / H200: the persistent grid's width

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import jinja2
 
-from evt.codegen.config import SCHEDULERS, SCHEDULES, TileConfig, default_config
+from evt.codegen.config import SCHEDULERS, SCHEDULES, TileConfig, default_config, fence_free_reason
 from evt.codegen.nvcc import TEMPLATES
 from evt.codegen.visitor import plan_visitor
 from evt.errors import CodegenError
@@ -141,26 +141,11 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
 def _inlined(spec: KernelSpec, config: TileConfig) -> list[str]:
     """The C++ of evt's experimental visitors and collectives this kernel uses
     (evt/templates/*.inc): inlined, so that only these kernels' sources (and cache keys) hold it."""
+    if reason := fence_free_reason(spec, config):
+        raise CodegenError(reason)
     loads = config.register_loads and any(isinstance(n, AuxLoad) for n in spec.nodes)
-    if config.fence_free:
-        _check_fence_free(spec, config)
     files = ["evt_register_loads.inc"] * bool(loads) + ["evt_fence_free.inc"] * config.fence_free
     return [(TEMPLATES / f).read_text() for f in files]
-
-
-def _check_fence_free(spec: KernelSpec, config: TileConfig) -> None:
-    """`fence_free` kernels have nothing in shared memory between subtiles: every output stored
-    from registers, every aux tensor loaded into registers, no reduction."""
-    if not config.store_align:
-        raise CodegenError(f"kernel {spec.name}: a fence-free epilogue ({config.label}) stores its "
-                           "outputs from registers: give the config store_align (_saN)")  # fmt: skip
-    if any(isinstance(n, AuxLoad) for n in spec.nodes) and not config.register_loads:
-        raise CodegenError(f"kernel {spec.name}: a fence-free epilogue ({config.label}) loads its aux "
-                           "tensors into registers: give the config register_loads (_rlN)")  # fmt: skip
-    if node := next((n for n in spec.nodes if isinstance(n, STATISTICS)), None):
-        raise CodegenError(f"node {node.name}: reductions go through shared memory between the "
-                           f"subtiles' barriers, which a fence-free epilogue ({config.label}) has "
-                           "not: use a config without _ff")  # fmt: skip
 
 
 def _layouts(spec: KernelSpec) -> dict:

@@ -7,7 +7,8 @@ with each kernel's registers, stack frame and spills (cuobjdump --dump-resource-
 
 The variants of LayerNorm's backward (tests.specs.layer_norm_backward): `full`, `one_row`
 (the weight gradient's row reduction dropped), `no_row` (both row reductions dropped), `no_col`
-(both column reductions dropped), `acc` (D = acc * gamma * n only: the GEMM and one RowBroadcast).
+(both column reductions dropped), `acc` (D = acc * gamma * n only: the GEMM and one RowBroadcast);
+those of the residual add with LayerNorm's statistics: see `residual_stats_variants`.
 Every variant is checked against the reference path before it is timed.
 """
 
@@ -65,7 +66,27 @@ def layer_norm_backward_variants() -> dict[str, ir.KernelSpec]:
     }  # fmt: skip
 
 
-VARIANTS = {"layer_norm_backward": layer_norm_backward_variants}
+def residual_stats_variants() -> dict[str, ir.KernelSpec]:
+    """The residual add with LayerNorm's statistics (tests.specs.mlp_fc2_residual_stats): `full`,
+    `no_stats` (the Welford statistics dropped), `no_residual` (the residual's aux load dropped:
+    statistics of acc + bias), `bias` (D = acc + bias only)."""
+    s = specs.mlp_fc2_residual_stats()
+    no_residual = (
+        ir.AccFetch("acc"),
+        ir.RowBroadcast("bias", 2, "bf16"),
+        ir.Compute("h", "add", ("acc", "bias"), "bf16"),
+        ir.WelfordStats("norm", "h", "f32", mean_output=1, var_output=2, keepdim=(False, False)),
+    )
+    return {
+        "full": s,
+        "no_stats": without(s, "no_stats", {"norm"}, set()),
+        "no_residual": ir.KernelSpec(f"{s.name}_no_residual", s.gemm, no_residual, "h", "bf16", 3),
+        "bias": ir.KernelSpec(f"{s.name}_bias", s.gemm, no_residual[:3], "h", "bf16", 3),
+    }
+
+
+VARIANTS = {"layer_norm_backward": layer_norm_backward_variants,
+            "mlp_fc2_residual_stats": residual_stats_variants}  # fmt: skip
 
 
 def resource_usage(library: str) -> str:
@@ -86,6 +107,25 @@ def resource_usage(library: str) -> str:
     return "no GEMM kernel in cuobjdump's output"
 
 
+def kernel_times(fn, runs: int = 20) -> str:
+    """Each CUDA kernel's mean device time per call of `fn` (torch.profiler), longest first: the
+    GEMM apart from a statistic's finishing kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            name = "gemm" if "device_kernel" in e.name else e.name.split("<")[0].split("(")[0][:40]
+            times[name] = times.get(name, 0.0) + e.device_time / runs
+    return ", ".join(f"{k} {v:.1f} us" for k, v in sorted(times.items(), key=lambda kv: -kv[1]))
+
+
 def label_config(label: str) -> cfgs.TileConfig:
     """A candidate's label, optionally with an epilogue tile: 128x128x64_c1x1_cooperative_e64."""
     base, _, epi = label.rpartition("_e") if "_e" in label else (label, "", "")
@@ -96,9 +136,14 @@ def label_config(label: str) -> cfgs.TileConfig:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--spec", default="layer_norm_backward",
-                   help="a tests.specs kernel (variants: only layer_norm_backward's)")  # fmt: skip
+                   help="a tests.specs kernel (variants: layer_norm_backward's, mlp_fc2_residual_stats')")  # fmt: skip
     p.add_argument("--variants", default="", help="comma-separated subset (default: all)")
     p.add_argument("--shape", default="8192x768x3072", help="MxNxK")
+    p.add_argument("--ncu", action="store_true",
+                   help="no timing: one call of each kernel between cudaProfilerStart and Stop, "
+                        "for `ncu --profile-from-start off`")  # fmt: skip
+    p.add_argument("--profile", action="store_true",
+                   help="also each CUDA kernel's device time per call (torch.profiler)")  # fmt: skip
     p.add_argument("--configs", default="128x128x64_c1x1_cooperative,128x64x64_c1x1_cooperative,"
                    "128x128x64_c1x1_pingpong",
                    help="candidate labels, an epilogue tile as a suffix: ..._cooperative_e64")  # fmt: skip
@@ -123,6 +168,14 @@ def main() -> None:
         got, want = kernel(x), reference.run(spec, x)
         err = max(((g.float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-6)).item()
                   for g, w in zip(got, want))  # fmt: skip
+        if a.ncu:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
+            kernel(x)
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
+            print(f"{variant:8} {label:30} profiled  err {err:.1e}", flush=True)
+            continue
         a_, b_ = x[spec.gemm.a.input], x[spec.gemm.b.input]
         a_ = a_.t() if spec.gemm.a.transposed else a_
         b_ = b_.t() if spec.gemm.b.transposed else b_
@@ -130,6 +183,8 @@ def main() -> None:
         mm = time_ms(lambda a_=a_, b_=b_: torch.mm(a_, b_), "cuda")
         print(f"{variant:8} {label:30} {ms * 1e3:7.1f} us  {mm / ms:.2f}x mm ({mm * 1e3:.1f} us)  "
               f"err {err:.1e}  {resource_usage(str(library))}", flush=True)  # fmt: skip
+        if a.profile:
+            print(f"    kernels: {kernel_times(lambda kernel=kernel, x=x: kernel(x))}", flush=True)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,20 @@ def mlp_fc2_residual() -> KernelSpec:
     return KernelSpec("mlp_fc2_residual", LINEAR, nodes, "add_1", "bf16", 4)
 
 
+def mlp_fc2_residual_stats() -> KernelSpec:
+    """h = h1 @ W2.T + b2 + residual (stored, bf16) and the mean and variance of h's rows over N
+    (the next LayerNorm's statistics): the bench's `layernorm_stats` region."""
+    nodes = (
+        AccFetch("acc"),
+        RowBroadcast("bias", 2, "bf16"),
+        Compute("add", "add", ("acc", "bias")),
+        AuxLoad("residual", 3, "bf16", "n"),
+        Compute("h", "add", ("add", "residual"), "bf16"),
+        WelfordStats("norm", "h", "f32", mean_output=1, var_output=2, keepdim=(False, False)),
+    )
+    return KernelSpec("mlp_fc2_residual_stats", LINEAR, nodes, "h", "bf16", 4)
+
+
 def mlp_dgrad_gelu() -> KernelSpec:
     """grad_h = (grad_y @ W2) * gelu'(z): W2 [K, N] row-major is B n-major, no transpose."""
     gemm = Gemm(Operand(0, False, "k"), Operand(1, False, "n"), "bf16")
@@ -301,7 +315,7 @@ def nested_scaled_scores() -> KernelSpec:
 
 ALL = {
     f.__name__: f
-    for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
+    for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, mlp_fc2_residual_stats, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
               statistics_edge_cases, nested_attention_scores, nested_attention_statistics,
               nested_attention_values,

@@ -140,6 +140,28 @@ def test_aux_loads_into_registers():
         TileConfig(register_loads=9)
 
 
+def test_aux_loads_prefetched_into_l2():
+    """`aux_prefetch`: every aux load is evt's Sm90AuxLoadPrefetch (CUTLASS's Sm90AuxLoad with
+    the same stages, whose producer first prefetches the tile), its C++ inlined into these
+    kernels only; same shared memory; the label says it and reads back; not with register loads."""
+    from dataclasses import replace
+
+    spec = specs.layer_norm_backward()  # an f32 aux load
+    cfg = TileConfig(128, 128, 64, schedule="pingpong", aux_prefetch=True)
+    assert cfg.label == "128x128x64_c1x1_pingpong_pf" and TileConfig.from_label(cfg.label) == cfg
+    text, plain = render(spec, cfg), render(spec, replace(cfg, aux_prefetch=False))
+    assert "struct Sm90AuxLoadPrefetch" in text and "Sm90AuxLoadPrefetch" not in plain
+    assert re.search(r"evt::Sm90AuxLoadPrefetch<\n    evt_\w+_desc::Stages, evt_\w+_desc::EpilogueTile, float,", text)
+    assert "= fusion::Sm90AuxLoad<" not in text and "= fusion::Sm90AuxLoad<" in plain
+    assert "; each tile prefetched into L2 first" in text
+    assert mainloop_stages(spec, cfg) == mainloop_stages(spec, replace(cfg, aux_prefetch=False))
+    no_loads = specs.mlp_fc1_forward()
+    assert "Sm90AuxLoadPrefetch" not in render(no_loads, cfg)
+    assert "aux_prefetch" not in repr(TileConfig()) and "aux_prefetch=True" in repr(cfg)
+    with pytest.raises(CodegenError, match="aux_prefetch"):
+        TileConfig(register_loads=2, aux_prefetch=True)
+
+
 def test_fence_free_epilogue():
     """`fence_free`: CUTLASS's collective wrapped in evt's store loop without per-subtile fences
     (inlined into these kernels only), for kernels with every output from registers and every

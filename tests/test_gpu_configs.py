@@ -119,6 +119,8 @@ def test_a_wide_grid_launches_with_the_wave_traffic_swizzle(kernels):
     ("mlp_fc1_forward", "128x128x64_c1x1_pingpong_sa2_ff"),
     ("mlp_dgrad_gelu", "128x128x64_c1x1_pingpong_sa2_rl2_ff"),
     ("activations", "128x256x64_c1x1_cooperative_sa2_rl2_ff"),
+    ("mlp_dgrad_gelu_bias", "128x128x64_c1x1_pingpong_pf"),
+    ("layer_norm_backward", "128x256x64_c1x1_cooperative_pf"),
 ])  # fmt: skip
 def test_sweep_only_configs_match_the_reference(name, label):
     """The configs only the config sweep builds (none a candidate: each measured slower than
@@ -127,7 +129,8 @@ def test_sweep_only_configs_match_the_reference(name, label):
     into registers, 1-3 subtiles in flight (`_rlN`: bf16, f32 and bool aux tensors); evt's
     fence-free store loop (`_ff`: every output from registers, every aux tensor loaded into
     registers, no barrier between subtiles; ping-pong and cooperative, a broadcast bias row, aux
-    stores, bf16 and bool aux loads)."""
+    stores, bf16 and bool aux loads); aux loads whose tiles are first prefetched into L2 (`_pf`:
+    bf16 and f32 aux tensors)."""
     spec = specs.ALL[name]()
     kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, cfgs.TileConfig.from_label(label)).result()))
     for shape in (*SHAPES, PADDED):

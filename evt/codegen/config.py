@@ -108,6 +108,13 @@ class TileConfig:
     # Shared-memory stages of D and the aux stores, TMA stores in flight (0: CUTLASS's,
     # min(subtiles, 2)). Not a candidate: an experiment of `config_sweep.py --configs ..._sd4`.
     epi_stages_d: int = 0
+    # Aux loads through CUTLASS's shared-memory stages, with the whole tile's aux data first
+    # prefetched into L2 when the producer warp starts the tile (`evt::Sm90AuxLoadPrefetch`,
+    # evt_aux_prefetch.inc). Not a candidate: on the H100 (session 24,
+    # benchmarks/results/2026-11-27-H100-session24/) the GELU's backward, the fp32 residual and
+    # LayerNorm statistics ran 0-4% slower with it than without, at 128x128 ping-pong and
+    # 128x256 cooperative: the loads' DRAM latency is not what their epilogues wait for.
+    aux_prefetch: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -135,6 +142,9 @@ class TileConfig:
         if not 0 <= self.register_loads <= 8:
             raise CodegenError(f"unsupported {self}: aux loads into registers keep 1 to 8 subtiles "
                                "in flight (0: through shared memory by TMA)")  # fmt: skip
+        if self.aux_prefetch and self.register_loads:
+            raise CodegenError(f"unsupported {self}: aux loads go into registers (register_loads) "
+                               "or through shared memory with an L2 prefetch (aux_prefetch)")  # fmt: skip
         if self.store_align not in (0, 1, 2, 4, 8):
             raise CodegenError(f"unsupported {self}: outputs are stored from registers 1, 2, 4 or "
                                "8 elements at a time (0: through shared memory by TMA)")  # fmt: skip
@@ -178,6 +188,7 @@ class TileConfig:
             + (f"_rl{self.register_loads}" if self.register_loads else "")
             + ("_ff" if self.fence_free else "")
             + (f"_sd{self.epi_stages_d}" if self.epi_stages_d else "")
+            + ("_pf" if self.aux_prefetch else "")
         )
 
     @classmethod
@@ -186,17 +197,18 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff][_sdD], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff, sd = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff][_sdD][_pf], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff, sd, pf = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
                    "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0),
-                   bool(pr), int(rl or 0), bool(ff), int(sd or 0))  # fmt: skip
+                   bool(pr), int(rl or 0), bool(ff), int(sd or 0), bool(pf))  # fmt: skip
 
 
-_LATE_FIELDS = ("store_align", "pad_rows", "register_loads", "fence_free", "epi_stages_d")
+_LATE_FIELDS = ("store_align", "pad_rows", "register_loads", "fence_free", "epi_stages_d",
+                "aux_prefetch")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
 _LABEL = re.compile(
-    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?(?:_sd(\d+))?"
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?(?:_sd(\d+))?(_pf)?"
 )
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")

@@ -144,7 +144,9 @@ def _inlined(spec: KernelSpec, config: TileConfig) -> list[str]:
     if reason := fence_free_reason(spec, config):
         raise CodegenError(reason)
     loads = config.register_loads and any(isinstance(n, AuxLoad) for n in spec.nodes)
-    files = ["evt_register_loads.inc"] * bool(loads) + ["evt_fence_free.inc"] * config.fence_free
+    prefetch = config.aux_prefetch and any(isinstance(n, AuxLoad) for n in spec.nodes)
+    files = (["evt_register_loads.inc"] * bool(loads) + ["evt_fence_free.inc"] * config.fence_free
+             + ["evt_aux_prefetch.inc"] * prefetch)  # fmt: skip
     return [(TEMPLATES / f).read_text() for f in files]
 
 
@@ -212,6 +214,9 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
     if isinstance(n, AuxLoad) and config.register_loads:
         view["in_flight"] = config.register_loads
         view["comment"] += f"; loaded into registers, {config.register_loads} subtile(s) in flight"
+    if isinstance(n, AuxLoad) and config.aux_prefetch:
+        view["prefetch"] = True
+        view["comment"] += "; each tile prefetched into L2 first"
     if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
     if isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory

@@ -112,8 +112,9 @@ class TileConfig:
     # prefetched into L2 when the producer warp starts the tile (`evt::Sm90AuxLoadPrefetch`,
     # evt_aux_prefetch.inc). Not a candidate: on the H100 (session 24,
     # benchmarks/results/2026-11-27-H100-session24/) the GELU's backward, the fp32 residual and
-    # LayerNorm statistics ran 0-4% slower with it than without, at 128x128 ping-pong and
-    # 128x256 cooperative: the loads' DRAM latency is not what their epilogues wait for.
+    # LayerNorm statistics ran from 4% slower to 3% faster with it (128x128 ping-pong: 0-4%
+    # slower; 128x256 cooperative, not their best config: -4% to +3%), never above the best
+    # config without it: the loads' DRAM latency is not what their epilogues wait for.
     aux_prefetch: bool = False
 
     def __post_init__(self) -> None:

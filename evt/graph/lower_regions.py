@@ -74,8 +74,17 @@ def _replace(graph: Graph, region: Region, b: BuiltRegion, inputs: list[Node], r
         graph.erase_node(node)
 
 
+# Copied from a region's anchor onto its call and getitems: where the source came from, and
+# activation checkpointing's tags (`torch.utils.checkpoint`: "recompute", a CheckpointPolicy, and
+# "ac_graph_id"), which ask AOTAutograd's partitioner to recompute the GEMM in the backward
+# instead of saving its outputs. A region whose anchor is checkpointed is recomputed whole (its
+# epilogue ops too, checkpointed or not: recomputing is always correct); without the tags its
+# outputs were saved and the checkpoint's memory saving lost.
+ANCHOR_META = ("stack_trace", "nn_module_stack", "partitioner_tag", "recompute", "ac_graph_id")
+
+
 def _copy_trace(region: Region, node: Node) -> None:
-    for key in ("stack_trace", "nn_module_stack", "partitioner_tag"):
+    for key in ANCHOR_META:
         if key in region.anchor.meta:
             node.meta[key] = region.anchor.meta[key]
 

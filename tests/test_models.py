@@ -75,6 +75,24 @@ def train(model: torch.nn.Module, inputs: tuple) -> tuple[torch.Tensor, dict[str
     return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
 
 
+def guard_checked(failures: dict[str, str], guarded: set[str]):
+    """The reference path, after asking the kernel guards about the same inputs: the regions run
+    go into `guarded`, the guards' refusals into `failures` (region -> why)."""
+    original = reference.run
+
+    def checked(spec: ir.KernelSpec, tensors):
+        guarded.add(spec.name)
+        try:
+            if reason := guards.static_reason(spec):
+                raise ValueError(reason)
+            guards.check(spec, [guards.TensorInfo.of(t) for t in tensors])
+        except Exception as e:  # noqa: BLE001 - recorded, asserted on by the callers
+            failures[spec.name] = f"{type(e).__name__}: {e}"
+        return original(spec, tensors)
+
+    return checked
+
+
 @functools.cache
 def run(name: str, dtype: torch.dtype, nested: bool = False) -> Run:
     """One evt training step of model `name` (seeded), with what `evt.explain` reports; `nested`:
@@ -88,21 +106,8 @@ def run(name: str, dtype: torch.dtype, nested: bool = False) -> Run:
     out: list = []
     failures: dict[str, str] = {}
     guarded: set[str] = set()
-    original = reference.run
-
-    def checked(spec: ir.KernelSpec, tensors):
-        """The reference path, after asking the kernel guards about the same inputs."""
-        guarded.add(spec.name)
-        try:
-            if reason := guards.static_reason(spec):
-                raise ValueError(reason)
-            guards.check(spec, [guards.TensorInfo.of(t) for t in tensors])
-        except Exception as e:  # noqa: BLE001 - recorded, asserted on by the bf16 test
-            failures[spec.name] = f"{type(e).__name__}: {e}"
-        return original(spec, tensors)
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reference, "run", checked)
+        mp.setattr(reference, "run", guard_checked(failures, guarded))
         mp.setenv("EVT_NESTED_BATCH", "1" if nested else "0")
         report = evt.explain(lambda *args: out.append(train(model, args)), *inputs())
     ((loss, grads),) = out
@@ -165,6 +170,22 @@ def test_training_step_in_bf16_is_as_close_to_fp32_as_eager(name):
     per gradient (and the loss), evt's bf16 error against fp32 over eager's bf16 error, geomean
     over 3 seeds (weights and inputs), below 2. At this size one seed's error is rounding noise
     (either side is 3x the other on some seed and parameter), so one seed cannot tell a bias."""
+
+    def evt_step(model, x):
+        out: list = []
+        evt.explain(lambda *args: out.append(train(model, args)), *x)
+        return out[0]
+
+    geomean = error_ratios(
+        name, lambda m, x: train(m.to(BF16), x), lambda m, x: evt_step(m.to(BF16), x)
+    )
+    assert max(geomean.values()) < 2.0, sorted(geomean.items(), key=lambda kv: -kv[1])[:5]
+
+
+def error_ratios(name: str, eager_step, evt_step) -> dict[str, float]:
+    """Per gradient (and the loss): evt's error against the fp32 step over eager's, geomean over
+    seeds 0-2 (weights and inputs). `eager_step(model, inputs)` and `evt_step` take a fresh fp32
+    model and return (loss, gradients), as `train` does."""
     build, inputs = MODELS[name]
     logs: dict[str, list[float]] = {}
     for seed in range(3):
@@ -173,25 +194,21 @@ def test_training_step_in_bf16_is_as_close_to_fp32_as_eager(name):
         torch.manual_seed(100 + seed)
         x = inputs()
 
-        def fresh(dtype, state=state):
+        def fresh(state=state):
             m = build()
             m.load_state_dict(state)
-            return m.to(dtype)
+            return m
 
-        loss32, grads32 = train(fresh(F32), x)
-        loss16, grads16 = train(fresh(BF16), x)
-        out: list = []
+        loss32, grads32 = train(fresh(), x)
+        loss_e, grads_e = eager_step(fresh(), x)
         solve_cache.clear()
-        model = fresh(BF16)
-        evt.explain(lambda *args, out=out, model=model: out.append(train(model, args)), *x)
-        ((loss, grads),) = out
-        pairs = {"loss": (loss, loss16, loss32)}
-        pairs.update({n: (grads[n], grads16[n], g) for n, g in grads32.items() if g.norm() > 0})
-        for n, (got, eager16, ref) in pairs.items():
-            ratio = norm_err(got, ref) / max(norm_err(eager16, ref), 1e-3)
+        loss, grads = evt_step(fresh(), x)
+        pairs = {"loss": (loss, loss_e, loss32)}
+        pairs.update({n: (grads[n], grads_e[n], g) for n, g in grads32.items() if g.norm() > 0})
+        for n, (got, eager_got, ref) in pairs.items():
+            ratio = norm_err(got, ref) / max(norm_err(eager_got, ref), 1e-3)
             logs.setdefault(n, []).append(math.log(ratio))
-    geomean = {n: math.exp(sum(v) / len(v)) for n, v in logs.items()}
-    assert max(geomean.values()) < 2.0, sorted(geomean.items(), key=lambda kv: -kv[1])[:5]
+    return {n: math.exp(sum(v) / len(v)) for n, v in logs.items()}
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert"])
@@ -394,20 +411,6 @@ def test_autocast_training_step_is_as_close_to_fp32_as_eager(name):
     kernel guards (the GPU tier would run kernels, not fall back), and its loss and gradients are
     as close to the fp32 step as eager's autocast step is (geomean over 3 seeds of the error
     ratio below 2, as the bf16 test above)."""
-    build, inputs = MODELS[name]
-    failures: dict[str, str] = {}
-    guarded: set[str] = set()
-    original = reference.run
-
-    def checked(spec: ir.KernelSpec, tensors):
-        guarded.add(spec.name)
-        try:
-            if reason := guards.static_reason(spec):
-                raise ValueError(reason)
-            guards.check(spec, [guards.TensorInfo.of(t) for t in tensors])
-        except Exception as e:  # noqa: BLE001 - asserted on below
-            failures[spec.name] = f"{type(e).__name__}: {e}"
-        return original(spec, tensors)
 
     def autocast_train(model, args):
         with torch.autocast("cpu", dtype=BF16):
@@ -415,38 +418,22 @@ def test_autocast_training_step_is_as_close_to_fp32_as_eager(name):
         loss.backward()
         return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
 
-    logs: dict[str, list[float]] = {}
-    for seed in range(3):
-        torch.manual_seed(seed)
-        state = build().state_dict()
-        torch.manual_seed(100 + seed)
-        x = inputs()
-
-        def fresh(state=state):
-            m = build()
-            m.load_state_dict(state)
-            return m
-
-        loss32, grads32 = train(fresh(), x)
-        loss_ac, grads_ac = autocast_train(fresh(), x)
+    def evt_step(model, x):
         out: list = []
-        solve_cache.clear()
-        model = fresh()
+        failures: dict[str, str] = {}
+        guarded: set[str] = set()
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(reference, "run", checked)
-            report = evt.explain(lambda *a, out=out, model=model: out.append(autocast_train(model, a)), *x)
-        ((loss, grads),) = out
+            mp.setattr(reference, "run", guard_checked(failures, guarded))
+            report = evt.explain(lambda *a: out.append(autocast_train(model, a)), *x)
         assert report.fallbacks == {} and failures == {}, (report.fallbacks, failures)
+        assert guarded == {r.name for r in report.regions}
         # bf16 GEMMs with epilogues (GPT-2 and BERT: 8 today), in both passes
         fused = [r for r in report.regions if r.spec.gemm.dtype == "bf16" and r.fused]
         assert len(fused) >= 8 and {r.side for r in fused} == {"forward", "backward"}, [
             (r.anchor, r.fused) for r in report.regions]  # fmt: skip
-        assert guarded == {r.name for r in report.regions}
-        pairs = {"loss": (loss, loss_ac, loss32)}
-        pairs.update({n: (grads[n], grads_ac[n], g) for n, g in grads32.items() if g.norm() > 0})
-        for n, (got, eager_ac, ref) in pairs.items():
-            assert got.dtype == ref.dtype, n  # fp32 gradients of fp32 parameters
-            ratio = norm_err(got, ref) / max(norm_err(eager_ac, ref), 1e-3)
-            logs.setdefault(n, []).append(math.log(ratio))
-    geomean = {n: math.exp(sum(v) / len(v)) for n, v in logs.items()}
+        loss, grads = out[0]
+        assert all(g.dtype == torch.float32 for g in grads.values())  # fp32 parameters' gradients
+        return loss, grads
+
+    geomean = error_ratios(name, autocast_train, evt_step)
     assert max(geomean.values()) < 2.0, sorted(geomean.items(), key=lambda kv: -kv[1])[:5]

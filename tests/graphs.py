@@ -70,6 +70,24 @@ class Attention(nn.Module):
         return (scores.softmax(-1) @ heads(self.v(x))).transpose(1, 2).reshape(b, s, d)
 
 
+class LoRALinear(nn.Module):
+    """A frozen Linear plus a trainable low-rank update (LoRA): base(x) + 0.5 * B(A(x))."""
+
+    def __init__(self, d_in: int, d_out: int, rank: int):
+        super().__init__()
+        self.base = nn.Linear(d_in, d_out).requires_grad_(False)
+        self.a = nn.Linear(d_in, rank, bias=False)
+        self.b = nn.Linear(rank, d_out, bias=False)
+        nn.init.normal_(self.b.weight, std=0.02)  # LoRA starts B at 0; a nonzero update here
+
+    def forward(self, x):
+        return self.base(x) + 0.5 * self.b(self.a(x))
+
+
+def lora_mlp(dim: int, hidden: int, rank: int) -> nn.Module:
+    return nn.Sequential(LoRALinear(dim, hidden, rank), nn.SiLU(), LoRALinear(hidden, dim, rank))
+
+
 class LinearStatistics(nn.Module):
     """A Linear followed by per-row statistics of its output: `kind` is softmax, log_softmax,
     cross_entropy (against fixed targets), logsumexp, layer_norm (of the output plus a fixed

@@ -149,8 +149,9 @@ def test_shape_reason_decides_at_compile_time_for_cuda_shapes_only():
 
 def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
     """Operands whose rows are not whole 16-byte vectors cannot be loaded by TMA: on CUDA (here
-    "meta") the region stays unfused with that reason instead of falling back at every launch
-    (an aux tensor of that kind stays outside the epilogue from the start: `graph/layouts.py`).
+    "meta") such a GEMM anchors no region, with that reason, instead of falling back at every
+    launch (an aux tensor of that kind stays outside the epilogue from the start:
+    `graph/layouts.py`).
     ViT's 197-token attention scores form a region as GPT-2's 1024-token scores do: its outputs
     stored into padded rows, its 197-byte bool mask read from a copy with padded rows
     (`guards.pad_aux_rows`), so the mask's `where` is in the epilogue too."""
@@ -187,7 +188,7 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
     report = capture(linear_relu, x, w, b)
     assert report.regions == []
     ((_, side, why),) = report.unfused
-    assert side == "forward" and "cannot take these shapes" in why and "stride along M is 100" in why, why
+    assert side == "forward" and "TMA cannot read its operand A" in why and "(100, 1)" in why, why
 
 
 def test_outputs_stored_from_registers_need_n_a_multiple_of_their_vector():

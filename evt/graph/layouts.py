@@ -91,21 +91,29 @@ def why_not_anchor(node: torch.fx.Node) -> str | None:
         return f"dtype {val.dtype}"
     if gemm_majors(g) is None:
         return "an operand has no unit-stride dimension (e.g. an expanded gradient)"
+    if operand := unreadable_operand(g):
+        v = (g.a if operand == "A" else g.b).meta["val"]
+        return (f"TMA cannot read its operand {operand} ({list(v.shape)} {v.dtype}, strides "
+                f"{tuple(v.stride())}): a row or stride is not a whole 16 bytes (e.g. a LoRA rank "
+                "of 4 in bf16)")  # fmt: skip
     if g.bias is not None and load_kind(g.bias.meta.get("val"), *val.shape) is None:
         return "its bias cannot be read as a row/column vector or aux tensor"
     return None
 
 
+def unreadable_operand(g: GemmOperands) -> str | None:
+    """"A" or "B" where that operand's rows (its unit-stride extent) or other strides are not
+    whole 16-byte multiples, which TMA needs (the launch guards refuse it: the region would never
+    run its kernel), decided for CUDA values with static sizes; else None."""
+    for name, node in (("A", g.a), ("B", g.b)):
+        if not tma_aligned(node.meta["val"]):
+            return name
+    return None
+
+
 def gemm_shape(node: torch.fx.Node) -> tuple[int, ...] | None:
-    """[M, N] (or [L, M, N], batched) of an eligible GEMM anchor, else None (not a GEMM, odd
-    dtype or layout)."""
-    g = node.meta.get(GEMM)
-    val = node.meta.get("val")
-    if g is None or val is None or val.dim() != (3 if g.batched else 2):
+    """[M, N] (or [L, M, N], batched) of an eligible GEMM anchor, else None (`why_not_anchor`
+    gives the reason)."""
+    if why_not_anchor(node) is not None:
         return None
-    if val.dtype not in GEMM_DTYPES or gemm_majors(g) is None:
-        return None
-    shape = tuple(val.shape)
-    if g.bias is not None and load_kind(g.bias.meta.get("val"), *shape) is None:
-        return None
-    return shape
+    return tuple(node.meta["val"].shape)

@@ -28,6 +28,10 @@ def test_program_with_dynamic_shapes_trains_like_eager(seed):
 def test_the_seeds_cover_every_block_kind():
     kinds = {k for s in SEEDS for k in program(s)[0].kinds}
     assert kinds == set(BLOCKS), sorted(set(BLOCKS) - kinds)
+    models = [program(s)[0] for s in SEEDS]
+    # under activation checkpointing: a block with GEMMs and an activation, attention, a residual
+    checkpointed = {k for m in models for k, ck in zip(m.kinds, m.checkpointed) if ck}
+    assert {"mlp", "attention", "residual_linear"} <= checkpointed, checkpointed
 
 
 def test_a_failing_pass_is_caught(monkeypatch):

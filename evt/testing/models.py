@@ -1,8 +1,9 @@
 """Random small training programs for the graph-level differential fuzzer: a seed picks a chain of
 transformer-ish blocks on a [B, S, D] activation (Linears with and without bias, activations,
 residual adds, LayerNorm with and without affine, RMSNorm, softmax, scaling, attention with a
-causal mask, GLU halves of one projection, a Linear on a transposed activation, views), which
-runs through the whole pipeline (`backend="evt"`, regions on the reference path) and is compared
+causal mask, GLU halves of one projection, a Linear on a transposed activation, views), some
+blocks under activation checkpointing (`torch.utils.checkpoint`: their regions recomputed in the
+backward), which runs through the whole pipeline (`backend="evt"`, regions on the reference path) and is compared
 with eager, forward and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
 
 Where `evt.testing.fuzz` generates kernel specs, this generates torch code: it exercises capture,
@@ -18,6 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
@@ -31,6 +33,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 # smooth activations only: on a GPU the bf16 kernels are compared with fp32 eager, and a ReLU's
 # mask flipped by one rounding moves a small model's gradients more than any kernel error would
 SMOOTH = ("gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+CHECKPOINTED = 0.3  # the chance of each block to run under activation checkpointing
 BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated",
           "glu", "transposed", "plain_norm")  # fmt: skip
 
@@ -117,10 +120,12 @@ class Program(nn.Module):
         self.loss = rng.choice(("cross_entropy", "mse"))
         self.head = nn.Linear(d, classes if self.loss == "cross_entropy" else d, bias=rng.random() < 0.5)
         self.classes = classes
+        # drawn last: the draws above, so each seed's blocks, are what they were before
+        self.checkpointed = [rng.random() < CHECKPOINTED for _ in self.blocks]
 
     def forward(self, x, target):
-        for block in self.blocks:
-            x = block(x)
+        for block, checkpointed in zip(self.blocks, self.checkpointed):
+            x = checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
         out = self.head(x)
         if self.loss == "cross_entropy":
             return F.cross_entropy(out.flatten(0, 1).float(), target.flatten())
@@ -141,7 +146,8 @@ def program(
 
 
 def describe(model: Program) -> str:
-    parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''})" for blk in model.blocks]
+    parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''}{', checkpointed' if ck else ''})"
+             for blk, ck in zip(model.blocks, model.checkpointed)]  # fmt: skip
     return " -> ".join([*parts, f"head+{model.loss}"])
 
 

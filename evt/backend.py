@@ -104,15 +104,21 @@ def prefetch_kernels(graph: Graph) -> dict[str, tuple[int, int, int, int] | None
     if dispatch.sm90_available():
         fast.prefetch()  # the C++ launch path builds beside the kernels (once per machine)
     for node in graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM):
-        spec = node.meta["evt_spec"]
-        values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in node.args[1]]
-        try:
-            problem = dispatch.problem_hint(spec, values)
-        except Exception:  # noqa: BLE001 - no hint: the kernel gets the shape-blind default
-            problem = None
-        problems[spec.name] = problem
-        dispatch.prefetch(spec, problem)
+        problems[node.meta["evt_spec"].name] = prefetch_call(node)
     return problems
+
+
+def prefetch_call(node: torch.fx.Node) -> tuple[int, int, int, int] | None:
+    """Start building the kernel of one `evt::fused_gemm` call (where kernels can run); returns
+    its problem shape, None where its sizes have no hint."""
+    spec = node.meta["evt_spec"]
+    values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in node.args[1]]
+    try:
+        problem = dispatch.problem_hint(spec, values)
+    except Exception:  # noqa: BLE001 - no hint: the kernel gets the shape-blind default
+        problem = None
+    dispatch.prefetch(spec, problem)
+    return problem
 
 
 class JointPass(CustomGraphPass):
@@ -132,6 +138,17 @@ class JointPass(CustomGraphPass):
 
     def uuid(self) -> str:
         return f"evt-{source_hash()}{'-autotune' if self.autotune else ''}"
+
+
+class SplitPass(CustomGraphPass):
+    """Inductor's `post_grad_custom_post_pass`: evt's split passes (`pipeline.SPLIT_PASSES`) on
+    the forward and the backward graph after the split."""
+
+    def __call__(self, graph: Graph) -> None:
+        pipeline.after_split(graph)
+
+    def uuid(self) -> str:
+        return f"evt-split-{source_hash()}"
 
 
 def evt_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
@@ -155,6 +172,7 @@ def _inductor(gm, example_inputs, options: dict, mode: str | None, autotune: boo
 
     patches = {**(list_mode_options(mode) if mode else {}), **options}
     patches["joint_custom_pre_pass"] = JointPass(autotune)
+    patches["post_grad_custom_post_pass"] = SplitPass()
     return compile_fx(gm, example_inputs, config_patches=patches, decompositions=decompositions())
 
 
@@ -173,6 +191,8 @@ def _eager(gm, example_inputs, autotune: bool = False):
         return make_boxed_func(module.forward)
 
     def run(module, inputs):
+        pipeline.after_split(module.graph)
+        module.recompile()
         return make_boxed_func(module.forward)
 
     return aot_autograd(

@@ -3,6 +3,7 @@
     graph passes -> partition -> narrow outputs -> recompute outside (opt-in) -> trim for
     Inductor -> restore head copies -> free head copies -> validate -> lower regions (each
     region's shape guards and, by default, its profitability check) -> cleanup passes -> verify
+    ... AOTAutograd splits the joint graph ... -> split passes, on the forward and the backward
 
 Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
 """
@@ -28,6 +29,7 @@ from evt.graph.fold_views import fold_views
 from evt.graph.layouts import why_not_anchor
 from evt.graph.lower_regions import lower_regions
 from evt.graph.one_hot_scatters import rewrite_one_hot_scatters
+from evt.graph.prune_unused_outputs import prune_unused_outputs
 from evt.graph.read_heads_in_place import read_heads_in_place
 from evt.graph.recognize_statistics import recognize_statistics
 from evt.graph.restore_one_hots import restore_one_hots
@@ -73,6 +75,12 @@ CLEANUP_PASSES: list[tuple[str, Pass]] = [
     ("restore_one_hots", restore_one_hots),
     ("eliminate_dead_code", eliminate_dead_code),
 ]
+# on the forward and the backward graph once AOTAutograd has split the joint one (Inductor's
+# post_grad_custom_post_pass; the eager route's compilers): each pass leaves a call it cannot
+# improve as it was, so a failure here costs speed, never a wrong answer
+SPLIT_PASSES: list[tuple[str, Pass]] = [
+    ("prune_unused_outputs", prune_unused_outputs),
+]
 
 
 def run_passes(graph: Graph, passes: list[tuple[str, Pass]], check: bool) -> None:
@@ -88,6 +96,17 @@ def run_passes(graph: Graph, passes: list[tuple[str, Pass]], check: bool) -> Non
         debug.log(2, f"graph after {name}:\n{graph}")
         if check:
             verify(graph, after=name)
+
+
+def after_split(graph: Graph) -> None:
+    """`SPLIT_PASSES` on one graph of the split (forward, backward); a failing pass is reported
+    and the graph used as it is."""
+    try:
+        run_passes(graph, SPLIT_PASSES, check=debug.level() >= 2)
+    except EvtError as e:
+        import warnings
+
+        warnings.warn(f"evt: {e}; the graph runs as the joint pass left it", stacklevel=2)
 
 
 def fuse(

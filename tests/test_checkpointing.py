@@ -1,7 +1,8 @@
 """Activation checkpointing (`torch.utils.checkpoint`) through evt (CPU): a checkpointed block's
 regions carry its recompute tags (`lower_regions.ANCHOR_META`), so AOTAutograd's partitioner
 recomputes them in the backward instead of saving their outputs, as it does for the GEMMs
-themselves without evt, and the step still matches eager."""
+themselves without evt; the forward's calls drop the aux stores only the backward read
+(`prune_unused_outputs`); and the step still matches eager."""
 
 from __future__ import annotations
 
@@ -65,10 +66,12 @@ def step(checkpointed: bool, compiled: bool):
         torch._dynamo.reset()
         fn = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"})
     runs: collections.Counter = collections.Counter()
+    outputs: dict[str, list[int]] = collections.defaultdict(list)  # region -> outputs per run
     original = reference.run
 
     def counted(spec, tensors):
         runs[spec.name] += 1
+        outputs[spec.name].append(spec.num_outputs)
         return original(spec, tensors)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -76,18 +79,57 @@ def step(checkpointed: bool, compiled: bool):
         saved, loss = saved_bytes(lambda: fn(x, checkpointed))
         loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters()}
-    return saved, loss.detach(), grads, runs
+    return saved, loss.detach(), grads, runs, outputs
 
 
 def test_checkpointed_regions_are_recomputed_not_saved():
-    plain, _, _, plain_runs = step(checkpointed=False, compiled=True)
-    saved, loss, grads, runs = step(checkpointed=True, compiled=True)
+    plain, _, _, plain_runs, _ = step(checkpointed=False, compiled=True)
+    saved, loss, grads, runs, outputs = step(checkpointed=True, compiled=True)
     # every block's forward regions run twice (the forward and the backward's recompute) ...
     forward = [name for name in runs if name.startswith("evt_f")]
     assert forward and all(runs[name] == 2 for name in forward), runs
     assert all(n == 1 for n in plain_runs.values()), plain_runs
     # ... so the checkpoint keeps its memory saving (before the tags: 0.93 of the plain step's)
     assert saved < 0.5 * plain, (saved, plain)
-    eager_saved, want_loss, want, _ = step(checkpointed=True, compiled=False)
+    # the forward run of fc1's region no longer stores the pre-activation only the backward
+    # read: its recompute there does (`prune_unused_outputs`)
+    pruned = [name for name in forward if outputs[name][0] < outputs[name][1]]
+    assert len(pruned) == 3, dict(outputs)  # one per block
+    _, want_loss, want, _, _ = step(checkpointed=True, compiled=False)
     assert rel_err(loss, want_loss) < 1e-4
     assert max(rel_err(grads[n], want[n]) for n in want) < 1e-4
+
+
+def test_without_stores_renumbers_the_outputs_and_reads_through():
+    """Dropping an aux store: its readers read its argument, the outputs after it move down, D
+    stays output 0; the reference path computes the same values for what is kept."""
+    import dataclasses
+
+    from evt import ir
+    from evt.graph.prune_unused_outputs import without_stores
+    from evt.testing.inputs import make_inputs
+    from tests import specs
+
+    base = specs.row_statistics()  # D = logits; outputs 1-8: statistics and reductions
+    fields = ("output", "max_output", "sum_output", "mean_output", "var_output")
+
+    def shifted(n):  # output indices up by one: room for the new output 1
+        return dataclasses.replace(n, **{f: getattr(n, f) + 1 for f in fields
+                                         if getattr(n, f, None) is not None})  # fmt: skip
+
+    def reads_early(n):  # the writers of `logits` read it through the new store
+        return dataclasses.replace(n, arg="early") if getattr(n, "arg", None) == "logits" else n
+
+    early = ir.AuxStore("early", "logits", 1, "bf16")
+    nodes = (*base.nodes[:3], early, *(reads_early(shifted(n)) for n in base.nodes[3:]),
+             ir.AuxStore("late", "early", 10, "bf16"))  # fmt: skip
+    full = ir.KernelSpec("k", base.gemm, nodes, "early", "bf16", base.num_inputs)
+    pruned, renumber = without_stores(full, {"early"})
+    assert renumber == {0: 0, **{i: i - 1 for i in range(2, 11)}}
+    assert pruned.d == "logits" and all(getattr(n, "arg", "") != "early" for n in pruned.nodes)
+    assert [o.index for o in pruned.outputs()] == list(range(1, 10))
+    x = make_inputs(full, 64, 48, 32, seed=0, device="cpu")
+    want, got = reference.run(full, x), reference.run(pruned, x)
+    assert len(got) == len(want) - 1
+    for old, new in renumber.items():
+        torch.testing.assert_close(got[new], want[old], rtol=0, atol=0)

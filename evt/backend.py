@@ -104,21 +104,9 @@ def prefetch_kernels(graph: Graph) -> dict[str, tuple[int, int, int, int] | None
     if dispatch.sm90_available():
         fast.prefetch()  # the C++ launch path builds beside the kernels (once per machine)
     for node in graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM):
-        problems[node.meta["evt_spec"].name] = prefetch_call(node)
+        problems[node.meta["evt_spec"].name] = dispatch.prefetch_for(
+            node.meta["evt_spec"], lower_regions.input_values(node))
     return problems
-
-
-def prefetch_call(node: torch.fx.Node) -> tuple[int, int, int, int] | None:
-    """Start building the kernel of one `evt::fused_gemm` call (where kernels can run); returns
-    its problem shape, None where its sizes have no hint."""
-    spec = node.meta["evt_spec"]
-    values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in node.args[1]]
-    try:
-        problem = dispatch.problem_hint(spec, values)
-    except Exception:  # noqa: BLE001 - no hint: the kernel gets the shape-blind default
-        problem = None
-    dispatch.prefetch(spec, problem)
-    return problem
 
 
 class JointPass(CustomGraphPass):

@@ -50,6 +50,11 @@ def lower_regions(
     return plans
 
 
+def input_values(call: Node) -> list:
+    """The values (fake tensors, or constants) of an `evt::fused_gemm` call's inputs."""
+    return [n.meta.get("val") if isinstance(n, Node) else n for n in call.args[1]]
+
+
 def _fake_outputs(spec: ir.KernelSpec, inputs: list[Node]) -> list[torch.Tensor]:
     vals = [n.meta["val"] for n in inputs]
     mode = detect_fake_mode(vals)

@@ -21,6 +21,7 @@ from torch.fx import Graph, Node
 
 from evt import debug, ir
 from evt.graph import lower_regions
+from evt.runtime import dispatch
 
 
 def prune_unused_outputs(graph: Graph) -> Graph:
@@ -59,9 +60,7 @@ def _prune(graph: Graph, call: Node, spec: ir.KernelSpec) -> None:
     graph.erase_node(call)
     debug.log(1, f"region {spec.name}: its unread aux stores {sorted(drop)} dropped after the "
                  "forward/backward split")  # fmt: skip
-    from evt.backend import prefetch_call  # noqa: PLC0415 - the backend imports this module
-
-    prefetch_call(new)
+    dispatch.prefetch_for(pruned, lower_regions.input_values(new))
 
 
 def without_stores(spec: ir.KernelSpec, drop: set[str]) -> tuple[ir.KernelSpec, dict[int, int]]:

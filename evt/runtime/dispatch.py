@@ -91,6 +91,17 @@ def prefetch(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = No
     return build.prefetch(spec, config_for(spec, problem), compile_fn=COMPILE_FN)
 
 
+def prefetch_for(spec: ir.KernelSpec, values: Sequence) -> tuple[int, int, int, int] | None:
+    """`prefetch` at the problem shape `values` (a call's fake or real inputs) give; returns that
+    shape, None where a size has no hint (the kernel then gets the shape-blind default)."""
+    try:
+        problem = problem_hint(spec, values)
+    except Exception:  # noqa: BLE001 - no hint
+        problem = None
+    prefetch(spec, problem)
+    return problem
+
+
 def config_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None) -> TileConfig | None:
     """The tile config of `spec`'s kernel in this process: chosen once per kernel signature, by
     `evt.codegen.config.heuristic` at the first problem shape seen (later shapes reuse the

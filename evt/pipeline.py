@@ -177,9 +177,19 @@ def _draw(graph: Graph, regions: list[Region]):
 
 
 def _summary(r: Region) -> tuple[str, list[str], int, int]:
+    # a checkpointed region is recomputed in the backward (`lower_regions.ANCHOR_META`): it keeps
+    # nothing for it
+    recomputed = recompute_tagged(r.anchor)
     return (
         op_name(r.anchor),
         [op_name(n) for n in r.epilogue],
         bytes_saved(r.nodes, r.inputs(), r.outputs()),
-        saved_for_backward(r.outputs()),
+        0 if recomputed else saved_for_backward(r.outputs()),
     )
+
+
+def recompute_tagged(node) -> bool:
+    """Whether activation checkpointing asks AOTAutograd's partitioner to recompute `node` in
+    the backward (its policy MUST_ or PREFER_RECOMPUTE, as the partitioner's `must_recompute`)."""
+    policy = node.meta.get("recompute")
+    return policy is not None and getattr(policy, "name", str(policy)).endswith("_RECOMPUTE")

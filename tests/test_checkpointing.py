@@ -133,3 +133,16 @@ def test_without_stores_renumbers_the_outputs_and_reads_through():
     assert len(got) == len(want) - 1
     for old, new in renumber.items():
         torch.testing.assert_close(got[new], want[old], rtol=0, atol=0)
+
+
+def test_the_report_keeps_nothing_for_a_checkpointed_backward():
+    """`evt.explain`'s "kept for bwd" is 0 for a checkpointed block's regions (recomputed in the
+    backward) and the activation bytes for the same regions without checkpoints."""
+    torch.manual_seed(0)
+    model, x = Stack(), torch.randn(256, 64)
+    kept = {}
+    for checkpointed in (False, True):
+        torch._dynamo.reset()
+        report = evt.explain(lambda x, c=checkpointed: model(x, c).backward(), x)
+        kept[checkpointed] = [r.saved_for_backward for r in report.regions if r.side == "forward"]
+    assert any(kept[False]) and not any(kept[True]), kept

@@ -146,3 +146,50 @@ def test_the_report_keeps_nothing_for_a_checkpointed_backward():
         report = evt.explain(lambda x, c=checkpointed: model(x, c).backward(), x)
         kept[checkpointed] = [r.saved_for_backward for r in report.regions if r.side == "forward"]
     assert any(kept[False]) and not any(kept[True]), kept
+
+
+def test_selective_checkpointing_trains_like_eager():
+    """Selective activation checkpointing (a policy that saves the GEMMs and recomputes the
+    rest): a region takes its anchor's MUST_SAVE, so its outputs are saved whole, epilogue
+    results included (more than Inductor alone saves: it recomputes the pointwise ops from the
+    saved GEMM outputs; measured 2181 KiB against 1409 on a 3-block stack); the step matches
+    eager."""
+    import functools
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+
+    def policy(ctx, op, *args, **kwargs):
+        saved = (aten.mm.default, aten.addmm.default)
+        return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    context = functools.partial(create_selective_checkpoint_contexts, policy)
+
+    def selective(model, x):
+        for b in model.blocks:
+            x = checkpoint(b.inner, x, use_reentrant=False, context_fn=context)
+        return x.pow(2).mean()
+
+    grads = {}
+    for route in ("evt", "eager"):
+        torch.manual_seed(0)
+        model, x = Stack(), torch.randn(256, 64)
+        if route == "evt":
+            torch._dynamo.reset()
+            fn = torch.compile(lambda x, model=model: selective(model, x),
+                               backend=evt.backend.evt_backend, options={"rest": "eager"})  # fmt: skip
+        else:
+            fn = functools.partial(selective, model)
+        runs: collections.Counter = collections.Counter()
+
+        def counted(spec, tensors, runs=runs, original=reference.run):
+            runs[spec.name[:5]] += 1  # evt_f... forward, evt_b... backward regions
+            return original(spec, tensors)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(reference, "run", counted)
+            fn(x).backward()
+        grads[route] = {n: p.grad for n, p in model.named_parameters()}
+        assert (route == "evt") == (runs["evt_f"] > 0 and runs["evt_b"] > 0), runs  # both passes
+    assert max(rel_err(grads["evt"][n], grads["eager"][n]) for n in grads["eager"]) < 1e-4

@@ -178,9 +178,10 @@ def test_recompute_outside_step_matches_fp32(regions, monkeypatch, name):
     check_against_fp32(name, got, model, inputs, route)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "bert"])
-def test_autocast_step_matches_fp32(name):
-    """Mixed precision: fp32 parameters, the step under `torch.autocast("cuda", bfloat16)`
+@pytest.mark.parametrize("name, dtype", [("gpt2", BF16), ("bert", BF16), ("gpt2", torch.float16)])
+def test_autocast_step_matches_fp32(name, dtype):
+    """Mixed precision: fp32 parameters, the step under `torch.autocast("cuda", bfloat16)` (or
+    float16)
     (kernels built here on first use: autocast's regions are not the bf16 model's). Real
     kernels run (no fallback), every launch checked against the reference path (`EVT_VERIFY`),
     and the loss and fp32 gradients are within what eager's own autocast step is off by from
@@ -192,7 +193,7 @@ def test_autocast_step_matches_fp32(name):
 
     def under_autocast(fn):
         def call(*args):
-            with torch.autocast("cuda", dtype=BF16):
+            with torch.autocast("cuda", dtype=dtype):
                 return fn(*args)
         return call
 

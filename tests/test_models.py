@@ -403,17 +403,17 @@ def test_dynamic_shapes_train_like_eager(name):
     assert max(grad_err(n, grads, want) for n in want) < 1e-3
 
 
-@pytest.mark.parametrize("name", ["gpt2", "bert"])
-def test_autocast_training_step_is_as_close_to_fp32_as_eager(name):
-    """Mixed precision as most bf16 training runs it: fp32 parameters, the step under
-    `torch.autocast(dtype=bfloat16)` (its GEMMs in bf16 on casts of the fp32 weights, the casts
-    back in the backward). evt fuses regions into that graph, every region's inputs pass the
+@pytest.mark.parametrize("name, dtype", [("gpt2", BF16), ("bert", BF16), ("gpt2", torch.float16)])
+def test_autocast_training_step_is_as_close_to_fp32_as_eager(name, dtype):
+    """Mixed precision as most training runs it: fp32 parameters, the step under
+    `torch.autocast(dtype=bfloat16)` (or float16; its GEMMs in that type on casts of the fp32
+    weights, the casts back in the backward). evt fuses regions into that graph, every region's inputs pass the
     kernel guards (the GPU tier would run kernels, not fall back), and its loss and gradients are
     as close to the fp32 step as eager's autocast step is (geomean over 3 seeds of the error
     ratio below 2, as the bf16 test above)."""
 
     def autocast_train(model, args):
-        with torch.autocast("cpu", dtype=BF16):
+        with torch.autocast("cpu", dtype=dtype):
             loss = model(*args)
         loss.backward()
         return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
@@ -427,8 +427,8 @@ def test_autocast_training_step_is_as_close_to_fp32_as_eager(name):
             report = evt.explain(lambda *a: out.append(autocast_train(model, a)), *x)
         assert report.fallbacks == {} and failures == {}, (report.fallbacks, failures)
         assert guarded == {r.name for r in report.regions}
-        # bf16 GEMMs with epilogues (GPT-2 and BERT: 8 today), in both passes
-        fused = [r for r in report.regions if r.spec.gemm.dtype == "bf16" and r.fused]
+        # GEMMs in the autocast type with epilogues (GPT-2 and BERT: 8 today), in both passes
+        fused = [r for r in report.regions if r.spec.gemm.dtype == ir.dtype_name(dtype) and r.fused]
         assert len(fused) >= 8 and {r.side for r in fused} == {"forward", "backward"}, [
             (r.anchor, r.fused) for r in report.regions]  # fmt: skip
         loss, grads = out[0]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
@@ -309,6 +310,22 @@ def writes(node: Node) -> list[Output]:
         return [Output(i, node, node.dtype, "col", keep)
                 for i, keep in zip(stat_outputs(node), node.keepdim) if i is not None]  # fmt: skip
     return []
+
+
+OUTPUT_FIELDS = ("output", "max_output", "sum_output", "mean_output", "var_output")
+
+
+def renumber_outputs(nodes: Sequence[Node]) -> tuple[tuple[Node, ...], dict[int, int]]:
+    """`nodes` with their outputs numbered 1, 2, ... in their old order (after some were
+    dropped), and the old -> new index of each (D's 0 included)."""
+    old = sorted(o.index for n in nodes for o in writes(n))
+    renumber = {0: 0, **{i: k for k, i in enumerate(old, start=1)}}
+    out = tuple(
+        dataclasses.replace(n, **{f: renumber[getattr(n, f)] for f in OUTPUT_FIELDS
+                                  if getattr(n, f, None) is not None})  # fmt: skip
+        for n in nodes
+    )
+    return out, renumber
 
 
 def stat_outputs(node: SoftmaxStats | WelfordStats) -> tuple[int | None, int | None]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch.fx import Graph
+from torch.utils.checkpoint import CheckpointPolicy
 
 from evt import debug
 from evt.codegen import profit
@@ -191,5 +192,5 @@ def _summary(r: Region) -> tuple[str, list[str], int, int]:
 def recompute_tagged(node) -> bool:
     """Whether activation checkpointing asks AOTAutograd's partitioner to recompute `node` in
     the backward (its policy MUST_ or PREFER_RECOMPUTE, as the partitioner's `must_recompute`)."""
-    policy = node.meta.get("recompute")
-    return policy is not None and getattr(policy, "name", str(policy)).endswith("_RECOMPUTE")
+    return node.meta.get("recompute") in (CheckpointPolicy.MUST_RECOMPUTE,
+                                          CheckpointPolicy.PREFER_RECOMPUTE)  # fmt: skip

@@ -42,13 +42,7 @@ def without(spec: ir.KernelSpec, name: str, drop: set[str], passthrough: set[str
         if n.name in passthrough:
             n = ir.Compute(n.name, "identity", (n.arg,))
         nodes.append(n)
-    kept = sorted(o.index for n in nodes for o in ir.writes(n))
-    renumber = {old: new for new, old in enumerate(kept, start=1)}
-    out = []
-    for n in nodes:
-        if isinstance(n, (ir.RowReduction, ir.ColReduction, ir.ScalarReduction, ir.AuxStore)):
-            n = dataclasses.replace(n, output=renumber[n.output])
-        out.append(n)
+    out, _ = ir.renumber_outputs(nodes)
     used = [spec.gemm.a.input, spec.gemm.b.input] + [n.input for n in out if hasattr(n, "input")]
     return ir.KernelSpec(f"{spec.name}_{name}", spec.gemm, tuple(out), spec.d, spec.d_dtype,
                          max(used) + 1)  # inputs dropped from the end only  # fmt: skip

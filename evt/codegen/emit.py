@@ -143,10 +143,10 @@ def _inlined(spec: KernelSpec, config: TileConfig) -> list[str]:
     (evt/templates/*.inc): inlined, so that only these kernels' sources (and cache keys) hold it."""
     if reason := fence_free_reason(spec, config):
         raise CodegenError(reason)
-    loads = config.register_loads and any(isinstance(n, AuxLoad) for n in spec.nodes)
-    prefetch = config.aux_prefetch and any(isinstance(n, AuxLoad) for n in spec.nodes)
-    files = (["evt_register_loads.inc"] * bool(loads) + ["evt_fence_free.inc"] * config.fence_free
-             + ["evt_aux_prefetch.inc"] * prefetch)  # fmt: skip
+    loads = any(isinstance(n, AuxLoad) for n in spec.nodes)
+    files = (["evt_register_loads.inc"] * bool(loads and config.register_loads)
+             + ["evt_fence_free.inc"] * config.fence_free
+             + ["evt_aux_prefetch.inc"] * (loads and config.aux_prefetch))  # fmt: skip
     return [(TEMPLATES / f).read_text() for f in files]
 
 

@@ -38,11 +38,13 @@ def prune_unused_outputs(graph: Graph) -> Graph:
 
 
 def _prune(graph: Graph, call: Node, spec: ir.KernelSpec) -> None:
-    items = [u for u in call.users if u.target is operator.getitem]
-    for item in items:
-        if not item.users:
+    items = []
+    for item in [u for u in call.users if u.target is operator.getitem]:
+        if item.users:
+            items.append(item)
+        else:
             graph.erase_node(item)
-    read = {item.args[1] for item in items if item.users}
+    read = {item.args[1] for item in items}
     drop = {n.name for n in spec.nodes if isinstance(n, ir.AuxStore) and n.output not in read}
     if not drop:
         return
@@ -53,7 +55,7 @@ def _prune(graph: Graph, call: Node, spec: ir.KernelSpec) -> None:
         new = graph.call_function(lower_regions.FUSED_GEMM, (ir.to_json(pruned), inputs))
     new.meta.update({k: v for k, v in call.meta.items() if k not in ("val", "evt_spec")})
     new.meta.update(val=fakes, evt_spec=pruned)
-    for item in [u for u in call.users if u.target is operator.getitem]:
+    for item in items:
         old = item.args[1]
         item.args = (new, renumber[old])
         item.meta["val"] = fakes[renumber[old]]
@@ -73,20 +75,14 @@ def without_stores(spec: ir.KernelSpec, drop: set[str]) -> tuple[ir.KernelSpec, 
             name = through[name]
         return name
 
-    kept = [n for n in spec.nodes if n.name not in drop]
-    old = sorted(o.index for n in kept for o in ir.writes(n))
-    renumber = {0: 0, **{i: k for k, i in enumerate(old, start=1)}}
-    nodes = []
-    for n in kept:
-        changes = {}
+    kept = []
+    for n in spec.nodes:
+        if n.name in drop:
+            continue
         if isinstance(n, ir.Compute):
-            changes["args"] = tuple(source(a) for a in n.args)
+            n = dataclasses.replace(n, args=tuple(source(a) for a in n.args))
         elif hasattr(n, "arg"):
-            changes["arg"] = source(n.arg)
-        for field in ("output", "max_output", "sum_output", "mean_output", "var_output"):
-            value = getattr(n, field, None)
-            if value is not None:
-                changes[field] = renumber[value]
-        nodes.append(dataclasses.replace(n, **changes))
-    pruned = dataclasses.replace(spec, nodes=tuple(nodes), d=source(spec.d))
-    return pruned, renumber
+            n = dataclasses.replace(n, arg=source(n.arg))
+        kept.append(n)
+    nodes, renumber = ir.renumber_outputs(kept)
+    return dataclasses.replace(spec, nodes=nodes, d=source(spec.d)), renumber

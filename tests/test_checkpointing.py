@@ -111,7 +111,7 @@ def test_without_stores_renumbers_the_outputs_and_reads_through():
     from tests import specs
 
     base = specs.row_statistics()  # D = logits; outputs 1-8: statistics and reductions
-    fields = ("output", "max_output", "sum_output", "mean_output", "var_output")
+    fields = ir.OUTPUT_FIELDS
 
     def shifted(n):  # output indices up by one: room for the new output 1
         return dataclasses.replace(n, **{f: getattr(n, f) + 1 for f in fields

@@ -11,18 +11,17 @@ relative error of the loss and gradients against fp32 eager's unchecked step.
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
-import functools
 import json
+import math
 import time
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import (
-    CheckpointPolicy,
-    checkpoint,
-    create_selective_checkpoint_contexts,
-)
+from torch.utils.checkpoint import checkpoint
+
+from evt.testing.models import saving_gemms
 
 
 class Block(nn.Module):
@@ -32,12 +31,6 @@ class Block(nn.Module):
 
     def forward(self, x):
         return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
-
-
-def save_gemms(ctx, op, *args, **kwargs):
-    """Selective checkpointing's policy: keep the GEMMs' outputs, recompute everything else."""
-    gemms = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
-    return CheckpointPolicy.MUST_SAVE if op in gemms else CheckpointPolicy.PREFER_RECOMPUTE
 
 
 class Stack(nn.Module):
@@ -52,26 +45,33 @@ class Stack(nn.Module):
             elif self.mode == "full":
                 x = checkpoint(b, x, use_reentrant=False)
             else:
-                context = functools.partial(create_selective_checkpoint_contexts, save_gemms)
-                x = checkpoint(b, x, use_reentrant=False, context_fn=context)
+                x = checkpoint(b, x, use_reentrant=False, context_fn=saving_gemms)
         return x.float().pow(2).mean()
 
 
-def step(fn, model, x) -> tuple[int, dict[str, torch.Tensor]]:
-    """Saved bytes and {loss, gradients} of one step."""
+def step(fn, model, x) -> tuple[collections.Counter, dict[str, torch.Tensor]]:
+    """The tensors autograd saves ("shape dtype" -> count) and {loss, gradients} of one step."""
     for p in model.parameters():
         p.grad = None
-    saved = 0
+    saved = collections.Counter()
 
     def pack(t):
-        nonlocal saved
-        saved += t.numel() * t.element_size()
+        saved[f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}"] += 1
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = fn(x)
     loss.backward()
     return saved, {"loss": loss.detach().float(), **{n: p.grad.float() for n, p in model.named_parameters()}}
+
+
+def mib(saved: collections.Counter) -> float:
+    size = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "bool": 1}
+    total = 0
+    for key, count in saved.items():
+        shape, dtype = key.rsplit(" ", 1)
+        total += count * math.prod(json.loads(shape)) * size.get(dtype, 4)
+    return total / 2**20
 
 
 def main() -> None:
@@ -107,8 +107,8 @@ def main() -> None:
             first = time.perf_counter() - t0
             err = max(((got[n] - want[n]).norm() / want[n].norm()).item() for n in want)
             ms = time_ms(lambda fn=fn, model=model: step(fn, model, x), a.device)
-            row = {"mode": mode, "route": route, "ms": ms, "saved_MiB": saved / 2**20, "rel_err": err,
-                   "first_call_s": first}
+            row = {"mode": mode, "route": route, "ms": ms, "saved_MiB": mib(saved), "rel_err": err,
+                   "first_call_s": first, "saved": dict(saved)}
             if route == "evt":
                 row["launches"], row["fallbacks"] = dict(dispatch.launches()), dict(dispatch.FALLBACKS)
             rows.append(row)
@@ -116,6 +116,10 @@ def main() -> None:
                   f"rel err {err:.2e}  first call {first:5.1f} s", flush=True)
             if route == "evt":
                 print(f"{'':>24}launches {row['launches']} fallbacks {row['fallbacks']}", flush=True)
+                compiled = collections.Counter(rows[-2]["saved"])
+                more, fewer = saved - compiled, compiled - saved
+                if more or fewer:
+                    print(f"{'':>24}saved beyond torch.compile's: {dict(more)}; fewer: {dict(fewer)}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"shape": vars(a), "gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch": torch.__version__,

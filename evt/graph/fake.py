@@ -9,7 +9,10 @@ import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
 
-KEPT = ("evt_side", "stack_trace", "nn_module_stack")  # what a new node takes from `like`
+# activation checkpointing's tags (`torch.utils.checkpoint`): a node added beside a checkpointed
+# one is recomputed in the backward as it is, not saved
+CHECKPOINT_TAGS = ("partitioner_tag", "recompute", "ac_graph_id")
+KEPT = ("evt_side", "stack_trace", "nn_module_stack", *CHECKPOINT_TAGS)  # what a new node takes from `like`
 
 
 def value(a):

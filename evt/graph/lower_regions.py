@@ -17,6 +17,7 @@ from torch.fx import Graph, Node
 from evt import ir
 from evt.codegen.tree import BuiltRegion, build_region
 from evt.errors import EvtError
+from evt.graph.fake import CHECKPOINT_TAGS
 from evt.partition.region import Region
 
 FUSED_GEMM = torch.ops.evt.fused_gemm.default
@@ -85,7 +86,7 @@ def _replace(graph: Graph, region: Region, b: BuiltRegion, inputs: list[Node], r
 # instead of saving its outputs. A region whose anchor is checkpointed is recomputed whole (its
 # epilogue ops too, checkpointed or not: recomputing is always correct); without the tags its
 # outputs were saved and the checkpoint's memory saving lost.
-ANCHOR_META = ("stack_trace", "nn_module_stack", "partitioner_tag", "recompute", "ac_graph_id")
+ANCHOR_META = ("stack_trace", "nn_module_stack", *CHECKPOINT_TAGS)
 
 
 def _copy_trace(region: Region, node: Node) -> None:

@@ -80,13 +80,13 @@ def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
         for a in n.all_input_nodes:
             if a in inside:
                 todo.append(a)
-            elif _full(a, val.shape):
+            elif full_size(a, val.shape):
                 return None  # an aux load the outside would read again: no gain
-    ok = roots == {anchor} and _full(anchor, val.shape) and anchor.meta["val"].dtype in NARROW
+    ok = roots == {anchor} and full_size(anchor, val.shape) and anchor.meta["val"].dtype in NARROW
     return chain if ok else None
 
 
-def _full(n: Node, shape) -> bool:
+def full_size(n: Node, shape) -> bool:
     """Whether `n` is a tensor of as many elements as `shape` (static shapes only)."""
     v = n.meta.get("val")
     if not isinstance(v, torch.Tensor) or not all(isinstance(d, int) for d in (*v.shape, *shape)):

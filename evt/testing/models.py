@@ -3,7 +3,7 @@ transformer-ish blocks on a [B, S, D] activation (Linears with and without bias,
 residual adds, LayerNorm with and without affine, RMSNorm, softmax, scaling, attention with a
 causal mask, GLU halves of one projection, a Linear on a transposed activation, views), some
 blocks under activation checkpointing (`torch.utils.checkpoint`: their regions recomputed in the
-backward), which runs through the whole pipeline (`backend="evt"`, regions on the reference path) and is compared
+backward; half of them selectively, the GEMMs' outputs saved), which runs through the whole pipeline (`backend="evt"`, regions on the reference path) and is compared
 with eager, forward and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
 
 Where `evt.testing.fuzz` generates kernel specs, this generates torch code: it exercises capture,
@@ -19,7 +19,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
@@ -34,6 +38,18 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 # mask flipped by one rounding moves a small model's gradients more than any kernel error would
 SMOOTH = ("gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 CHECKPOINTED = 0.3  # the chance of each block to run under activation checkpointing
+SELECTIVE = 0.5  # the chance of a checkpointed block to save its GEMMs' outputs (selective)
+GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
+
+
+def save_gemms(ctx, op, *args, **kwargs):
+    """Selective checkpointing's policy: save the GEMMs' outputs, recompute the rest."""
+    return CheckpointPolicy.MUST_SAVE if op in GEMMS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def saving_gemms():
+    """`checkpoint(..., context_fn=saving_gemms)`: selective checkpointing with `save_gemms`."""
+    return create_selective_checkpoint_contexts(save_gemms)
 BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated",
           "glu", "transposed", "plain_norm")  # fmt: skip
 
@@ -122,10 +138,14 @@ class Program(nn.Module):
         self.classes = classes
         # drawn last: the draws above, so each seed's blocks, are what they were before
         self.checkpointed = [rng.random() < CHECKPOINTED for _ in self.blocks]
+        self.selective = [ck and rng.random() < SELECTIVE for ck in self.checkpointed]
 
     def forward(self, x, target):
-        for block, checkpointed in zip(self.blocks, self.checkpointed):
-            x = checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
+        for block, checkpointed, selective in zip(self.blocks, self.checkpointed, self.selective):
+            if selective:
+                x = checkpoint(block, x, use_reentrant=False, context_fn=saving_gemms)
+            else:
+                x = checkpoint(block, x, use_reentrant=False) if checkpointed else block(x)
         out = self.head(x)
         if self.loss == "cross_entropy":
             return F.cross_entropy(out.flatten(0, 1).float(), target.flatten())
@@ -146,8 +166,10 @@ def program(
 
 
 def describe(model: Program) -> str:
-    parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''}{', checkpointed' if ck else ''})"
-             for blk, ck in zip(model.blocks, model.checkpointed)]  # fmt: skip
+    marks = [", selectively checkpointed" if sel else ", checkpointed" if ck else ""
+             for ck, sel in zip(model.checkpointed, model.selective)]  # fmt: skip
+    parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''}{mark})"
+             for blk, mark in zip(model.blocks, marks)]  # fmt: skip
     return " -> ".join([*parts, f"head+{model.loss}"])
 
 

@@ -42,6 +42,7 @@ from evt.partition import Region, partition, validate
 from evt.partition.free_head_copies import free_head_copies
 from evt.partition.narrow_outputs import narrow_outputs
 from evt.partition.recompute_for_backward import recompute_for_backward
+from evt.partition.recompute_inside import recompute_inside
 from evt.partition.recompute_outside import recompute_outside
 from evt.partition.trim_for_inductor import inductor_savings, trim_for_inductor
 from evt.report import (
@@ -123,7 +124,7 @@ def fuse(
     casts_only = {r.anchor for r in regions} - {r.anchor for r in narrowed}
     trimmed = trim_for_inductor(graph, recompute_outside(graph, narrowed))
     given_back = {r.anchor for r in narrowed} - {r.anchor for r in trimmed}
-    regions = free_head_copies(graph, recompute_for_backward(graph, trimmed))
+    regions = free_head_copies(graph, recompute_inside(graph, recompute_for_backward(graph, trimmed)))
     validate(graph, regions)
     drawing = _draw(graph, regions) if draw else None
     gemms = [n for n in graph.nodes if GEMM in n.meta]

@@ -116,6 +116,26 @@ def layer_norm_backward() -> KernelSpec:
     return KernelSpec("layer_norm_backward", gemm, nodes, "scaled", "f32", 4)
 
 
+def layer_norm_backward_recomputed() -> KernelSpec:
+    """`layer_norm_backward` with xhat computed in the epilogue (`recompute_inside`) from the
+    bf16 input x and the row statistics: xhat = (float(x) - mean) * rstd, a subtree that reads
+    only loads (an aux tensor and two column broadcasts), nothing of the accumulator."""
+    base = layer_norm_backward()
+    xhat = (
+        AuxLoad("x", 3, "bf16", "n"),
+        Compute("xf", "identity", ("x",)),
+        ColBroadcast("mean", 4, "f32"),
+        Compute("centered", "sub", ("xf", "mean")),
+        ColBroadcast("rstd", 5, "f32"),
+        Compute("xhat", "mul", ("centered", "rstd")),
+    )
+    nodes = []
+    for n in base.nodes:
+        nodes += xhat if n.name == "xhat" else (n,)
+    return dataclasses.replace(base, name="layer_norm_backward_recomputed", nodes=tuple(nodes),
+                               num_inputs=6)  # fmt: skip
+
+
 def dag_square() -> KernelSpec:
     """A genuine DAG (acc read three times): D = (acc * acc + acc) * 0.5 * scale[m], in f16
     operands with A m-major, a per-row (M-vector) fp32 scale and fp32 D."""
@@ -315,7 +335,8 @@ def nested_scaled_scores() -> KernelSpec:
 
 ALL = {
     f.__name__: f
-    for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, mlp_fc2_residual_stats, layer_norm_backward, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
+    for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, mlp_fc2_residual_stats, layer_norm_backward,
+              layer_norm_backward_recomputed, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, attention_scores, row_statistics, batched_row_statistics,
               statistics_edge_cases, nested_attention_scores, nested_attention_statistics,
               nested_attention_values,

@@ -1,5 +1,6 @@
 """The newer functors, bool masks, the row reduction, a TF32 GEMM (fp32 operands) and LayerNorm's
-backward (row and column reductions together) on an SM90 GPU: the hand-built kernels of
+backward (row and column reductions together; and with xhat computed in the epilogue from the
+bf16 input and the row statistics, `recompute_inside`) on an SM90 GPU: the hand-built kernels of
 `tests.specs` (the ones the nvcc tier compiles) against the reference path, with NaN-poisoned
 outputs, and the bias-gradient reduction bitwise deterministic across launches."""
 
@@ -18,7 +19,8 @@ from tests.test_gpu_mlp import random_inputs
 
 pytestmark = pytest.mark.gpu
 
-SPECS = ("activations", "mlp_dgrad_gelu_bias", "mlp_fc1_forward_tf32", "layer_norm_backward")
+SPECS = ("activations", "mlp_dgrad_gelu_bias", "mlp_fc1_forward_tf32", "layer_norm_backward",
+         "layer_norm_backward_recomputed")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from torch.fx import Graph, Node
 from evt.errors import PartitionError
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import load_kind
-from evt.partition.candidates import BROADCASTS
 from evt.partition.contract import is_acyclic
 from evt.partition.region import Region
 
@@ -50,10 +49,11 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
     gemms = [n for n in r.nodes if n.target in GEMM_TARGETS]
     if gemms != [r.anchor]:
         raise PartitionError(f"{where}: needs exactly one GEMM, the anchor; has {gemms}")
-    sides = {"backward" if n in backward else "forward" for n in r.nodes}
+    shape = tuple(r.anchor.meta["val"].shape)
+    loads_only = _loads_only(r, shape)
+    sides = {"backward" if n in backward else "forward" for n in r.nodes if n not in loads_only}
     if sides != {r.side}:
         raise PartitionError(f"{where}: mixes sides {sorted(sides)} (declared {r.side})")
-    shape = tuple(r.anchor.meta["val"].shape)
     inside = {r.anchor}
     for n in r.epilogue:
         expr = epilogue_expr(n)
@@ -62,7 +62,7 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
         if _value_shape(n, expr) != shape:
             raise PartitionError(f"{where}: {n.name} works on shape {_value_shape(n, expr)}")
         args = tensor_args(expr)
-        if not any(a in inside for a in args) and not _from_broadcasts(args, shape):
+        if not any(a in inside for a in args) and n not in loads_only:
             raise PartitionError(f"{where}: {n.name} is not downstream of the GEMM in the region")
         if any(a in inside and is_reduction(a) for a in args):
             raise PartitionError(f"{where}: {n.name} reads a reduction of its own region, which "
@@ -73,10 +73,18 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
         inside.add(n)
 
 
-def _from_broadcasts(args: list[Node], shape: tuple) -> bool:
-    """Whether a member that reads nothing of its region reads only row/column broadcasts (an
-    epilogue computes it per element: `candidates.broadcast_tree`)."""
-    return all(load_kind(a.meta.get("val"), *shape) in BROADCASTS for a in args)
+def _loads_only(r: Region, shape: tuple) -> set[Node]:
+    """The members that read nothing downstream of the GEMM, only what loads read (row/column
+    broadcasts: `candidates.broadcast_tree`; aux tensors too: `recompute_inside`) or other such
+    members: the epilogue computes them per element, and either side could (no side of their own)."""
+    out: set[Node] = set()
+    for n in r.epilogue:
+        expr = epilogue_expr(n)
+        args = tensor_args(expr) if expr is not None else []
+        if args and all(a in out or (a not in r.nodes and load_kind(a.meta.get("val"), *shape))
+                        for a in args):  # fmt: skip
+            out.add(n)
+    return out
 
 
 def _value_shape(n: Node, expr) -> tuple:

@@ -1,0 +1,88 @@
+"""`recompute_inside` (opt-in, `EVT_RECOMPUTE_INSIDE=1`): LayerNorm's backward kernel computes
+x̂ = (float(x) - mean) * rstd in its epilogue from the bf16 input and the row statistics instead
+of loading the fp32 x̂ the forward computed, so AOTAutograd's partitioner saves the bf16 x as it
+does without evt, not the fp32 x̂ (CPU tier: a meta capture for what is saved at CUDA's layout
+decisions, the reference path for the numbers)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch import nn
+
+import evt.backend
+from evt import ir
+from evt.runtime import reference
+from tests.graphs import rel_err
+
+
+class PreNormStack(nn.Module):
+    def __init__(self, blocks: int = 2, d: int = 256, h: int = 1024):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({"ln": nn.LayerNorm(d), "fc1": nn.Linear(d, h), "fc2": nn.Linear(h, d)})
+            for _ in range(blocks)
+        )
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b["fc2"](nn.functional.gelu(b["fc1"](b["ln"](x))))
+        return x.float().pow(2).mean()
+
+
+def saved(model, x, backend) -> collections.Counter:
+    """(shape, dtype) -> count of the full-size [tokens, d] tensors one step saves."""
+    torch._dynamo.reset()
+    options = {"options": {"rest": "eager"}} if backend is evt.backend.evt_backend else {}
+    fn = torch.compile(model, backend=backend, **options)
+    out: collections.Counter = collections.Counter()
+
+    def pack(t):
+        if tuple(t.shape) == tuple(x.shape):
+            out[(tuple(t.shape), t.dtype)] += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(x)
+    return out
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_the_backward_saves_the_bf16_input_not_the_fp32_xhat(monkeypatch, on):
+    monkeypatch.setenv("EVT_RECOMPUTE_INSIDE", "1" if on else "0")
+    torch.manual_seed(0)
+    model = PreNormStack().to(torch.bfloat16).to("meta")
+    x = torch.randn(512, 256, dtype=torch.bfloat16).to("meta")
+    got, want = saved(model, x, evt.backend.evt_backend), saved(model, x, "aot_eager")
+    assert ((got == want) == on) and want[((512, 256), torch.float32)] == 0, (got, want)
+
+
+def test_the_kernel_computes_xhat_from_loads_and_trains_like_without(monkeypatch):
+    specs, grads = {}, {}
+    for on in (False, True):
+        monkeypatch.setenv("EVT_RECOMPUTE_INSIDE", "1" if on else "0")
+        torch.manual_seed(0)
+        model, x = PreNormStack().to(torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+        ran: list[ir.KernelSpec] = []
+
+        def recorded(spec, tensors, ran=ran, original=reference.run):
+            ran.append(spec)
+            return original(spec, tensors)
+
+        monkeypatch.setattr(reference, "run", recorded)
+        torch._dynamo.reset()
+        fn = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"})
+        fn(x).backward()
+        specs[on] = {s.name: s for s in ran}
+        grads[on] = {n: p.grad.float() for n, p in model.named_parameters()}
+    loads = {on: sorted((n.dtype, n.kind) for s in specs[on].values() if s.name.startswith("evt_b")
+                        for n in s.nodes if n.kind in ("aux_load", "col_broadcast"))
+             for on in specs}  # fmt: skip
+    # off: LayerNorm's backward kernels load the fp32 x̂ (beside GELU's bf16 pre-activations);
+    # on: the bf16 x instead, and mean and rstd as column vectors
+    assert loads[False].count(("f32", "aux_load")) == 2 and loads[False].count(("bf16", "aux_load")) == 2
+    assert ("f32", "aux_load") not in loads[True] and loads[True].count(("bf16", "aux_load")) == 4
+    assert sum(kind == "col_broadcast" for _, kind in loads[True]) == 4, loads
+    assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6

@@ -9,10 +9,12 @@ import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
 
+from evt.graph.annotate_sides import SIDE
+
 # activation checkpointing's tags (`torch.utils.checkpoint`): a node added beside a checkpointed
 # one is recomputed in the backward as it is, not saved
 CHECKPOINT_TAGS = ("partitioner_tag", "recompute", "ac_graph_id")
-KEPT = ("evt_side", "stack_trace", "nn_module_stack", *CHECKPOINT_TAGS)  # what a new node takes from `like`
+KEPT = (SIDE, "stack_trace", "nn_module_stack", *CHECKPOINT_TAGS)  # what a new node takes from `like`
 
 
 def value(a):
@@ -44,3 +46,16 @@ def make_node(graph: Graph, target, args, kwargs, like: Node, name: str | None =
         if key in like.meta:
             new.meta[key] = like.meta[key]
     return new
+
+
+def copy_nodes(graph: Graph, nodes, side: str | None = None) -> dict[Node, Node]:
+    """Copies of `nodes` (in graph order) at the graph's insertion point, each reading the copies
+    of the others and the originals of everything else, with their metadata (fake values,
+    provenance, checkpoint tags); `side` overrides the copies' side. Original -> copy."""
+    copies: dict[Node, Node] = {}
+    for n in nodes:
+        copies[n] = graph.node_copy(n, lambda a: copies.get(a, a))
+        copies[n].meta.update(n.meta)
+        if side is not None:
+            copies[n].meta[SIDE] = side
+    return copies

@@ -22,8 +22,9 @@ from __future__ import annotations
 from torch.fx import Graph, Node
 from torch.utils.checkpoint import CheckpointPolicy
 
-from evt.graph.annotate_sides import SIDE, side
+from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr
+from evt.graph.fake import copy_nodes
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.recompute_outside import full_size
 from evt.partition.region import Region
@@ -53,12 +54,8 @@ def _recompute(graph: Graph, region: Region) -> Region:
         chain = _chain(u, inside, saved - {u}, region.anchor)
         if chain is None:
             continue
-        copies: dict[Node, Node] = {}
-        with graph.inserting_after(u):
-            for n in (n for n in nodes if n in chain):  # graph order: inputs copied first
-                copies[n] = graph.node_copy(n, lambda a, c=copies: c.get(a, a))
-                copies[n].meta.update(n.meta)
-                copies[n].meta[SIDE] = "backward"  # read by the backward only (and recomputed there)
+        with graph.inserting_after(u):  # read by the backward only (and recomputed there)
+            copies = copy_nodes(graph, [n for n in nodes if n in chain], side="backward")
         for x in _backward_readers(u, inside):
             x.replace_input_with(u, copies[u])
         saved.discard(u)
@@ -81,6 +78,8 @@ def _chain(u: Node, inside: set[Node], roots: set[Node], anchor: Node) -> set[No
             continue
         if n is anchor or epilogue_expr(n) is None or n.target in VIEWS:
             return None  # the GEMM itself, or no op an epilogue computes
+        if n.meta.get("recompute") not in RECOMPUTED:
+            return None  # the policy keeps it: a copy would be computed and saved too
         if len(chain) == MAX_CHAIN:
             return None
         chain.add(n)

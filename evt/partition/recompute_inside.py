@@ -17,7 +17,7 @@ end narrower than the input it replaces. The copies read only loads, nothing of 
 (as `candidates.broadcast_tree`'s nodes read only vectors): the validator lets such nodes be of
 either side.
 
-Opt-in (`EVT_RECOMPUTE_INSIDE=1`) until the kernels it changes have run on a GPU: the CPU tier
+Static shapes only. Opt-in (`EVT_RECOMPUTE_INSIDE=1`) until the kernels it changes have run on a GPU: the CPU tier
 checks the regions and the reference path, nvcc their code; no device run has built them yet.
 """
 
@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import os
 
+import torch
 from torch.fx import Graph, Node
 
-from evt.graph.annotate_sides import SIDE, side
+from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
+from evt.graph.fake import copy_nodes
 from evt.graph.layouts import load_kind
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
@@ -49,8 +51,8 @@ def recompute_inside(graph: Graph, regions: list[Region]) -> list[Region]:
 
 def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
     shape = tuple(region.anchor.meta["val"].shape)
-    if len(shape) != 2:
-        return region
+    if len(shape) != 2 or not all(isinstance(d, int) for d in shape):
+        return region  # static [M, N] GEMMs only (comparing symbolic sizes would guard on them)
     nodes = list(region.nodes)
     for a in region.inputs():
         chain = _chain(a, shape, taken)
@@ -59,12 +61,8 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
         readers = [n for n in nodes if a in n.all_input_nodes]
         if region.anchor in readers:
             continue  # a GEMM operand (or bias): no epilogue computes it
-        copies: dict[Node, Node] = {}
         with graph.inserting_before(readers[0]):
-            for n in (n for n in graph.nodes if n in chain):  # graph order: inputs copied first
-                copies[n] = graph.node_copy(n, lambda x, c=copies: c.get(x, x))
-                copies[n].meta.update(n.meta)
-                copies[n].meta[SIDE] = region.side
+            copies = copy_nodes(graph, [n for n in graph.nodes if n in chain], side=region.side)
         for n in readers:
             n.replace_input_with(a, copies[a])
         at = nodes.index(readers[0])
@@ -73,7 +71,7 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
     return Region(region.anchor, tuple(nodes), region.side)
 
 
-def _width(n: Node, shape: tuple[int, ...]) -> int:
+def _width(n: Node, shape: tuple[int, ...]) -> int | None:
     """Bytes an element that loading `n` into an epilogue of `shape` costs: its element size for
     a full-size aux tensor, 0 for a row/column vector (or a number), None if no load can read it."""
     if not isinstance(n, Node):
@@ -92,6 +90,7 @@ def _copyable(n: Node, shape: tuple[int, ...], taken: set[Node]) -> bool:
         and n.target not in VIEWS
         and epilogue_expr(n) is not None
         and not is_reduction(n)
+        and isinstance(n.meta.get("val"), torch.Tensor)
         and tuple(n.meta["val"].shape) == shape
     )
 

@@ -21,6 +21,7 @@ import torch
 from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction
+from evt.graph.fake import copy_nodes
 from evt.partition.narrow_outputs import NARROW, VIEWS, foldable
 from evt.partition.region import Region
 
@@ -43,11 +44,8 @@ def _recompute(graph: Graph, region: Region) -> Region:
             continue
         chain = [n for n in nodes if n in found]  # region nodes are in graph order
         external = [x for x in u.users if x not in nodes]
-        copies: dict[Node, Node] = {}
-        with graph.inserting_after(u):
-            for n in chain:  # in graph order: every copy's inputs are copied or outside
-                copies[n] = graph.node_copy(n, lambda a, c=copies: c.get(a, a))
-                copies[n].meta.update(n.meta)
+        with graph.inserting_after(u):  # in graph order: every copy's inputs are copied or outside
+            copies = copy_nodes(graph, chain)
         for x in external:
             x.replace_input_with(u, copies[u])
         if not u.users:  # only the outside read it: it leaves the region and the graph

@@ -59,12 +59,12 @@ def test_the_backward_saves_the_bf16_input_not_the_fp32_xhat(monkeypatch, on):
     assert ((got == want) == on) and want[((512, 256), torch.float32)] == 0, (got, want)
 
 
-def test_the_kernel_computes_xhat_from_loads_and_trains_like_without(monkeypatch):
-    specs, grads = {}, {}
+def run_both(monkeypatch, build) -> tuple[dict, dict]:
+    """The backward regions' loads ((dtype, kind), sorted) and the gradients of one bf16 step
+    with the pass off and on; `build()` -> (model, step function of the compiled model, args)."""
+    loads, grads = {}, {}
     for on in (False, True):
         monkeypatch.setenv("EVT_RECOMPUTE_INSIDE", "1" if on else "0")
-        torch.manual_seed(0)
-        model, x = PreNormStack().to(torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
         ran: list[ir.KernelSpec] = []
 
         def recorded(spec, tensors, ran=ran, original=reference.run):
@@ -73,16 +73,47 @@ def test_the_kernel_computes_xhat_from_loads_and_trains_like_without(monkeypatch
 
         monkeypatch.setattr(reference, "run", recorded)
         torch._dynamo.reset()
-        fn = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"})
-        fn(x).backward()
-        specs[on] = {s.name: s for s in ran}
-        grads[on] = {n: p.grad.float() for n, p in model.named_parameters()}
-    loads = {on: sorted((n.dtype, n.kind) for s in specs[on].values() if s.name.startswith("evt_b")
-                        for n in s.nodes if n.kind in ("aux_load", "col_broadcast"))
-             for on in specs}  # fmt: skip
+        model, step, args = build()
+        step(*args).backward()
+        loads[on] = sorted((n.dtype, n.kind) for s in ran if s.name.startswith("evt_b")
+                           for n in s.nodes if n.kind in ("aux_load", "col_broadcast"))  # fmt: skip
+        grads[on] = {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
+    return loads, grads
+
+
+def test_the_kernel_computes_xhat_from_loads_and_trains_like_without(monkeypatch):
+    def build():
+        torch.manual_seed(0)
+        model, x = PreNormStack().to(torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+        return model, torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}), (x,)
+
+    loads, grads = run_both(monkeypatch, build)
     # off: LayerNorm's backward kernels load the fp32 x̂ (beside GELU's bf16 pre-activations);
     # on: the bf16 x instead, and mean and rstd as column vectors
     assert loads[False].count(("f32", "aux_load")) == 2 and loads[False].count(("bf16", "aux_load")) == 2
     assert ("f32", "aux_load") not in loads[True] and loads[True].count(("bf16", "aux_load")) == 4
     assert sum(kind == "col_broadcast" for _, kind in loads[True]) == 4, loads
+    assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_transformers_train_like_without(monkeypatch, name):
+    """GPT-2's and BERT's LayerNorm backward regions take the pass too (bf16, small sizes): each
+    loads the bf16 input instead of the fp32 x̂, and the step is unchanged."""
+    from evt import examples
+
+    def build():
+        torch.manual_seed(0)
+        sizes = examples.Sizes(vocab=96, seq=16, dim=32, heads=2, hidden=64, batch=4)
+        if name == "gpt2":
+            model, args = examples.GPT2(sizes), examples.gpt2_inputs(sizes, "cpu")
+        else:
+            model, args = examples.Bert(sizes, "mlm"), examples.bert_inputs(sizes, "cpu", "mlm")
+        model = model.to(torch.bfloat16)
+        return model, torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}), args
+
+    loads, grads = run_both(monkeypatch, build)
+    f32, bf16 = (("f32", "aux_load"), ("bf16", "aux_load"))
+    fewer = loads[False].count(f32) - loads[True].count(f32)  # x̂ per LayerNorm backward kernel
+    assert fewer > 0 and loads[True].count(bf16) - loads[False].count(bf16) == fewer, loads
     assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6

@@ -10,7 +10,10 @@ is a short pointwise chain on the forward side (outside every region) from narro
 values and row/column vectors is computed in the epilogue instead: the kernel loads x (2 bytes
 an element) and two vectors, and the partitioner no longer keeps x̂.
 
-A node is copied into the region only where that does not widen what the region reads: its
+Only fp32 nodes are copied (the epilogue computes in fp32 and rounds only at its stores: a
+16-bit node computed there would skip its rounding, and the backward would see other values than
+the forward's; BERT's MLM head LayerNorm reads a bf16 GELU, which stays a load). A node is copied
+into the region only where that does not widen what the region reads: its
 full-size inputs, in bytes an element, are no more than its own (x̂ <- x̂ - mean <- float(x) <- x
 stops at x, a bf16 value, and not at the residual sum's two bf16 summands); the whole chain must
 end narrower than the input it replaces. The copies read only loads, nothing of the accumulator
@@ -91,6 +94,7 @@ def _copyable(n: Node, shape: tuple[int, ...], taken: set[Node]) -> bool:
         and epilogue_expr(n) is not None
         and not is_reduction(n)
         and isinstance(n.meta.get("val"), torch.Tensor)
+        and n.meta["val"].dtype == torch.float32  # the epilogue computes in fp32: no rounding lost
         and tuple(n.meta["val"].shape) == shape
     )
 

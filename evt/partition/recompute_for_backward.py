@@ -12,7 +12,10 @@ from a saved region value instead; the copies keep `u`'s recompute tags, so AOTA
 partitioner recomputes them in the backward from the value it saves anyway. The forward region
 is unchanged (it still computes `u` for its forward readers) and fuses as before. Only where it
 saves memory: the chain's roots are region values the backward already reads (saved whatever
-happens) and its other inputs broadcast vectors or scalars (nothing new to save). Evt's own
+happens) and its other inputs broadcast vectors or scalars (nothing new to save). The backward
+then sees what Inductor's recompute gives, the graph's ops on the saved 16-bit GEMM output,
+which may differ from the kernel's results (computed before the store's rounding) by a
+rounding; the GPU test holds the step to eager's bf16 error. Evt's own
 statistics ops among the copies go back to aten ops with the rest outside regions
 (`restore_statistics`).
 """

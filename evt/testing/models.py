@@ -3,8 +3,9 @@ transformer-ish blocks on a [B, S, D] activation (Linears with and without bias,
 residual adds, LayerNorm with and without affine, RMSNorm, softmax, scaling, attention with a
 causal mask, GLU halves of one projection, a Linear on a transposed activation, views), some
 blocks under activation checkpointing (`torch.utils.checkpoint`: their regions recomputed in the
-backward; half of them selectively, the GEMMs' outputs saved), which runs through the whole pipeline (`backend="evt"`, regions on the reference path) and is compared
-with eager, forward and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
+backward; half of them selectively, the GEMMs' outputs saved), which runs through the whole
+pipeline (`backend="evt"`, regions on the reference path) and is compared with eager, forward
+and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
 
 Where `evt.testing.fuzz` generates kernel specs, this generates torch code: it exercises capture,
 the graph passes, the partitioner and lowering on graphs AOTAutograd really produces.
@@ -40,6 +41,8 @@ SMOOTH = ("gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 CHECKPOINTED = 0.3  # the chance of each block to run under activation checkpointing
 SELECTIVE = 0.5  # the chance of a checkpointed block to save its GEMMs' outputs (selective)
 GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
+BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated",
+          "glu", "transposed", "plain_norm")  # fmt: skip
 
 
 def save_gemms(ctx, op, *args, **kwargs):
@@ -50,8 +53,6 @@ def save_gemms(ctx, op, *args, **kwargs):
 def saving_gemms():
     """`checkpoint(..., context_fn=saving_gemms)`: selective checkpointing with `save_gemms`."""
     return create_selective_checkpoint_contexts(save_gemms)
-BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated",
-          "glu", "transposed", "plain_norm")  # fmt: skip
 
 
 class RMSNorm(nn.Module):

@@ -437,3 +437,48 @@ def test_autocast_training_step_is_as_close_to_fp32_as_eager(name, dtype):
 
     geomean = error_ratios(name, autocast_train, evt_step)
     assert max(geomean.values()) < 2.0, sorted(geomean.items(), key=lambda kv: -kv[1])[:5]
+
+
+def test_a_train_and_evaluate_loop_matches_eager():
+    """The loop a user writes: a compiled GPT-2 trained with SGD, evaluated under `model.eval()`
+    and `torch.no_grad()` after each step (an inference graph, compiled beside the training
+    one), then trained again: every loss and the final parameters as eager's, fp32, and evt's
+    regions run in both graphs."""
+    import copy
+
+    torch.manual_seed(0)
+    base = GPT2(SMALL)
+    ids, targets = gpt2_inputs(SMALL, "cpu")
+
+    def loop(model, fn) -> tuple[list[float], dict[str, torch.Tensor]]:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for _ in range(2):
+            model.train()
+            opt.zero_grad()
+            loss = fn(ids, targets)
+            loss.backward()
+            opt.step()
+            model.eval()
+            with torch.no_grad():
+                losses += [loss.item(), fn(ids, targets).item()]
+        return losses, {n: p.detach() for n, p in model.named_parameters()}
+
+    eager = copy.deepcopy(base)
+    want, want_params = loop(eager, eager)
+    runs: dict[str, int] = {}
+
+    model = copy.deepcopy(base)
+
+    def counted(spec, tensors, original=reference.run):
+        key = spec.name[:5] + ("" if model.training else " eval")  # evt_f... forward, evt_b... backward
+        runs[key] = runs.get(key, 0) + 1
+        return original(spec, tensors)
+
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reference, "run", counted)
+        got, got_params = loop(model, torch.compile(model, backend="evt", options={"rest": "eager"}))
+    assert all(runs.get(k, 0) > 0 for k in ("evt_f", "evt_b", "evt_f eval")), runs
+    assert all(math.isclose(g, w, rel_tol=1e-5) for g, w in zip(got, want, strict=True)), (got, want)
+    assert max(rel_err(got_params[n], want_params[n]) for n in want_params) < 1e-5

@@ -25,12 +25,14 @@ from __future__ import annotations
 from torch.fx import Graph, Node
 from torch.utils.checkpoint import CheckpointPolicy
 
+from evt import debug
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr
 from evt.graph.fake import copy_nodes
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.recompute_outside import full_size
 from evt.partition.region import Region
+from evt.report import nbytes
 
 MAX_CHAIN = 8  # ops copied per output
 RECOMPUTED = (CheckpointPolicy.PREFER_RECOMPUTE, CheckpointPolicy.MUST_RECOMPUTE)
@@ -62,6 +64,9 @@ def _recompute(graph: Graph, region: Region) -> Region:
         for x in _backward_readers(u, inside):
             x.replace_input_with(u, copies[u])
         saved.discard(u)
+        debug.log(1, f"recompute_for_backward: region of {region.anchor.name}: the backward "
+                     f"recomputes {u.name} (ops copied: {len(chain)}) instead of saving it "
+                     f"({nbytes(u) / 2**20:.1f} MiB)")  # fmt: skip
         if not u.users:  # only the backward read it: it leaves the region and the graph
             nodes.remove(u)
             inside.discard(u)

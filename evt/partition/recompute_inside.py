@@ -31,12 +31,14 @@ import os
 import torch
 from torch.fx import Graph, Node
 
+from evt import debug
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.fake import copy_nodes
 from evt.graph.layouts import load_kind
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
+from evt.report import nbytes
 
 MAX_CHAIN = 6  # ops copied per input
 
@@ -68,6 +70,8 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
             copies = copy_nodes(graph, [n for n in graph.nodes if n in chain], side=region.side)
         for n in readers:
             n.replace_input_with(a, copies[a])
+        debug.log(1, f"recompute_inside: region of {region.anchor.name} computes {a.name} "
+                     f"(ops copied: {len(chain)}) instead of loading it ({nbytes(a) / 2**20:.1f} MiB)")  # fmt: skip
         at = nodes.index(readers[0])
         nodes[at:at] = list(copies.values())
         taken.update(copies.values())

@@ -60,6 +60,8 @@ def test_suite_covers_the_issue():
         "mlp",
         "gpt2",
         "gpt2_math",
+        "gpt2_checkpointed",
+        "gpt2_selective",
         "bert",
         "vit",
         "lm_head",

@@ -72,6 +72,24 @@ class PreLNBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class Checkpointed(nn.Module):
+    """`model` under activation checkpointing (`torch.utils.checkpoint`, non-reentrant): all of
+    it recomputed in the backward, or with `selective` only what the policy does not save (the
+    GEMMs' outputs saved, the rest recomputed: `evt.testing.models.save_gemms`)."""
+
+    def __init__(self, model: nn.Module, selective: bool = False):
+        super().__init__()
+        self.model, self.selective = model, selective
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        from evt.testing.models import saving_gemms
+
+        context = {"context_fn": saving_gemms} if self.selective else {}
+        return checkpoint(self.model, x, use_reentrant=False, **context)
+
+
 class PostLNLayer(nn.Module):
     """A BERT layer: ln1(x + attn(x)), then ln2(. + mlp(.)); bidirectional, exact GELU."""
 

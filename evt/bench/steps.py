@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from evt.bench.models import LMHead, MLPBlock, PostLNLayer, PreLNBlock, WithLoss
+from evt.bench.models import Checkpointed, LMHead, MLPBlock, PostLNLayer, PreLNBlock, WithLoss
 from evt.bench.workload import Case, Workload, generator, randn, to_reference
 
 
@@ -50,6 +50,22 @@ STEPS: dict[str, Step] = {
         "GPT-2 small block with attention written out (Q·Kᵀ, scale, causal mask, softmax, P·V, as "
         "Hugging Face's eager attention), 8 x 1024 tokens",
         _block(True, "tanh", math=True),
+        "mse",
+        dict(batch=8, seq=1024, dim=768, heads=12, hidden=3072),
+        _TINY_BLOCK,
+    ),
+    "gpt2_checkpointed": Step(
+        "GPT-2 small block under activation checkpointing (torch.utils.checkpoint: recomputed "
+        "whole in the backward), 8 x 1024 tokens",
+        lambda **sizes: Checkpointed(_block(True, "tanh")(**sizes)),
+        "mse",
+        dict(batch=8, seq=1024, dim=768, heads=12, hidden=3072),
+        _TINY_BLOCK,
+    ),
+    "gpt2_selective": Step(
+        "GPT-2 small block under selective activation checkpointing (the GEMMs' outputs saved, "
+        "the rest recomputed), 8 x 1024 tokens",
+        lambda **sizes: Checkpointed(_block(True, "tanh")(**sizes), selective=True),
         "mse",
         dict(batch=8, seq=1024, dim=768, heads=12, hidden=3072),
         _TINY_BLOCK,

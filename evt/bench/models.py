@@ -6,6 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from evt.testing.models import saving_gemms
 
 
 class MLP(nn.Module):
@@ -82,10 +85,6 @@ class Checkpointed(nn.Module):
         self.model, self.selective = model, selective
 
     def forward(self, x):
-        from torch.utils.checkpoint import checkpoint
-
-        from evt.testing.models import saving_gemms
-
         context = {"context_fn": saving_gemms} if self.selective else {}
         return checkpoint(self.model, x, use_reentrant=False, **context)
 

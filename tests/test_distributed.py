@@ -1,10 +1,11 @@
 """Data-parallel training through evt on one process (gloo, CPU: the reference path runs the
 regions): DistributedDataParallel compiled whole (default buckets: one graph; smaller buckets
 split it in Dynamo's DDPOptimizer, which in torch 2.13 trips its own assertion with Inductor
-alone too), and FSDP2 (`fully_shard` on each
-block and the root) with each block compiled, train like eager, and evt's regions run in both
-passes. One process checks that evt's capture, passes and custom op compose with the wrappers'
-hooks, DTensor parameters and collectives (with world size 1); more ranks need more devices."""
+alone too), and FSDP2 (`fully_shard` on each block and the root) with each block compiled, alone
+and around checkpointed blocks (full and selective), train like eager, and evt's regions run in
+both passes. One process checks that evt's capture, passes and custom op compose with the
+wrappers' hooks, DTensor parameters and collectives (with world size 1); more ranks need more
+devices."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 import evt  # noqa: F401  (the backend by name)
 from evt.runtime import reference
+from evt.testing.models import saving_gemms
 from tests.graphs import rel_err
 
 
@@ -76,18 +79,35 @@ def test_ddp_trains_like_eager(group):
     assert set(got) == set(want) and max(rel_err(got[n], want[n]) for n in want) < 1e-5
 
 
-def test_fsdp2_trains_like_eager(group):
+class Checkpointed(nn.Module):
+    def __init__(self, block: nn.Module, selective: bool):
+        super().__init__()
+        self.block, self.selective = block, selective
+
+    def forward(self, x):
+        context = {"context_fn": saving_gemms} if self.selective else {}
+        return checkpoint(self.block, x, use_reentrant=False, **context)
+
+
+@pytest.mark.parametrize("checkpointed", [None, "full", "selective"])
+def test_fsdp2_trains_like_eager(group, checkpointed):
+    """FSDP2 alone, and around blocks under activation checkpointing (full: forward regions
+    also run in the backward's recompute; selective, the GEMMs' outputs saved: they do not)."""
     from torch.distributed.fsdp import fully_shard
 
     x = torch.randn(256, 64)
     torch._dynamo.reset()
     model = blocks()
-    for block in model:
+    wrapped = model if checkpointed is None else nn.Sequential(
+        *(Checkpointed(b, checkpointed == "selective") for b in model))  # fmt: skip
+    for block in wrapped:
         fully_shard(block)
-    fully_shard(model)
-    for block in model:
+    fully_shard(wrapped)
+    for block in wrapped:
         block.compile(backend="evt")
-    got, runs = step_and_runs(model, model, x)
-    assert runs["evt_f"] == 4 and runs["evt_b"] == 4, runs  # fc1 and fc2 of each block, each pass
+    got, runs = step_and_runs(model, wrapped, x)
+    # fc1 and fc2 of each block in each pass (and again in the full checkpoint's recompute)
+    assert (runs["evt_f"] > 4 if checkpointed == "full" else runs["evt_f"] == 4), runs
+    assert runs["evt_b"] == 4, runs
     want = eager_grads(x)
     assert set(got) == set(want) and max(rel_err(got[n], want[n]) for n in want) < 1e-5

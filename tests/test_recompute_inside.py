@@ -33,15 +33,16 @@ class PreNormStack(nn.Module):
 
 
 def saved(model, x, backend) -> collections.Counter:
-    """(shape, dtype) -> count of the full-size [tokens, d] tensors one step saves."""
+    """((tokens, d), dtype) -> count of the full-size tensors one step saves ([tokens, d] or
+    [batch, seq, d] alike)."""
     torch._dynamo.reset()
     options = {"options": {"rest": "eager"}} if backend is evt.backend.evt_backend else {}
     fn = torch.compile(model, backend=backend, **options)
     out: collections.Counter = collections.Counter()
 
     def pack(t):
-        if tuple(t.shape) == tuple(x.shape):
-            out[(tuple(t.shape), t.dtype)] += 1
+        if t.dim() and t.numel() == x.numel() and t.shape[-1] == x.shape[-1]:
+            out[((t.numel() // t.shape[-1], t.shape[-1]), t.dtype)] += 1
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -49,14 +50,18 @@ def saved(model, x, backend) -> collections.Counter:
     return out
 
 
+@pytest.mark.parametrize("shape", [(512, 256), (2, 256, 256)], ids=["2d", "3d"])
 @pytest.mark.parametrize("on", [False, True])
-def test_the_backward_saves_the_bf16_input_not_the_fp32_xhat(monkeypatch, on):
+def test_the_backward_saves_the_bf16_input_not_the_fp32_xhat(monkeypatch, on, shape):
+    """[tokens, d], and [batch, seq, d] (x̂ computed on [B, S, D], read by the GEMM over B·S rows
+    through a view: the kernel computes it from the flattened x and statistics)."""
     monkeypatch.setenv("EVT_RECOMPUTE_INSIDE", "1" if on else "0")
     torch.manual_seed(0)
     model = PreNormStack().to(torch.bfloat16).to("meta")
-    x = torch.randn(512, 256, dtype=torch.bfloat16).to("meta")
+    x = torch.randn(*shape, dtype=torch.bfloat16).to("meta")
     got, want = saved(model, x, evt.backend.evt_backend), saved(model, x, "aot_eager")
-    assert ((got == want) == on) and want[((512, 256), torch.float32)] == 0, (got, want)
+    tokens = (x.numel() // shape[-1], shape[-1])
+    assert ((got == want) == on) and want[(tokens, torch.float32)] == 0, (got, want)
 
 
 def run_both(monkeypatch, build) -> tuple[dict, dict]:
@@ -81,10 +86,11 @@ def run_both(monkeypatch, build) -> tuple[dict, dict]:
     return loads, grads
 
 
-def test_the_kernel_computes_xhat_from_loads_and_trains_like_without(monkeypatch):
+@pytest.mark.parametrize("shape", [(512, 256), (2, 256, 256)], ids=["2d", "3d"])
+def test_the_kernel_computes_xhat_from_loads_and_trains_like_without(monkeypatch, shape):
     def build():
         torch.manual_seed(0)
-        model, x = PreNormStack().to(torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+        model, x = PreNormStack().to(torch.bfloat16), torch.randn(*shape, dtype=torch.bfloat16)
         return model, torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}), (x,)
 
     loads, grads = run_both(monkeypatch, build)

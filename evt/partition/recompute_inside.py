@@ -10,6 +10,10 @@ is a short pointwise chain on the forward side (outside every region) from narro
 values and row/column vectors is computed in the epilogue instead: the kernel loads x (2 bytes
 an element) and two vectors, and the partitioner no longer keeps x̂.
 
+A LayerNorm over [B, S, D] that a GEMM reads over B·S rows (GPT-2's and ViT's first one, in
+the benchmark's steps) reaches the region through a view: the chain is then found on the
+[B, S, D] values and copied on their [B·S, D] views (`_unflattened`, `_copy_flattened`).
+
 Only fp32 nodes are copied (the epilogue computes in fp32 and rounds only at its stores: a
 16-bit node computed there would skip its rounding, and the backward would see other values than
 the forward's; BERT's MLM head LayerNorm reads a bf16 GELU, which stays a load). A node is copied
@@ -27,20 +31,24 @@ checks the regions and the reference path, nvcc their code; no device run has bu
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 
 import torch
+from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
 
 from evt import debug
-from evt.graph.annotate_sides import side
+from evt.graph.annotate_sides import SIDE, side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
-from evt.graph.fake import copy_nodes
+from evt.graph.fake import copy_nodes, fake_value, make_node
 from evt.graph.layouts import load_kind
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
 from evt.report import nbytes
 
 MAX_CHAIN = 6  # ops copied per input
+aten = torch.ops.aten
+FLATTENS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 def enabled() -> bool:
@@ -60,33 +68,88 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
         return region  # static [M, N] GEMMs only (comparing symbolic sizes would guard on them)
     nodes = list(region.nodes)
     for a in region.inputs():
-        chain = _chain(a, shape, taken)
+        start, frame = _unflattened(a, shape)
+        chain = _chain(start, frame, shape, taken)
         if chain is None:
             continue
         readers = [n for n in nodes if a in n.all_input_nodes]
         if region.anchor in readers:
             continue  # a GEMM operand (or bias): no epilogue computes it
+        ordered = [n for n in graph.nodes if n in chain]
         with graph.inserting_before(readers[0]):
-            copies = copy_nodes(graph, [n for n in graph.nodes if n in chain], side=region.side)
+            if frame == shape:
+                copies = copy_nodes(graph, ordered, side=region.side)
+            else:
+                copies = _copy_flattened(graph, ordered, frame, shape, region.side)
         for n in readers:
-            n.replace_input_with(a, copies[a])
+            n.replace_input_with(a, copies[start])
         debug.log(1, f"recompute_inside: region of {region.anchor.name} computes {a.name} "
                      f"(ops copied: {len(chain)}) instead of loading it ({nbytes(a) / 2**20:.1f} MiB)")  # fmt: skip
         at = nodes.index(readers[0])
-        nodes[at:at] = list(copies.values())
+        nodes[at:at] = [copies[n] for n in ordered]
         taken.update(copies.values())
     return Region(region.anchor, tuple(nodes), region.side)
 
 
-def _width(n: Node, shape: tuple[int, ...]) -> int | None:
-    """Bytes an element that loading `n` into an epilogue of `shape` costs: its element size for
-    a full-size aux tensor, 0 for a row/column vector (or a number), None if no load can read it."""
+def _unflattened(a: Node, shape: tuple[int, ...]) -> tuple[Node, tuple[int, ...]]:
+    """Where a chain for input `a` starts and the shape it works on: `a` itself, or for a view of a
+    contiguous [..., N] value flattened to the epilogue's [M, N] (a LayerNorm over [B, S, D] read
+    by a GEMM over B·S rows) that value, in its own shape."""
+    b = a.args[0] if a.target in FLATTENS and a.args else None
+    val = b.meta.get("val") if isinstance(b, Node) else None
+    if (isinstance(val, torch.Tensor) and val.dim() > 2 and val.is_contiguous()
+            and all(isinstance(d, int) for d in val.shape)
+            and val.shape[-1] == shape[-1] and val.numel() == shape[0] * shape[1]):  # fmt: skip
+        return b, tuple(val.shape)
+    return a, shape
+
+
+def _flat(val, frame: tuple[int, ...], shape: tuple[int, ...]):
+    """`val` (an operand of a chain working on `frame`) as the [M, N] epilogue sees it: its
+    leading sizes flattened into M, or a vector along N; None when it is neither."""
+    if frame == shape or not isinstance(val, torch.Tensor):
+        return val
+    sizes = (1,) * (len(frame) - val.dim()) + tuple(val.shape)  # broadcasting's leading ones
+    if len(sizes) != len(frame) or not val.is_contiguous():
+        return None
+    if sizes[:-1] == frame[:-1]:
+        new = (shape[0], sizes[-1])
+    elif all(d == 1 for d in sizes[:-1]):
+        new = (1, sizes[-1])
+    else:
+        return None
+    with detect_fake_mode([val]) or nullcontext():
+        return val.reshape(new)
+
+
+def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str) -> dict[Node, Node]:
+    """Copies of the chain `ordered` working on [M, N]: each operand it reads from outside
+    reshaped (a view) as `_flat` says, each copy's fake value computed again."""
+    views: dict[Node, Node] = {}
+    copies: dict[Node, Node] = {}
+    for n in ordered:
+        for x in n.all_input_nodes:
+            if x not in ordered and x not in views:
+                flat = _flat(x.meta["val"], frame, shape)
+                views[x] = make_node(graph, aten.reshape.default, (x, list(flat.shape)), {}, like=x)
+        copies[n] = graph.node_copy(n, lambda x: copies.get(x, views.get(x, x)))
+        copies[n].meta.update(n.meta)
+        copies[n].meta["val"] = fake_value(copies[n].target, copies[n].args, copies[n].kwargs, like=n)
+        copies[n].meta[SIDE] = side_
+    return copies
+
+
+def _width(n: Node, frame: tuple[int, ...], shape: tuple[int, ...]) -> int | None:
+    """Bytes an element that loading `n` (an operand of a chain working on `frame`) into an
+    epilogue of `shape` costs: its element size for a full-size aux tensor, 0 for a row/column
+    vector (or a number), None if no load can read it."""
     if not isinstance(n, Node):
         return 0
-    kind = load_kind(n.meta.get("val"), *shape)
+    val = _flat(n.meta.get("val"), frame, shape)
+    kind = load_kind(val, *shape) if val is not None else None
     if kind is None:
         return None
-    return n.meta["val"].element_size() if kind == "aux_load" else 0
+    return val.element_size() if kind == "aux_load" else 0
 
 
 def _copyable(n: Node, shape: tuple[int, ...], taken: set[Node]) -> bool:
@@ -103,10 +166,10 @@ def _copyable(n: Node, shape: tuple[int, ...], taken: set[Node]) -> bool:
     )
 
 
-def _chain(a: Node, shape: tuple[int, ...], taken: set[Node]) -> set[Node] | None:
-    """The forward nodes to copy so that the region computes `a` instead of loading it, or None
-    when no chain ends narrower than `a`."""
-    if _width(a, shape) is None or not _copyable(a, shape, taken):
+def _chain(a: Node, frame: tuple[int, ...], shape: tuple[int, ...], taken: set[Node]) -> set[Node] | None:
+    """The forward nodes to copy so that the region computes `a` (of shape `frame`) instead of
+    loading it, or None when no chain ends narrower than `a`."""
+    if _width(a, frame, shape) is None or not _copyable(a, frame, taken):
         return None
     chain, leaves, todo = {a}, set(), [a]
     while todo:
@@ -114,15 +177,15 @@ def _chain(a: Node, shape: tuple[int, ...], taken: set[Node]) -> set[Node] | Non
         for x in tensor_args(epilogue_expr(n)):
             if x in chain or x in leaves:
                 continue
-            grow = _copyable(x, shape, taken) and len(chain) < MAX_CHAIN
+            grow = _copyable(x, frame, taken) and len(chain) < MAX_CHAIN
             below = tensor_args(epilogue_expr(x)) if grow else []
-            widths = [_width(y, shape) for y in below if y not in chain]
-            if grow and None not in widths and sum(widths) <= _width(x, shape):
+            widths = [_width(y, frame, shape) for y in below if y not in chain]
+            if grow and None not in widths and sum(widths) <= _width(x, frame, shape):
                 chain.add(x)
                 todo.append(x)
-            elif _width(x, shape) is None:
+            elif _width(x, frame, shape) is None:
                 return None  # an input no load reads (the region read `a` instead)
             else:
                 leaves.add(x)
-    loaded = sum(_width(x, shape) for x in leaves)
-    return chain if loaded < _width(a, shape) else None
+    loaded = sum(_width(x, frame, shape) for x in leaves)
+    return chain if loaded < _width(a, frame, shape) else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch.fx import Graph
-from torch.utils.checkpoint import CheckpointPolicy
 
 from evt import debug
 from evt.codegen import profit
@@ -23,6 +22,7 @@ from evt.graph.contain_padded_outputs import contain_padded_outputs
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.eliminate_noop_clones import eliminate_noop_clones
+from evt.graph.fake import recompute_tagged
 from evt.graph.float_index_compares import rewrite_index_compares
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
@@ -190,9 +190,3 @@ def _summary(r: Region) -> tuple[str, list[str], int, int]:
         0 if recomputed else saved_for_backward(r.outputs()),
     )
 
-
-def recompute_tagged(node) -> bool:
-    """Whether activation checkpointing asks AOTAutograd's partitioner to recompute `node` in
-    the backward (its policy MUST_ or PREFER_RECOMPUTE, as the partitioner's `must_recompute`)."""
-    return node.meta.get("recompute") in (CheckpointPolicy.MUST_RECOMPUTE,
-                                          CheckpointPolicy.PREFER_RECOMPUTE)  # fmt: skip

@@ -8,6 +8,7 @@ from contextlib import nullcontext
 import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
+from torch.utils.checkpoint import CheckpointPolicy
 
 from evt.graph.annotate_sides import SIDE
 
@@ -15,6 +16,13 @@ from evt.graph.annotate_sides import SIDE
 # one is recomputed in the backward as it is, not saved
 CHECKPOINT_TAGS = ("partitioner_tag", "recompute", "ac_graph_id")
 KEPT = (SIDE, "stack_trace", "nn_module_stack", *CHECKPOINT_TAGS)  # what a new node takes from `like`
+
+
+def recompute_tagged(node: Node) -> bool:
+    """Whether activation checkpointing asks AOTAutograd's partitioner to recompute `node` in
+    the backward (its policy MUST_ or PREFER_RECOMPUTE, as the partitioner's `must_recompute`)."""
+    return node.meta.get("recompute") in (CheckpointPolicy.MUST_RECOMPUTE,
+                                          CheckpointPolicy.PREFER_RECOMPUTE)  # fmt: skip
 
 
 def value(a):
@@ -48,14 +56,20 @@ def make_node(graph: Graph, target, args, kwargs, like: Node, name: str | None =
     return new
 
 
-def copy_nodes(graph: Graph, nodes, side: str | None = None) -> dict[Node, Node]:
+def copy_nodes(graph: Graph, nodes, side: str | None = None, inputs: dict | None = None) -> dict[Node, Node]:
     """Copies of `nodes` (in graph order) at the graph's insertion point, each reading the copies
     of the others and the originals of everything else, with their metadata (fake values,
-    provenance, checkpoint tags); `side` overrides the copies' side. Original -> copy."""
+    provenance, checkpoint tags); `side` overrides the copies' side. `inputs` (outside node ->
+    node to read instead) substitutes some of what they read; their fake values are then computed
+    again. Original -> copy."""
+    inputs = inputs or {}
     copies: dict[Node, Node] = {}
     for n in nodes:
-        copies[n] = graph.node_copy(n, lambda a: copies.get(a, a))
+        copies[n] = graph.node_copy(n, lambda a: copies.get(a, inputs.get(a, a)))
         copies[n].meta.update(n.meta)
+        if inputs:
+            c = copies[n]
+            c.meta["val"] = fake_value(c.target, c.args, c.kwargs, like=n)
         if side is not None:
             copies[n].meta[SIDE] = side
     return copies

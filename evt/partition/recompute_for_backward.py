@@ -28,14 +28,13 @@ from torch.utils.checkpoint import CheckpointPolicy
 from evt import debug
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr
-from evt.graph.fake import copy_nodes
+from evt.graph.fake import copy_nodes, recompute_tagged
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.recompute_outside import full_size
 from evt.partition.region import Region
 from evt.report import nbytes
 
 MAX_CHAIN = 8  # ops copied per output
-RECOMPUTED = (CheckpointPolicy.PREFER_RECOMPUTE, CheckpointPolicy.MUST_RECOMPUTE)
 
 
 def recompute_for_backward(graph: Graph, regions: list[Region]) -> list[Region]:
@@ -54,7 +53,7 @@ def _recompute(graph: Graph, region: Region) -> Region:
     nodes, inside = list(region.nodes), set(region.nodes)
     saved = {n for n in nodes if _backward_readers(n, inside)}
     for u in reversed(nodes):  # later outputs first: their chains may end at earlier saved ones
-        if u is region.anchor or u not in saved or u.meta.get("recompute") not in RECOMPUTED:
+        if u is region.anchor or u not in saved or not recompute_tagged(u):
             continue
         chain = _chain(u, inside, saved - {u}, region.anchor)
         if chain is None:
@@ -86,7 +85,7 @@ def _chain(u: Node, inside: set[Node], roots: set[Node], anchor: Node) -> set[No
             continue
         if n is anchor or epilogue_expr(n) is None or n.target in VIEWS:
             return None  # the GEMM itself, or no op an epilogue computes
-        if n.meta.get("recompute") not in RECOMPUTED:
+        if not recompute_tagged(n):
             return None  # the policy keeps it: a copy would be computed and saved too
         if len(chain) == MAX_CHAIN:
             return None

@@ -38,9 +38,9 @@ from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
 
 from evt import debug
-from evt.graph.annotate_sides import SIDE, side
+from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
-from evt.graph.fake import copy_nodes, fake_value, make_node
+from evt.graph.fake import copy_nodes, make_node
 from evt.graph.layouts import load_kind
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
@@ -124,19 +124,13 @@ def _flat(val, frame: tuple[int, ...], shape: tuple[int, ...]):
 
 def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str) -> dict[Node, Node]:
     """Copies of the chain `ordered` working on [M, N]: each operand it reads from outside
-    reshaped (a view) as `_flat` says, each copy's fake value computed again."""
+    reshaped (a view) as `_flat` says."""
     views: dict[Node, Node] = {}
-    copies: dict[Node, Node] = {}
-    for n in ordered:
-        for x in n.all_input_nodes:
-            if x not in ordered and x not in views:
-                flat = _flat(x.meta["val"], frame, shape)
-                views[x] = make_node(graph, aten.reshape.default, (x, list(flat.shape)), {}, like=x)
-        copies[n] = graph.node_copy(n, lambda x: copies.get(x, views.get(x, x)))
-        copies[n].meta.update(n.meta)
-        copies[n].meta["val"] = fake_value(copies[n].target, copies[n].args, copies[n].kwargs, like=n)
-        copies[n].meta[SIDE] = side_
-    return copies
+    for x in (x for n in ordered for x in n.all_input_nodes if x not in ordered):
+        if x not in views:
+            flat = _flat(x.meta["val"], frame, shape)
+            views[x] = make_node(graph, aten.reshape.default, (x, list(flat.shape)), {}, like=x)
+    return copy_nodes(graph, ordered, side=side_, inputs=views)
 
 
 def _width(n: Node, frame: tuple[int, ...], shape: tuple[int, ...]) -> int | None:

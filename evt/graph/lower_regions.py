@@ -56,7 +56,7 @@ def input_values(call: Node) -> list:
     return [n.meta.get("val") if isinstance(n, Node) else n for n in call.args[1]]
 
 
-def _fake_outputs(spec: ir.KernelSpec, inputs: list[Node]) -> list[torch.Tensor]:
+def fake_outputs(spec: ir.KernelSpec, inputs: list[Node]) -> list[torch.Tensor]:
     vals = [n.meta["val"] for n in inputs]
     mode = detect_fake_mode(vals)
     with mode if mode is not None else torch._subclasses.FakeTensorMode():
@@ -64,7 +64,7 @@ def _fake_outputs(spec: ir.KernelSpec, inputs: list[Node]) -> list[torch.Tensor]
 
 
 def _replace(graph: Graph, region: Region, b: BuiltRegion, inputs: list[Node], replaced) -> None:
-    fakes = _fake_outputs(b.spec, inputs)
+    fakes = fake_outputs(b.spec, inputs)
     with graph.inserting_after(region.nodes[-1]):
         call = graph.call_function(FUSED_GEMM, (ir.to_json(b.spec), inputs))
     call.meta.update(val=fakes, evt_side=region.side, evt_spec=b.spec)

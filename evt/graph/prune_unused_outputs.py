@@ -50,7 +50,7 @@ def _prune(graph: Graph, call: Node, spec: ir.KernelSpec) -> None:
         return
     pruned, renumber = without_stores(spec, drop)
     inputs = call.args[1]
-    fakes = lower_regions._fake_outputs(pruned, inputs)
+    fakes = lower_regions.fake_outputs(pruned, inputs)
     with graph.inserting_after(call):
         new = graph.call_function(lower_regions.FUSED_GEMM, (ir.to_json(pruned), inputs))
     new.meta.update({k: v for k, v in call.meta.items() if k not in ("val", "evt_spec")})

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -49,7 +50,17 @@ def decompositions() -> dict:
     (`evt.graph.decompose_kept_ops.KEPT`: decomposed after the pipeline where no region took them)."""
     from torch._inductor.decomposition import select_decomp_table
 
-    return {op: fn for op, fn in select_decomp_table().items() if op not in KEPT}
+    return DecompTable({op: fn for op, fn in select_decomp_table().items() if op not in KEPT})
+
+
+class DecompTable(dict):
+    """The table, pickled as a reference to `decompositions`: Inductor's FX graph cache keys on
+    the table it is given (torch >= 2.13), and one of its entries (`aten.alias_copy`'s, a pybind
+    function) has no stable key, so every evt graph bypassed the cache. The table is a function
+    of torch's version and evt's sources, both in the key already."""
+
+    def __reduce_ex__(self, protocol):
+        return decompositions, ()
 
 
 @functools.cache
@@ -62,6 +73,23 @@ def source_hash() -> str:
         if f.suffix in (".py", ".j2", ".h"):
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
+
+
+# EVT_* variables that change neither the rewritten graph nor what the passes log: where kernels
+# are built and cached, how many compilers run, progress bars, the benchmark's own settings.
+# Every other EVT_* variable is part of the pass uuid (a new one included by default).
+GRAPH_NEUTRAL_ENV = ("EVT_CACHE_DIR", "EVT_COMPILE_JOBS", "EVT_PROGRESS", "EVT_BENCH_")
+
+
+def settings_hash() -> str:
+    """Hash of the EVT_* environment variables that steer the passes (EVT_RECOMPUTE_INSIDE,
+    EVT_TRIM, EVT_SAVED_BUDGET_MB, EVT_DEBUG's logs, ...): part of the pass uuid, read at each
+    compile, so Inductor's FX graph cache and AOTAutograd's cache never replay a graph rewritten
+    under other settings (session 26: `EVT_RECOMPUTE_INSIDE=1` silently got the graph cached
+    without it)."""
+    items = sorted((k, v) for k, v in os.environ.items()
+                   if k.startswith("EVT_") and not k.startswith(GRAPH_NEUTRAL_ENV))
+    return hashlib.sha256(repr(items).encode()).hexdigest()[:12]
 
 
 def fuse_graph(graph: Graph, autotune: bool = False, rest: str = "inductor") -> GraphReport | None:
@@ -125,7 +153,7 @@ class JointPass(CustomGraphPass):
                           stacklevel=2)  # fmt: skip
 
     def uuid(self) -> str:
-        return f"evt-{source_hash()}{'-autotune' if self.autotune else ''}"
+        return f"evt-{source_hash()}-{settings_hash()}{'-autotune' if self.autotune else ''}"
 
 
 class SplitPass(CustomGraphPass):
@@ -136,7 +164,7 @@ class SplitPass(CustomGraphPass):
         pipeline.after_split(graph)
 
     def uuid(self) -> str:
-        return f"evt-split-{source_hash()}"
+        return f"evt-split-{source_hash()}-{settings_hash()}"
 
 
 def evt_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):

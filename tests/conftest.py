@@ -16,6 +16,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+    """A fresh Dynamo, and no Inductor FX graph or AOTAutograd cache: tests patch evt's passes
+    and runtime, and a graph replayed from an earlier test would skip the patched code
+    (tests/test_backend_cache.py turns them on to test them)."""
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
+        enable_autograd_cache=False
+    ):
+        torch._dynamo.reset()
+        yield
+        torch._dynamo.reset()

@@ -1,4 +1,4 @@
-"""`recompute_inside` (opt-in, `EVT_RECOMPUTE_INSIDE=1`): LayerNorm's backward kernel computes
+"""`recompute_inside` (default on; `EVT_RECOMPUTE_INSIDE=0` turns it off): LayerNorm's backward kernel computes
 x̂ = (float(x) - mean) * rstd in its epilogue from the bf16 input and the row statistics instead
 of loading the fp32 x̂ the forward computed, so AOTAutograd's partitioner saves the bf16 x as it
 does without evt, not the fp32 x̂ (CPU tier: a meta capture for what is saved at CUDA's layout

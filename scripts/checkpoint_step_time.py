@@ -77,6 +77,7 @@ def mib(saved: collections.Counter) -> float:
 def main() -> None:
     from evt.bench.measure import time_ms
     from evt.runtime import dispatch
+    from evt.runtime.timing import replay_ms
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
@@ -107,12 +108,20 @@ def main() -> None:
             first = time.perf_counter() - t0
             err = max(((got[n] - want[n]).norm() / want[n].norm()).item() for n in want)
             ms = time_ms(lambda fn=fn, model=model: step(fn, model, x), a.device)
-            row = {"mode": mode, "route": route, "ms": ms, "saved_MiB": mib(saved), "rel_err": err,
+            graph_ms = None
+            if a.device == "cuda":
+                try:
+                    graph_ms = replay_ms(lambda fn=fn, model=model: step(fn, model, x))
+                except Exception as e:  # noqa: BLE001 - eager checkpointing may refuse capture
+                    print(f"{mode:>9} {route:>13}: no CUDA graph: {type(e).__name__}: {str(e)[:120]}")
+                    torch.cuda.synchronize()
+            row = {"mode": mode, "route": route, "ms": ms, "graph_ms": graph_ms, "saved_MiB": mib(saved), "rel_err": err,
                    "first_call_s": first, "saved": dict(saved)}
             if route == "evt":
                 row["launches"], row["fallbacks"] = dict(dispatch.launches()), dict(dispatch.FALLBACKS)
             rows.append(row)
-            print(f"{mode:>9} {route:>13}: {ms:8.3f} ms/step  saved {row['saved_MiB']:8.1f} MiB  "
+            graphed = f"{graph_ms:7.3f}" if graph_ms is not None else "    n/a"
+            print(f"{mode:>9} {route:>13}: {ms:8.3f} ms/step ({graphed} graphed)  saved {row['saved_MiB']:8.1f} MiB  "
                   f"rel err {err:.2e}  first call {first:5.1f} s", flush=True)
             if route == "evt":
                 print(f"{'':>24}launches {row['launches']} fallbacks {row['fallbacks']}", flush=True)

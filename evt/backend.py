@@ -26,18 +26,17 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx import Graph
 
-import evt
 from evt import debug, pipeline
 from evt.graph import lower_regions
 from evt.graph.decompose_kept_ops import KEPT, decompose_kept_ops
 from evt.report import GraphReport
 from evt.runtime import dispatch, fast
+from evt.sources import source_hash
 
 EVT_OPTIONS = {"rest": ("inductor", "eager")}
 _listeners: list[Callable[[GraphReport], None]] = []
@@ -61,18 +60,6 @@ class DecompTable(dict):
 
     def __reduce_ex__(self, protocol):
         return decompositions, ()
-
-
-@functools.cache
-def source_hash() -> str:
-    """Hash of evt's own sources: part of the pass uuid, so Inductor's caches never replay a
-    graph that an older evt rewrote."""
-    h = hashlib.sha256(evt.__version__.encode())
-    root = Path(evt.__file__).parent
-    for f in sorted(root.rglob("*")):
-        if f.suffix in (".py", ".j2", ".h"):
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 # EVT_* variables that change neither the rewritten graph nor what the passes log: where kernels

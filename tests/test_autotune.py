@@ -687,3 +687,13 @@ def test_aux_loads_take_fewer_stages_where_the_main_loop_needs_them():
     assert "EvtEpilogueDescriptor" not in render(bf16_residual, cfgs.TileConfig())
     with pytest.raises(CodegenError, match="source stages"):
         cfgs.TileConfig(epi_stages_c=5)
+
+
+def test_a_decision_of_other_sources_is_not_replayed(monkeypatch):
+    """The decision key names the hash of evt's sources: after a change to evt's kernels or
+    heuristic (one version string across a development install), regions are timed again."""
+    spec, problem = specs.mlp_fc1_forward(), (8192, 3072, 768, 1)
+    key = autotune.decision_key(spec, problem)
+    assert autotune.decision_key(spec, problem) == key
+    monkeypatch.setattr(autotune, "source_hash", lambda: "another-evt")
+    assert autotune.decision_key(spec, problem) != key

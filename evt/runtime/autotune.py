@@ -30,8 +30,9 @@ for it. For every region, on the problem shape the graph carries:
    (`evt.runtime.dispatch.tile_order`).
 
 Decisions are cached on disk (`<EVT_CACHE_DIR>/autotune/<key>.json`), keyed by the kernel's
-canonical signature, the problem shape, the GPU's name, evt's and torch's versions and the cache's
-schema, and kept in memory, so identical layers and later runs reuse them; a decision is measured
+canonical signature, the problem shape, the GPU's name, evt's and torch's versions (evt's with the
+hash of its sources, `evt.sources`: a decision timed against older kernels or another heuristic is
+timed again) and the cache's schema, and kept in memory, so identical layers and later runs reuse them; a decision is measured
 again where the unfused path it was timed against is not the one asked for now (another route or
 Inductor mode), or where it was not timed (symbolic shapes) and now can be. `EVT_DEBUG=1` prints each decision. Cost: the kernels' builds and, per distinct
 region, one Inductor compile of its unfused path (about 2-5 s; longer under Inductor's
@@ -63,6 +64,7 @@ from evt.runtime import build, dispatch, guards, launch, reference, timing, unfu
 from evt.runtime import cache as kernel_cache
 from evt.runtime.launch import EVT_ORDER, TileOrder
 from evt.runtime.timing import random_like
+from evt.sources import source_hash
 
 SCHEMA = 4  # of the cached decisions; 4: timed from CUDA graph replays (3: tile orders timed,
 # each call timed with the host's launch in it; 2: the unfused path compiled by Inductor; 1: eager)
@@ -328,7 +330,7 @@ def _close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> bool:
 
 def decision_key(spec: ir.KernelSpec, problem) -> str:
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    versions = f"evt {evt.__version__}, torch {torch.__version__}, schema {SCHEMA}"
+    versions = f"evt {evt.__version__} ({source_hash()}), torch {torch.__version__}, schema {SCHEMA}"
     parts = (dispatch.identity(spec), repr(tuple(problem)), gpu, versions)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 

@@ -123,3 +123,18 @@ def test_transformers_train_like_without(monkeypatch, name):
     fewer = loads[False].count(f32) - loads[True].count(f32)  # x̂ per LayerNorm backward kernel
     assert fewer > 0 and loads[True].count(bf16) - loads[False].count(bf16) == fewer, loads
     assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6
+
+
+def test_dynamic_shapes_leave_the_regions_as_they_were(monkeypatch):
+    """Static shapes only: under `dynamic=True` the pass changes nothing (the kernels load x̂ as
+    without it), and the step still trains like without it."""
+
+    def build():
+        torch.manual_seed(0)
+        model, x = PreNormStack().to(torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+        compiled = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}, dynamic=True)
+        return model, compiled, (x,)
+
+    loads, grads = run_both(monkeypatch, build)
+    assert loads[True] == loads[False] and ("f32", "aux_load") in loads[True], loads
+    assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import evt
+from evt import ir
 from evt.examples import GPT2, GPU, Bert, bert_inputs, gpt2_inputs
 from evt.runtime import dispatch, reference
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
@@ -167,15 +168,32 @@ def test_recompute_outside_step_matches_fp32(regions, monkeypatch, name):
     these inputs, 0.0993 against 2 x 0.0487, on the H100 in sessions 9 and 11, with and without
     the pass: a bf16 sum over 8192 tokens the pass does not touch; the default route's test, at
     other inputs, was 0.6x eager's error there.) The changed kernels are built on first use."""
-    monkeypatch.setenv("EVT_VERIFY", "1")
+    monkeypatch.setenv("EVT_VERIFY", "1")  # also keeps every launch in Python, where it is recorded
     model = make_model(name, "cuda")
     inputs = MODELS[name][1]("cuda", 5)
-    route = step(model, torch.compile(model, backend="evt"), inputs)
+    route, f32_stores_route = recording_f32_stores(monkeypatch, lambda: step(model, torch.compile(model, backend="evt"), inputs))
     torch._dynamo.reset()
     monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "1")
-    got = step(model, torch.compile(model, backend="evt"), inputs)
+    got, f32_stores = recording_f32_stores(monkeypatch, lambda: step(model, torch.compile(model, backend="evt"), inputs))
     assert dispatch.FALLBACKS == {} and dispatch.launches(), dict(dispatch.launches())
+    assert f32_stores < f32_stores_route, (f32_stores, f32_stores_route)  # the pass ran: no cached graph
     check_against_fp32(name, got, model, inputs, route)
+
+
+def recording_f32_stores(monkeypatch, fn):
+    """fn()'s result and the fp32 outputs (D and aux stores) of the distinct kernels it launched."""
+    ran, original = set(), dispatch.run
+
+    def run(spec, tensors, key=None):
+        ran.add(ir.to_json(spec))
+        return original(spec, tensors, key=key)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(dispatch, "run", run)
+        result = fn()
+    specs = [ir.from_json(text) for text in ran]
+    stores = sum(isinstance(n, ir.AuxStore) and n.dtype == "f32" for s in specs for n in s.nodes)
+    return result, stores + sum(s.d_dtype == "f32" for s in specs)
 
 
 @pytest.mark.parametrize("name, dtype", [("gpt2", BF16), ("bert", BF16), ("gpt2", torch.float16)])

@@ -29,6 +29,8 @@ from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import gemm_shape, load_kind
 
+MAX_AUX_TENSORS = 4  # aux loads + aux stores per kernel: each costs epilogue shared memory
+
 
 @dataclass
 class Candidates:
@@ -42,22 +44,30 @@ class Candidates:
         return [self.anchor, *self.nodes]
 
 
-def find_candidates(graph: Graph) -> list[Candidates]:
+def find_candidates(graph: Graph, max_aux: int = MAX_AUX_TENSORS) -> list[Candidates]:
     order = {n: i for i, n in enumerate(graph.nodes)}
     out = []
     for node in graph.nodes:
         shape = gemm_shape(node)
         if shape is not None:
-            c = _grow(node, shape, order)
+            c = _grow(node, shape, order, max_aux)
             if c.nodes:
                 out.append(c)
     return out
 
 
-def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candidates:
-    """Walk users from the anchor in graph order, keeping nodes an epilogue could compute."""
+def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int], max_aux: int) -> Candidates:
+    """Walk users from the anchor in graph order, keeping nodes an epilogue could compute.
+
+    A node is kept only if the aux tensors its kernel would have to load to compute it are at
+    most `max_aux` (what the ILP's capacity constraint allows): every node between the anchor and
+    it is in its region too (computed outside, it would read the anchor's result and feed the
+    region: a cycle), so each of their full-size inputs from outside is loaded. Without this
+    bound a residual stream made every layer's residual adds candidates of each earlier layer's
+    GEMMs: variables quadratic in the depth (`scripts/deep_compile.py`)."""
     c = Candidates(anchor, shape)
     reach = {anchor}
+    loads: dict[Node, frozenset[Node]] = {anchor: frozenset()}  # the aux loads computing it takes
     heap = [(order[u], u) for u in anchor.users]
     heapq.heapify(heap)
     seen = set(anchor.users)
@@ -69,10 +79,16 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
         unloadable = [a for a in args if load_kind(a.meta.get("val"), *shape) is None]
         if any(a not in reach for a in unloadable):
             continue
+        trees = {a: None if a in reach else broadcast_tree(a, anchor, shape) for a in args}
+        need = frozenset().union(*(loads[a] for a in args if a in reach)) | {
+            a for a, tree in trees.items()
+            if a not in reach and tree is None and load_kind(a.meta.get("val"), *shape) == "aux_load"
+        }  # fmt: skip
+        if len(need) > max_aux:
+            continue
         c.nodes.append(node)
         c.must_join[node] = [a for a in unloadable if a is not anchor]
-        for a in args:
-            tree = None if a in reach else broadcast_tree(a, anchor, shape)
+        for tree in trees.values():
             for b in tree or []:
                 c.free.add(b)
                 if b not in c.must_join:
@@ -81,6 +97,7 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int]) -> Candi
         if is_reduction(node):
             continue
         reach.add(node)
+        loads[node] = need
         for u in node.users:
             if u not in seen:
                 seen.add(u)

@@ -18,11 +18,9 @@ from evt import debug
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import gemm_shape, load_kind
-from evt.partition.candidates import value_shape
+from evt.partition.candidates import MAX_AUX_TENSORS, value_shape
 from evt.partition.contract import contracted
 from evt.partition.region import Region
-
-MAX_AUX_TENSORS = 4  # aux loads + aux stores per kernel: each costs epilogue shared memory
 
 
 def partition(graph: Graph) -> list[Region]:

@@ -72,7 +72,7 @@ def partition(
 def _partition(graph: Graph, max_aux: int, saved_budget: int | None) -> list[Region]:
     budget = Budget(saved_budget_from_env() if saved_budget == -1 else saved_budget)
     order = {n: i for i, n in enumerate(graph.nodes)}
-    comps = components(find_candidates(graph), order)
+    comps = components(find_candidates(graph, max_aux), order)
     stats = Stats(components=len(comps))
     chosen = [_solve(c, max_aux, stats, graph, budget) for c in comps]
     for _ in range(MAX_REPAIRS):

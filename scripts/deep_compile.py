@@ -1,9 +1,10 @@
 """How evt's compile time grows with a model's depth: GPT-2 (its real widths, batch 8 x 1024)
 with 1, 4, 12, ... layers, captured on the meta device (no GPU, no kernel built), the time of
 `evt.explain` (tracing, evt's passes, the ILP partition) and the ILP's statistics per depth. A
-residual stream links each layer's residual GEMMs through their epilogues into one ILP component
-whose solve time grows faster than the depth; past EVT_ILP_TIME_LIMIT (10 s) that component falls
-back to the greedy partition.
+residual stream links each layer's residual GEMMs through their epilogues into one part, solved
+in windows (`evt.partition.components`); before session 26 it was one ILP component whose
+variables grew with the square of the depth (past EVT_ILP_TIME_LIMIT at 48 layers: greedy).
+Set EVT_CACHE_DIR to an empty folder for a cold solve cache.
 
     python scripts/deep_compile.py [--layers 1,4,12,24,48]
 """

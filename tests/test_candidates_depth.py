@@ -51,3 +51,23 @@ def test_the_ilp_chooses_the_same_regions(monkeypatch):
     bounded = regions()
     monkeypatch.setattr(ilp, "find_candidates", lambda g, max_aux: find_candidates(g, 10**6))
     assert regions() == bounded
+
+
+def test_a_long_chain_is_solved_in_windows_with_the_same_regions(monkeypatch):
+    """40 residual blocks: one part of 40 forward GEMMs (each may absorb the next adds), split
+    into windows of `WINDOW` GEMMs (the repeated ones answered by the solve cache); the regions
+    are those of the whole part solved at once."""
+    from evt.partition import components as comps
+
+    graph = graph_of(40)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    cands = find_candidates(graph)
+    assert max(len(p) for p in comps._parts(cands)) > comps.SPLIT_ABOVE
+    assert max(len(c.anchors) for c in comps.components(cands, order)) <= comps.WINDOW
+
+    def regions():
+        return sorted((r.anchor.name, sorted(n.name for n in r.nodes)) for r in ilp.partition(graph))
+
+    windowed = regions()
+    monkeypatch.setattr(comps, "SPLIT_ABOVE", 10**6)
+    assert regions() == windowed

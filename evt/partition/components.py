@@ -29,9 +29,30 @@ class Component:
     cands: list[Candidates]
 
 
+WINDOW = 8  # GEMMs a window of a long chain of overlapping candidate sets holds
+SPLIT_ABOVE = 16  # a part with more GEMMs than this is split into windows
+
+
 def components(cands: list[Candidates], order: dict[Node, int]) -> list[Component]:
     """GEMMs whose candidate sets overlap compete for nodes and are solved together; the rest
-    are independent up to cycles through other regions, which the caller repairs by merging."""
+    are independent up to cycles through other regions, which the caller repairs by merging.
+
+    A residual stream links every layer's residual GEMMs into one part (each may absorb the next
+    layers' residual adds), whose ILP grows faster than the depth (GPT-2 at 48 layers: 96 GEMMs,
+    ~10 s). Such a part is split into windows of `WINDOW` GEMMs in graph order, each node left to
+    the window of the last GEMM that may absorb it (a residual add to its own layer's GEMM): the
+    windows are separate components, and the solve cache answers the repeated ones. A window's
+    first GEMMs lose only what the earlier window's last GEMMs could have taken across the cut."""
+    out = []
+    for part in _parts(cands):
+        if len(part) <= SPLIT_ABOVE:
+            out.append(component(part, order))
+        else:
+            out += [component(p, order) for p in _parts(_windowed(part, order))]
+    return out
+
+
+def _parts(cands: list[Candidates]) -> list[list[Candidates]]:
     owners: dict[Node, list[int]] = {}
     for i, c in enumerate(cands):
         for n in c.members():
@@ -41,7 +62,31 @@ def components(cands: list[Candidates], order: dict[Node, int]) -> list[Componen
     for own in owners.values():
         nx.add_path(link, own)
     parts = sorted(sorted(p) for p in nx.connected_components(link))
-    return [component([cands[i] for i in part], order) for part in parts]
+    return [[cands[i] for i in part] for part in parts]
+
+
+def _windowed(part: list[Candidates], order: dict[Node, int]) -> list[Candidates]:
+    """`part`'s candidate sets, each node kept only by the GEMMs of its window (see
+    `components`); a node whose must-join input left its set leaves too."""
+    ranked = sorted(part, key=lambda c: order[c.anchor])
+    window = {c.anchor: i // WINDOW for i, c in enumerate(ranked)}
+    last: dict[Node, Node] = {}
+    for c in ranked:
+        for n in c.nodes:
+            last[n] = c.anchor  # ranked: the last GEMM that may absorb n wins
+    out = []
+    for c in ranked:
+        keep = {n for n in c.nodes if window[last[n]] == window[c.anchor]}
+        changed = True
+        while changed:
+            drop = {n for n in keep if any(m is not c.anchor and m not in keep for m in c.must_join[n])}
+            keep -= drop
+            changed = bool(drop)
+        out.append(Candidates(
+            c.anchor, c.shape, [n for n in c.nodes if n in keep],
+            {n: m for n, m in c.must_join.items() if n in keep}, {n for n in c.free if n in keep},
+        ))  # fmt: skip
+    return [c for c in out if c.nodes]
 
 
 def component(cands: list[Candidates], order: dict[Node, int]) -> Component:

@@ -19,7 +19,7 @@ import torch
 
 import evt.backend
 from evt.bench import steps
-from evt.bench.plan import all_cases
+from evt.bench.plan import all_cases, matches
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "bool": 1}
 
@@ -52,11 +52,8 @@ def main() -> None:
     ap.add_argument("--batch-div", type=int, default=8, help="the batch is divided by this")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
-    import fnmatch
-
-    patterns = a.steps.split(",")
     for case in all_cases():
-        if case.kind != "step" or not any(fnmatch.fnmatch(case.name, p) for p in patterns):
+        if case.kind != "step" or not matches(case, a.steps.split(",")):
             continue
         dims = (max(1, case.dims[0] // a.batch_div), *case.dims[1:])  # batch first
         case = dataclasses.replace(case, dims=dims)

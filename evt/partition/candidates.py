@@ -76,14 +76,14 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int], max_aux:
         if not _eligible(node, anchor, shape):
             continue
         args = tensor_args(epilogue_expr(node))
-        unloadable = [a for a in args if load_kind(a.meta.get("val"), *shape) is None]
+        kinds = {a: load_kind(a.meta.get("val"), *shape) for a in args}
+        unloadable = [a for a in args if kinds[a] is None]
         if any(a not in reach for a in unloadable):
             continue
         trees = {a: None if a in reach else broadcast_tree(a, anchor, shape) for a in args}
         need = frozenset().union(*(loads[a] for a in args if a in reach)) | {
-            a for a, tree in trees.items()
-            if a not in reach and tree is None and load_kind(a.meta.get("val"), *shape) == "aux_load"
-        }  # fmt: skip
+            a for a, tree in trees.items() if a not in reach and tree is None and kinds[a] == "aux_load"
+        }
         if len(need) > max_aux:
             continue
         c.nodes.append(node)

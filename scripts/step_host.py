@@ -21,6 +21,7 @@ import torch
 
 from evt.bench import baselines, measure, steps
 from evt.bench.plan import all_cases
+from evt.runtime import fast
 
 
 def warmed_calls(step_names: list[str], baseline_names: list[str]):
@@ -50,7 +51,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=30)
     args = ap.parse_args()
     for name, b, call in warmed_calls(args.steps.split(","), args.baselines.split(",")):
+        before = fast.host_times()
         print(f"\n== {name} {b}: host {measure.host_ms(call, 'cuda', args.n) * 1e3:7.1f} us per step")
+        print_region_times(before, fast.host_times())
         print_syncs(call)
         prof = cProfile.Profile()
         torch.cuda.synchronize()
@@ -64,6 +67,18 @@ def main() -> None:
             pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
             text = out.getvalue()
             print(text[text.find("   ncalls"):])
+
+
+def print_region_times(before: dict, after: dict) -> None:
+    """Each evt region's host time per launch from the C++ path over the timed steps: the C++
+    call (outputs, workspace, launcher) and the kernel's launcher inside it."""
+    rows = [(name, t - before[name] if name in before else t) for name, t in sorted(after.items())]
+    rows = [(name, t) for name, t in rows if t.launches]
+    if not rows:
+        return
+    print(f"{'region':<24} {'launches':>8} {'C++ call us':>11} {'launcher us':>11}")
+    for name, t in rows:
+        print(f"{name:<24} {t.launches:>8} {t.call_us:>11.1f} {t.launcher_us:>11.1f}")
 
 
 def print_syncs(call) -> None:

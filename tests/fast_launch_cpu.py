@@ -142,6 +142,13 @@ def main(scratch: Path, cc: str) -> None:
     assert all(bool((o[0] == 1).all()) for o in outs)
     print("ok: an aux input TMA cannot read launches on a padded copy, from Python and from C++")
 
+    before = fast.host_times()[masked.name]
+    torch.ops.evt.fused_gemm(text, [x, w, masks[1]])
+    timed = fast.host_times()[masked.name] - before
+    assert timed.launches == 1 and timed.call_ns >= timed.launcher_ns > 0, timed
+    assert timed.call_us == timed.call_ns / 1e3 and fast.host_times()[masked.name].launches == 3
+    print("ok: the C++ path times its launches per region (the call, the launcher inside it)")
+
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), sys.argv[2])

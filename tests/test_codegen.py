@@ -272,7 +272,7 @@ def test_padded_rows_check_the_extent_rounded_up():
     text, plain = render(spec, cfg), render(spec, replace(cfg, pad_rows=False))
     assert "cute::get<1>(padded_rows.problem_shape) = (N + 15) / 16 * 16;" in text
     assert "Gemm::can_implement(padded_rows)" in text and "padded_rows" not in plain
-    assert "Gemm::can_implement(args)" in plain and "Gemm::can_implement(args)" not in text
+    assert "Gemm::can_implement(fresh.args)" in plain and "Gemm::can_implement(fresh.args)" not in text
     assert "pad_rows" not in repr(TileConfig()) and "pad_rows=True" in repr(cfg)
 
 

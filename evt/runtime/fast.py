@@ -24,6 +24,7 @@ import subprocess
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -128,6 +129,45 @@ def launches() -> collections.Counter:
             if n:
                 out[name] += n
     return out
+
+
+@dataclass(frozen=True)
+class HostTime:
+    """A region's launches from the C++ path and their host time in ns: the whole C++ call
+    (outputs, workspace, launcher) and the kernel's launcher alone (its parameters, the CUDA
+    launch). The op's dispatch from Python comes on top."""
+
+    launches: int
+    call_ns: int
+    launcher_ns: int
+
+    def __sub__(self, other: HostTime) -> HostTime:
+        return HostTime(self.launches - other.launches, self.call_ns - other.call_ns,
+                        self.launcher_ns - other.launcher_ns)  # fmt: skip
+
+    @property
+    def call_us(self) -> float:
+        """Per launch."""
+        return self.call_ns / max(self.launches, 1) / 1e3
+
+    @property
+    def launcher_us(self) -> float:
+        """Per launch."""
+        return self.launcher_ns / max(self.launches, 1) / 1e3
+
+
+def host_times() -> dict[str, HostTime]:
+    """Region name -> its C++ launches and their host time since the last `forget_all`."""
+    if _loaded is None:
+        return {}
+    flat = torch.ops.evt_fast.launch_times()
+    sums: dict[str, list[int]] = {}
+    with _lock:
+        for name, k in zip(_names, range(0, len(flat), 3)):
+            acc = sums.setdefault(name, [0, 0, 0])
+            for i in range(3):
+                acc[i] += flat[k + i]
+    return {name: HostTime(*acc) for name, acc in sums.items() if acc[0]}
 
 
 def forget_all() -> None:

@@ -23,6 +23,7 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -69,6 +70,9 @@ struct Entry {
   bool nested = false;
   std::vector<Plan> plans;
   std::atomic<int64_t> launches{0};
+  // host time of those launches (ns): the whole C++ call (outputs, workspace, pads, launcher)
+  // and the kernel's launcher alone (evt_<name>_run: its parameters, the CUDA launch)
+  std::atomic<int64_t> host_ns{0}, launcher_ns{0};
 };
 
 std::shared_mutex mutex;
@@ -105,8 +109,14 @@ void* current_stream(c10::Device device) {
 #endif
 }
 
+using Clock = std::chrono::steady_clock;
+
+int64_t ns_since(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
 // Launch `plan`'s kernel on `inputs`; false (nothing enqueued) when its launcher refuses.
-bool launch(Entry const& e, Plan const& plan, at::TensorList inputs, std::vector<at::Tensor>& outs) {
+bool launch(Entry& e, Plan const& plan, at::TensorList inputs, std::vector<at::Tensor>& outs) {
   c10::Device const device = inputs[0].device();
   c10::DeviceGuard guard(device);
   auto const options = at::TensorOptions().device(device);
@@ -144,6 +154,7 @@ bool launch(Entry const& e, Plan const& plan, at::TensorList inputs, std::vector
   void* ws = workspace.defined() ? workspace.data_ptr() : nullptr;
   auto const ws_bytes = static_cast<size_t>(plan.workspace_bytes);
   auto const& a = plan.abi;
+  auto const t0 = Clock::now();
   int rc;
   if (e.nested) {
     rc = reinterpret_cast<RunNested>(e.run)(in, plan.input_strides.data(), out,
@@ -155,6 +166,7 @@ bool launch(Entry const& e, Plan const& plan, at::TensorList inputs, std::vector
                                           plan.output_strides.data(), a[0], a[1], a[2], a[3],
                                           plan.tile_order, ws, ws_bytes, current_stream(device));
   }
+  e.launcher_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
   return rc == 0;
 }
 
@@ -168,6 +180,7 @@ std::vector<at::Tensor> slow_path(c10::string_view spec, at::TensorList inputs) 
 std::vector<at::Tensor> fused_gemm(c10::string_view spec, at::TensorList inputs) {
   if (enabled.load(std::memory_order_relaxed) && !inputs.empty() &&
       !env_set("EVT_VERIFY", true) && !env_set("EVT_INJECT", false)) {
+    auto const t0 = Clock::now();
     thread_local std::string key;
     thread_local std::vector<int64_t> layout;
     key.assign(spec.data(), spec.size());
@@ -181,6 +194,7 @@ std::vector<at::Tensor> fused_gemm(c10::string_view spec, at::TensorList inputs)
         std::vector<at::Tensor> outs;
         if (launch(e, plan, inputs, outs)) {
           e.launches.fetch_add(1, std::memory_order_relaxed);
+          e.host_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
           return outs;
         }
         break;  // the Python path launches again, and warns and falls back if it must
@@ -247,6 +261,18 @@ std::vector<int64_t> launch_counts() {
   return out;
 }
 
+// Per registration id: launches, host ns of the C++ calls, host ns in the kernels' launchers.
+std::vector<int64_t> launch_times() {
+  std::shared_lock lock(mutex);
+  std::vector<int64_t> out;
+  for (Entry const* e : by_id) {
+    out.push_back(e->launches.load(std::memory_order_relaxed));
+    out.push_back(e->host_ns.load(std::memory_order_relaxed));
+    out.push_back(e->launcher_ns.load(std::memory_order_relaxed));
+  }
+  return out;
+}
+
 void forget_all() {
   std::unique_lock lock(mutex);
   registry.clear();
@@ -263,6 +289,7 @@ TORCH_LIBRARY(evt_fast, m) {
         "int workspace_bytes, int[] pads) -> int",
         &remember);
   m.def("launch_counts() -> int[]", &launch_counts);
+  m.def("launch_times() -> int[]", &launch_times);
   m.def("forget_all() -> ()", &forget_all);
   m.def("set_enabled(bool on) -> ()", &set_enabled);
 }

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -177,33 +179,55 @@ inline LaunchKey<NI, NO, S> launch_key(void const* const* inputs, int64_t const*
   return key;
 }
 
-// The kernel parameters of the last few launches (per host thread). A training step repeats its
-// launches with the same pointers (torch's caching allocator hands the same blocks back), and
-// building the parameters (TMA descriptors, tile scheduler) is most of the launcher's host time.
-template <class Params, class Key, int Ways = 4>
-class ParamsMemo {
+// The launches of one kernel (per host thread) by launch key, the most recent `Ways`. A training
+// step repeats its launches with the same pointers (torch's caching allocator hands the same
+// blocks back), once per layer where layers share a kernel, and building the parameters (TMA
+// descriptors, tile scheduler) is most of the launcher's host time. Keys are told apart by a hash
+// first; the oldest entry goes when all `Ways` are taken.
+template <class Launch, class Key, int Ways = 64>
+class LaunchMemo {
  public:
-  Params* find(Key const& key) {
-    for (int i = 0; i < count_; ++i) {
-      if (keys_[i] == key) {
-        return &params_[i];
+  LaunchMemo() {  // reserved up front: an entry never moves (insert returns its address)
+    entries_.reserve(Ways);
+    hashes_.reserve(Ways);
+  }
+
+  Launch* find(Key const& key) {
+    uint64_t const h = hash(key);
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (hashes_[i] == h && entries_[i].first == key) {
+        return &entries_[i].second;
       }
     }
     return nullptr;
   }
 
-  void insert(Key const& key, Params const& params) {
-    keys_[next_] = key;
-    params_[next_] = params;
-    next_ = (next_ + 1) % Ways;
-    count_ = count_ < Ways ? count_ + 1 : Ways;
+  Launch* insert(Key const& key, Launch const& launch) {
+    size_t slot = entries_.size();
+    if (slot < Ways) {
+      entries_.emplace_back(key, launch);
+      hashes_.push_back(hash(key));
+    } else {
+      slot = next_;
+      next_ = (next_ + 1) % Ways;
+      entries_[slot] = {key, launch};
+      hashes_[slot] = hash(key);
+    }
+    return &entries_[slot].second;
   }
 
  private:
-  std::array<Key, Ways> keys_{};
-  std::array<Params, Ways> params_{};
-  int next_ = 0;
-  int count_ = 0;
+  static uint64_t hash(Key const& key) {  // FNV-1a over the key's words
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : key) {
+      h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    }
+    return h;
+  }
+
+  std::vector<std::pair<Key, Launch>> entries_;
+  std::vector<uint64_t> hashes_;
+  size_t next_ = 0;  // the oldest entry once all Ways are taken
 };
 
 }  // namespace evt::launch

@@ -116,6 +116,19 @@ struct Finishers {
   evt_sum_3_op::Arguments evt_sum_3;
 };
 
+// A launch as `make_arguments` built it and CUTLASS's kernel parameters from it (TMA descriptors,
+// tile scheduler), kept per launch key (LaunchMemo): a repeated launch only enqueues.
+struct Launch {
+  Gemm::Arguments args;
+  GemmKernel::Params params;
+  Finishers finishers;
+  size_t stats_bytes = 0;  // the statistics' partials, at the start of the workspace
+
+  void* gemm_workspace(void* workspace) const {
+    return stats_bytes ? static_cast<uint8_t*>(workspace) + stats_bytes : workspace;
+  }
+};
+
 // The persistent tile scheduler's raster order and swizzle: a runtime argument of every launch,
 // `tile_order` = raster + 4 * swizzle (raster 0: CUTLASS's choice, along M where the grid has more
 // tiles along N; 1: along M; 2: along N; swizzle 0: evt's choice per problem, `auto_swizzle`;
@@ -193,7 +206,7 @@ EVT_EXPORT int evt_evt_b2_mm_run(
     int M, int N, int K, int L, int tile_order,
     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   using Key = LaunchKey<3, 2>;
-  static thread_local ParamsMemo<typename GemmKernel::Params, Key> memo;
+  static thread_local LaunchMemo<Launch, Key> memo;
   if (!valid_tile_order(tile_order)) {
     return kBadTileOrder;
   }
@@ -204,43 +217,39 @@ EVT_EXPORT int evt_evt_b2_mm_run(
   Key const key = launch_key<3, 2>(
       inputs, input_strides, outputs, output_strides, M, N, K, L, workspace, workspace_bytes, device,
       tile_order);
-  if (workspace_bytes == 0) {  // a workspace is re-initialized per launch: no shortcut then
-    if (auto* params = memo.find(key)) {
-      return static_cast<int>(Gemm::run(*params, stream));
+  Launch* launch = memo.find(key);  // (Gemm::run takes its parameters by reference)
+  if (launch == nullptr) {
+    Launch fresh;
+    if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L,
+                                tile_order, workspace, fresh.stats_bytes, fresh.finishers, fresh.args)) {
+      return rc;
+    }
+    if (Gemm::get_workspace_size(fresh.args) + fresh.stats_bytes > workspace_bytes) {
+      return kWorkspaceTooSmall;
+    }
+    if (Gemm::can_implement(fresh.args) != cutlass::Status::kSuccess) {
+      return kCannotImplement;
+    }
+    // What Gemm::initialize does, with the shared-memory attribute set once per device.
+    if (configure_shared_memory_once<GemmKernel>(fresh.args.hw_info.device_id,
+                                                 GemmKernel::SharedStorageSize) != cudaSuccess) {
+      return static_cast<int>(cutlass::Status::kErrorInternal);
+    }
+    fresh.params = GemmKernel::to_underlying_arguments(fresh.args, fresh.gemm_workspace(workspace));
+    launch = memo.insert(key, fresh);
+  }
+  if (workspace_bytes > 0) {  // counters and stream-K's flags are zeroed before every launch
+    cutlass::Status status = GemmKernel::initialize_workspace(
+        launch->args, launch->gemm_workspace(workspace), stream);
+    if (status != cutlass::Status::kSuccess) {
+      return static_cast<int>(status);
     }
   }
-  Gemm::Arguments args;
-  Finishers finishers;
-  size_t stats_bytes = 0;
-  if (int rc = make_arguments(inputs, input_strides, outputs, output_strides, M, N, K, L,
-                              tile_order, workspace, stats_bytes, finishers, args)) {
-    return rc;
-  }
-  if (Gemm::get_workspace_size(args) + stats_bytes > workspace_bytes) {
-    return kWorkspaceTooSmall;
-  }
-  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) {
-    return kCannotImplement;
-  }
-  void* gemm_workspace = stats_bytes ? static_cast<uint8_t*>(workspace) + stats_bytes : workspace;
-  // What Gemm::initialize + Gemm::run do, with the shared-memory attribute set once per device.
-  cutlass::Status status = GemmKernel::initialize_workspace(args, gemm_workspace, stream);
+  cutlass::Status status = Gemm::run(launch->params, stream);
   if (status != cutlass::Status::kSuccess) {
     return static_cast<int>(status);
   }
-  if (configure_shared_memory_once<GemmKernel>(args.hw_info.device_id,
-                                               GemmKernel::SharedStorageSize) != cudaSuccess) {
-    return static_cast<int>(cutlass::Status::kErrorInternal);
-  }
-  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, gemm_workspace);
-  if (workspace_bytes == 0) {  // (statistics always take a workspace: none to finish here)
-    memo.insert(key, params);
-  }
-  status = Gemm::run(params, stream);
-  if (status != cutlass::Status::kSuccess) {
-    return static_cast<int>(status);
-  }
-  if (evt_sum_3_op::finish(finishers.evt_sum_3, M, N, L, stream) != cudaSuccess) {
+  if (evt_sum_3_op::finish(launch->finishers.evt_sum_3, M, N, L, stream) != cudaSuccess) {
     return kFinishFailed;
   }
   return 0;

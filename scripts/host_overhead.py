@@ -46,14 +46,14 @@ def main() -> None:
     print(f"Kernel.launch             {per_call_us(lambda: kernel.launch(problem, [x, w, b])):7.1f} us")
     print(f"Kernel.guard              {per_call_us(lambda: kernel.guard([x, w, b])):7.1f} us")
     plan = kernel._plan(problem)
-    out = [torch.empty(s, dtype=d, device="cuda") for s, _, d in plan.outputs]
+    out = [torch.empty(s, dtype=d, device="cuda") for s, _, d, _ in plan.outputs]
     args = (launch._pointers([x, w, b]), plan.input_strides, launch._pointers(out),
             plan.output_strides, problem.M, problem.N, problem.K, problem.L, plan.tile_order, None, 0,
             launch.stream_handle(x.device))  # fmt: skip
     print(f"C++ launcher (ctypes)     {per_call_us(lambda: kernel.library.run(*args)):7.1f} us")
     # each launch with outputs the launcher's memo has not seen (more than its 64 ways in turn):
     # the kernel parameters (TMA descriptors) are built again every time
-    ring = [[torch.empty(s, dtype=d, device="cuda") for s, _, d in plan.outputs] for _ in range(97)]
+    ring = [[torch.empty(s, dtype=d, device="cuda") for s, _, d, _ in plan.outputs] for _ in range(97)]
     turn = iter(range(10**9))
 
     def fresh_outputs():
@@ -63,7 +63,7 @@ def main() -> None:
     print(f"C++ launcher, new outputs {per_call_us(fresh_outputs):7.1f} us (parameters rebuilt)")
     same = launch._pointers(ring[0])
     print(f"C++ launcher, same outputs {per_call_us(lambda: kernel.library.run(*args[:2], same, *args[3:])):6.1f} us")
-    shape, strides, dtype = plan.outputs[0]
+    shape, strides, dtype, _ = plan.outputs[0]
     print(f"torch.empty (1 output)    {per_call_us(lambda: torch.empty(shape, dtype=dtype, device='cuda')):7.1f} us")
     empty = launch._empty_strided(x.device)
     print(f"_empty_strided (1 output) {per_call_us(lambda: empty(shape, strides, dtype)):7.1f} us")

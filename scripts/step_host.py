@@ -87,6 +87,8 @@ def print_syncs(call) -> None:
     seen: list[str] = []
 
     def record(message, category, filename, lineno, file=None, line=None):
+        if str(message).startswith("Synchronization debug mode is a prototype"):
+            return  # torch's note on switching the mode on (its first use), not a sync
         stack = "".join(traceback.format_stack(limit=8)[:-1])
         seen.append(f"{message}\n{stack}")
 

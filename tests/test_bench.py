@@ -342,10 +342,24 @@ def test_what_evt_did_names_each_kernels_config_and_tile_order():
     r = _rec("bias_relu/gptj", "evt", ms=1.6)
     r["notes"] = {"regions": ["forward aten.addmm + aten.relu"], "unfused_gemms": 0,
                   "kernels_built": 0, "kernel_launches": 3, "fallbacks": {},
+                  "host_us_per_region_call": 12.34,
                   "kernels": ["evt_f0_addmm: 128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1"]}  # fmt: skip
     md = markdown.evt_notes([r, _rec("bias/gptj", "evt", ms=1.6)])
     assert "kernels (tile config, tile order, problem)" in md
     assert "| 128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1 |" in md
+    assert "| 3 | 12.3 | forward aten.addmm + aten.relu |" in md
+    del r["notes"]["host_us_per_region_call"]  # results recorded before session 27
+    assert "| 3 | — | forward aten.addmm + aten.relu |" in markdown.evt_notes([r])
+
+
+def test_host_time_per_region_call_counts_only_the_calls_in_between():
+    from evt.bench.observe import host_us_per_call
+    from evt.runtime.fast import HostTime
+
+    before = {"a": HostTime(10, 100_000, 50_000)}
+    after = {"a": HostTime(14, 180_000, 90_000), "b": HostTime(4, 40_000, 20_000)}
+    assert host_us_per_call(before, after) == 15.0  # (80 + 40 us) over 4 + 4 calls
+    assert host_us_per_call(after, after) is None and host_us_per_call({}, {}) is None
 
 
 def test_ratios_geomean_and_markdown():

@@ -144,14 +144,19 @@ def evt_notes(results: list[dict]) -> str:
                 str(n.get("unfused_gemms")),
                 str(n.get("kernels_built")),
                 str(n.get("kernel_launches")),
+                R.fmt(n.get("host_us_per_region_call"), 1),
                 "; ".join(n["regions"])[:300],
                 kernels[:300] or "—",
                 fb[:300],
             ]
         )
-    head = ["case", "regions", "unfused GEMMs", "kernels built", "kernel launches", "fused"]
-    head += ["kernels (tile config, tile order, problem)", "fallbacks"]
-    return "## What evt did\n\n" + table(head, rows) if rows else ""
+    head = ["case", "regions", "unfused GEMMs", "kernels built", "kernel launches"]
+    head += ["host us per region call", "fused", "kernels (tile config, tile order, problem)"]
+    head += ["fallbacks"]
+    note = ("`host us per region call`: the C++ launch path's own host time per call (outputs, "
+            "workspace, the kernel's launcher with its CUDA launches), the op's dispatch from "
+            "Python not included; — where no call took that path.\n\n")
+    return "## What evt did\n\n" + note + table(head, rows) if rows else ""
 
 
 def clock_table(results: list[dict]) -> str:

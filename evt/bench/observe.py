@@ -54,16 +54,20 @@ def evt_regions(notes: dict) -> Iterator[None]:
 @contextlib.contextmanager
 def evt_runtime(notes: dict) -> Iterator[None]:
     """Record kernels built into evt's cache, kernel launches, the tile config and tile order
-    of each kernel at each new problem it planned a launch for, and, for the regions (named by
-    `evt_regions` inside) that never launched a kernel, why they fell back."""
-    from evt.runtime import cache, dispatch
+    of each kernel at each new problem it planned a launch for, the host time per region call
+    the C++ launch path measured (its own part: outputs, workspace, the kernel's launcher; the
+    op's dispatch from Python comes on top), and, for the regions (named by `evt_regions`
+    inside) that never launched a kernel, why they fell back."""
+    from evt.runtime import cache, dispatch, fast
 
     launches = collections.Counter(dispatch.launches())
     built = _cache_entries(cache.root())
     planned = set(dispatch.planned())
+    host = fast.host_times()
     try:
         yield
     finally:
+        notes["host_us_per_region_call"] = host_us_per_call(host, fast.host_times())
         after = collections.Counter(dispatch.launches()) - launches
         notes["kernels"] = sorted(v for k, v in dispatch.planned().items() if k not in planned)
         reasons = getattr(dispatch, "FALLBACKS", {})
@@ -71,3 +75,11 @@ def evt_runtime(notes: dict) -> Iterator[None]:
         notes["kernel_launches"] = sum(after.values())
         names = notes.get("region_names", [])
         notes["fallbacks"] = {n: reasons[n] for n in names if n in reasons and not after[n]}
+
+
+def host_us_per_call(before: dict, after: dict) -> float | None:
+    """Mean host us of the C++ launch path's calls between two `fast.host_times()` readings
+    (None: no call took it)."""
+    spent = [t - before[name] if name in before else t for name, t in after.items()]
+    calls = sum(t.launches for t in spent)
+    return round(sum(t.call_ns for t in spent) / calls / 1e3, 1) if calls else None

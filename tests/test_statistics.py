@@ -286,7 +286,7 @@ def test_generated_cpp_uses_stock_and_evt_nodes():
             "evt_row_max_partials}") in src  # fmt: skip
     # per-row statistics finish after the GEMM, each from its slice of the workspace
     for name in ("softmax", "norm", "row_sum", "row_max", "col_max"):
-        assert f"evt_{name}_op::finish(finishers.evt_{name}, M, N, L, stream)" in src
+        assert f"evt_{name}_op::finish(launch->finishers.evt_{name}, M, N, L, stream)" in src
         assert f"stats_bytes += evt_{name}_op::partials_bytes(M, N, L);" in src
     assert "evt_total_op" not in src  # the scalar statistic finishes in its last CTA
     lse = render(specs.batched_row_statistics())

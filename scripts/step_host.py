@@ -53,7 +53,7 @@ def main() -> None:
     for name, b, call in warmed_calls(args.steps.split(","), args.baselines.split(",")):
         before = fast.host_times()
         print(f"\n== {name} {b}: host {measure.host_ms(call, 'cuda', args.n) * 1e3:7.1f} us per step")
-        print_region_times(before, fast.host_times())
+        print_region_times(fast.host_times_since(before))
         print_syncs(call)
         prof = cProfile.Profile()
         torch.cuda.synchronize()
@@ -69,15 +69,14 @@ def main() -> None:
             print(text[text.find("   ncalls"):])
 
 
-def print_region_times(before: dict, after: dict) -> None:
-    """Each evt region's host time per launch from the C++ path over the timed steps: the C++
-    call (outputs, workspace, launcher) and the kernel's launcher inside it."""
-    rows = [(name, t - before[name] if name in before else t) for name, t in sorted(after.items())]
-    rows = [(name, t) for name, t in rows if t.launches]
-    if not rows:
+def print_region_times(spent: dict) -> None:
+    """Each evt region's host time per launch from the C++ path over the timed steps
+    (`fast.host_times_since`): the C++ call (outputs, workspace, launcher) and the kernel's
+    launcher inside it."""
+    if not spent:
         return
     print(f"{'region':<24} {'launches':>8} {'C++ call us':>11} {'launcher us':>11}")
-    for name, t in rows:
+    for name, t in sorted(spent.items()):
         print(f"{name:<24} {t.launches:>8} {t.call_us:>11.1f} {t.launcher_us:>11.1f}")
 
 

@@ -352,14 +352,18 @@ def test_what_evt_did_names_each_kernels_config_and_tile_order():
     assert "| 3 | — | forward aten.addmm + aten.relu |" in markdown.evt_notes([r])
 
 
-def test_host_time_per_region_call_counts_only_the_calls_in_between():
+def test_host_time_per_region_call_counts_only_the_calls_in_between(monkeypatch):
     from evt.bench.observe import host_us_per_call
+    from evt.runtime import fast
     from evt.runtime.fast import HostTime
 
-    before = {"a": HostTime(10, 100_000, 50_000)}
-    after = {"a": HostTime(14, 180_000, 90_000), "b": HostTime(4, 40_000, 20_000)}
-    assert host_us_per_call(before, after) == 15.0  # (80 + 40 us) over 4 + 4 calls
-    assert host_us_per_call(after, after) is None and host_us_per_call({}, {}) is None
+    before = {"a": HostTime(10, 100_000, 50_000), "c": HostTime(2, 10_000, 5_000)}
+    after = {"a": HostTime(14, 180_000, 90_000), "b": HostTime(4, 40_000, 20_000), "c": before["c"]}
+    monkeypatch.setattr(fast, "host_times", lambda: after)
+    spent = fast.host_times_since(before)
+    assert spent == {"a": HostTime(4, 80_000, 40_000), "b": HostTime(4, 40_000, 20_000)}  # not c
+    assert host_us_per_call(spent.values()) == 15.0  # (80 + 40 us) over 4 + 4 calls
+    assert host_us_per_call([]) is None
 
 
 def test_ratios_geomean_and_markdown():

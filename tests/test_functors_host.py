@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,14 +35,19 @@ int main() {
 """
 
 
+def run_host_program(directory: Path, source: str) -> str:
+    """Build `source` (host code only, evt's and CUTLASS's include folders) with nvcc in
+    `directory`, run it and return what it prints."""
+    (directory / "p.cu").write_text(source)
+    flags = [f for f in nvcc_flags() if f.startswith(("-I", "-std", "--expt"))]
+    subprocess.run([nvcc_path(), *flags, "-o", str(directory / "p"), str(directory / "p.cu")],
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    return subprocess.run([str(directory / "p")], check=True, capture_output=True, text=True).stdout
+
+
 @pytest.fixture(scope="module")
 def values(tmp_path_factory):
-    d = tmp_path_factory.mktemp("functors")
-    (d / "f.cu").write_text(PROGRAM)
-    flags = [f for f in nvcc_flags() if f.startswith(("-I", "-std", "--expt"))]
-    subprocess.run([nvcc_path(), *flags, "-o", str(d / "f"), str(d / "f.cu")], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
-    out = subprocess.run([str(d / "f")], check=True, capture_output=True, text=True).stdout
+    out = run_host_program(tmp_path_factory.mktemp("functors"), PROGRAM)
     return torch.tensor([[float(v) for v in line.split()] for line in out.splitlines()],
                         dtype=torch.float64)  # fmt: skip
 

@@ -5,11 +5,10 @@ past its ways the oldest entry goes; an entry never moves while it is kept."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from evt.codegen.nvcc import nvcc_flags, nvcc_path
+from evt.codegen.nvcc import nvcc_path
+from tests.test_functors_host import run_host_program
 
 pytestmark = [
     pytest.mark.nvcc,
@@ -45,12 +44,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def output(tmp_path_factory) -> list[str]:
-    d = tmp_path_factory.mktemp("memo")
-    (d / "m.cu").write_text(PROGRAM)
-    flags = [f for f in nvcc_flags() if f.startswith(("-I", "-std", "--expt"))]
-    subprocess.run([nvcc_path(), *flags, "-o", str(d / "m"), str(d / "m.cu")], check=True,
-                   capture_output=True, timeout=600)  # fmt: skip
-    return subprocess.run([str(d / "m")], check=True, capture_output=True, text=True).stdout.splitlines()
+    return run_host_program(tmp_path_factory.mktemp("memo"), PROGRAM).splitlines()
 
 
 def test_a_key_finds_its_own_parameters_and_no_other(output):

@@ -67,7 +67,7 @@ def evt_runtime(notes: dict) -> Iterator[None]:
     try:
         yield
     finally:
-        notes["host_us_per_region_call"] = host_us_per_call(host, fast.host_times())
+        notes["host_us_per_region_call"] = host_us_per_call(fast.host_times_since(host).values())
         after = collections.Counter(dispatch.launches()) - launches
         notes["kernels"] = sorted(v for k, v in dispatch.planned().items() if k not in planned)
         reasons = getattr(dispatch, "FALLBACKS", {})
@@ -77,9 +77,8 @@ def evt_runtime(notes: dict) -> Iterator[None]:
         notes["fallbacks"] = {n: reasons[n] for n in names if n in reasons and not after[n]}
 
 
-def host_us_per_call(before: dict, after: dict) -> float | None:
-    """Mean host us of the C++ launch path's calls between two `fast.host_times()` readings
-    (None: no call took it)."""
-    spent = [t - before[name] if name in before else t for name, t in after.items()]
+def host_us_per_call(spent) -> float | None:
+    """Mean host us per call of the C++ launch path over regions' `fast.HostTime`s (None: no
+    call took it)."""
     calls = sum(t.launches for t in spent)
     return round(sum(t.call_ns for t in spent) / calls / 1e3, 1) if calls else None

@@ -170,6 +170,13 @@ def host_times() -> dict[str, HostTime]:
     return {name: HostTime(*acc) for name, acc in sums.items() if acc[0]}
 
 
+def host_times_since(before: dict[str, HostTime]) -> dict[str, HostTime]:
+    """Region name -> its C++ launches and their host time since `before` (a `host_times()`
+    reading), for the regions that launched in between."""
+    spent = {name: t - before[name] if name in before else t for name, t in host_times().items()}
+    return {name: t for name, t in spent.items() if t.launches}
+
+
 def forget_all() -> None:
     if _loaded is not None:
         torch.ops.evt_fast.forget_all()

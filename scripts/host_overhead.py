@@ -12,6 +12,7 @@ import copy
 import cProfile
 import pstats
 import time
+from pathlib import Path
 
 import torch
 
@@ -30,6 +31,21 @@ def per_call_us(fn, n=2000) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / n * 1e6
+
+
+def cold_us(fn, n=200) -> float:
+    """Median host us of one call after 64 MB of host memory is written (the CPU caches hold
+    none of the call's code or data, as between launches inside a training step)."""
+    thrash = torch.empty(64 << 20, dtype=torch.uint8)
+    times = []
+    for i in range(n):
+        torch.cuda.synchronize()
+        thrash.fill_(i % 251)
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return sorted(times)[n // 2]
 
 
 def main() -> None:
@@ -68,15 +84,25 @@ def main() -> None:
     print(f"_empty_strided (1 output) {per_call_us(lambda: empty(shape, strides, dtype)):7.1f} us")
     print(f"current_stream().cuda_stream {per_call_us(lambda: torch.cuda.current_stream().cuda_stream):7.1f} us")
     print(f"raw stream                {per_call_us(lambda: launch.stream_handle(x.device)):7.1f} us")
+    source = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    print(f"time.monotonic_ns()       {per_call_us(time.monotonic_ns):7.2f} us "
+          f"(clock source: {source.read_text().strip() if source.exists() else '?'})")
     noop = torch.library.Library("evt_probe", "DEF")
     noop.define("noop(str spec, Tensor[] inputs) -> Tensor[]")
     noop.impl("noop", lambda spec, inputs: inputs[:1], "CompositeExplicitAutograd")
     print(f"no-op torch.library op    {per_call_us(lambda: torch.ops.evt_probe.noop(text, [x, w, b])):7.1f} us")
     print(f"torch.addmm (reference)   {per_call_us(lambda: torch.addmm(b, x, w.t())):7.1f} us")
+    print(f"cold caches: C++ launcher {cold_us(lambda: kernel.library.run(*args)):7.1f} us, "
+          f"torch.addmm {cold_us(lambda: torch.addmm(b, x, w.t())):7.1f} us, torch.empty "
+          f"{cold_us(lambda: torch.empty(shape, dtype=dtype, device='cuda')):7.1f} us")  # fmt: skip
     if fast.ensure():
         op = torch.ops.evt.fused_gemm.default
         print(f"op, C++ launch path       {per_call_us(lambda: op(text, [x, w, b])):7.1f} us "
               f"(C++ launches: {sum(fast.launches().values())})")  # fmt: skip
+        print(f"cold caches: op, C++ launch path {cold_us(lambda: op(text, [x, w, b])):7.1f} us")
+        with fast.timed():
+            print(f"op, C++ path timing it    {per_call_us(lambda: op(text, [x, w, b])):7.1f} us "
+                  "(fast.timed(): four clock reads per call)")  # fmt: skip
         fast.set_enabled(False)
         print(f"op, C++ path switched off {per_call_us(lambda: op(text, [x, w, b])):7.1f} us")
         fast.set_enabled(True)

@@ -4,7 +4,8 @@ steps per baseline, summarised as
     that grows with n means the host blocks on a full launch queue, i.e. the GPU sets the pace;
   - the CPU side of each launch API (cudaLaunchKernel, cuLaunchKernelEx, ...): calls per step and
     mean time per call (a launch that takes far longer than ~5 us stalls the step);
-  - GPU time per step: the sum of kernel times and the idle gaps between kernels on the stream.
+  - GPU time per step: the sum of kernel times and the idle gaps between kernels on the stream;
+  - the host ops by self CPU time per step (where the host time goes beyond the launches).
 
     python scripts/step_trace.py [--steps step/mlp] [--baselines evt,compile] [--trace DIR]
 """
@@ -62,6 +63,17 @@ def summarise(trace: dict, n: int) -> str:
     return "\n".join(lines)
 
 
+def cpu_ops(prof, n: int) -> str:
+    """The host side op by op: calls per step and self CPU time per step (us), the ops that
+    take the most first: where a step's host time goes beyond the launches."""
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in rows) / n
+    lines = [f"  host ops (self CPU time; all ops {total:.0f} us/step)      calls/step  self us/step"]
+    for e in rows[:25]:
+        lines.append(f"  {e.key[:52]:52s} {e.count / n:10.1f} {e.self_cpu_time_total / n:12.1f}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", default="step/mlp")
@@ -82,6 +94,7 @@ def main() -> None:
         path = folder / f"{name.replace('/', '_')}-{b}.json"
         prof.export_chrome_trace(str(path))
         print(summarise(json.loads(path.read_text()), STEPS_TRACED))
+        print(cpu_ops(prof, STEPS_TRACED))
 
 
 if __name__ == "__main__":

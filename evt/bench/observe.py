@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 MAX_WARNINGS = 8
@@ -54,20 +54,16 @@ def evt_regions(notes: dict) -> Iterator[None]:
 @contextlib.contextmanager
 def evt_runtime(notes: dict) -> Iterator[None]:
     """Record kernels built into evt's cache, kernel launches, the tile config and tile order
-    of each kernel at each new problem it planned a launch for, the host time per region call
-    the C++ launch path measured (its own part: outputs, workspace, the kernel's launcher; the
-    op's dispatch from Python comes on top), and, for the regions (named by `evt_regions`
-    inside) that never launched a kernel, why they fell back."""
-    from evt.runtime import cache, dispatch, fast
+    of each kernel at each new problem it planned a launch for, and, for the regions (named by
+    `evt_regions` inside) that never launched a kernel, why they fell back."""
+    from evt.runtime import cache, dispatch
 
     launches = collections.Counter(dispatch.launches())
     built = _cache_entries(cache.root())
     planned = set(dispatch.planned())
-    host = fast.host_times()
     try:
         yield
     finally:
-        notes["host_us_per_region_call"] = host_us_per_call(fast.host_times_since(host).values())
         after = collections.Counter(dispatch.launches()) - launches
         notes["kernels"] = sorted(v for k, v in dispatch.planned().items() if k not in planned)
         reasons = getattr(dispatch, "FALLBACKS", {})
@@ -75,6 +71,18 @@ def evt_runtime(notes: dict) -> Iterator[None]:
         notes["kernel_launches"] = sum(after.values())
         names = notes.get("region_names", [])
         notes["fallbacks"] = {n: reasons[n] for n in names if n in reasons and not after[n]}
+
+
+def region_host_us(run: Callable[[], object]) -> float | None:
+    """The C++ launch path's host time per region call over `run()`, timed (`fast.timed`): its
+    own part (outputs, workspace, the kernel's launcher; the op's dispatch from Python comes on
+    top). A pass of its own: the clock reads cost host time the timed passes must not carry."""
+    from evt.runtime import fast
+
+    with fast.timed():
+        before = fast.host_times()
+        run()
+        return host_us_per_call(fast.host_times_since(before).values())
 
 
 def host_us_per_call(spent) -> float | None:

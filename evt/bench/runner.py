@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from evt.bench import check, clocks, measure, ops, steps
+from evt.bench import check, clocks, measure, observe, ops, steps
 from evt.bench.baselines import BASELINES, Baseline
 from evt.bench.env import now
 from evt.bench.plan import Item, Plan, pending
@@ -100,6 +100,10 @@ def measure_item(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict)
     rec["gbps"] = s.bytes / (ms * 1e6) if s.bytes else None
     if device.startswith("cuda"):
         rec["host_ms"] = measure.host_ms(measure.rotating(impl, s.input_sets), device)
+        if b.is_evt:
+            notes["host_us_per_region_call"] = observe.region_host_us(
+                lambda: measure.host_ms(measure.rotating(impl, s.input_sets), device)
+            )
         graph_item(impl, s, device, rec)
     if s.case.kind == "step":
         s.workload.release()  # the peak is above parameters and inputs, without old gradients

@@ -70,15 +70,19 @@ struct Entry {
   bool nested = false;
   std::vector<Plan> plans;
   std::atomic<int64_t> launches{0};
-  // host time of those launches (ns): the whole C++ call (outputs, workspace, pads, launcher)
-  // and the kernel's launcher alone (evt_<name>_run: its parameters, the CUDA launch)
-  std::atomic<int64_t> host_ns{0}, launcher_ns{0};
+  // the launches made while `timing` was on, and their host time (ns): the whole C++ call
+  // (outputs, workspace, pads, launcher) and the kernel's launcher alone (evt_<name>_run: its
+  // parameters, the CUDA launch)
+  std::atomic<int64_t> timed_launches{0}, host_ns{0}, launcher_ns{0};
 };
 
 std::shared_mutex mutex;
 std::unordered_map<std::string, std::unique_ptr<Entry>> registry;
 std::vector<Entry*> by_id;
 std::atomic<bool> enabled{true};
+// Time each call (Entry::host_ns, launcher_ns)? Off unless asked (`fast.timed()`): the four clock
+// reads cost 0.7-1.5 us of a 15-20 us call (H100 hosts, session 28, scripts/host_overhead.py).
+std::atomic<bool> timing{false};
 
 // Everything the Python guards read about the inputs (evt.runtime.launch.fingerprint).
 void layout_of(at::TensorList inputs, std::vector<int64_t>& out) {
@@ -116,7 +120,8 @@ int64_t ns_since(Clock::time_point t0) {
 }
 
 // Launch `plan`'s kernel on `inputs`; false (nothing enqueued) when its launcher refuses.
-bool launch(Entry& e, Plan const& plan, at::TensorList inputs, std::vector<at::Tensor>& outs) {
+bool launch(Entry& e, Plan const& plan, at::TensorList inputs, std::vector<at::Tensor>& outs,
+            bool timed) {
   c10::Device const device = inputs[0].device();
   c10::DeviceGuard guard(device);
   auto const options = at::TensorOptions().device(device);
@@ -154,7 +159,7 @@ bool launch(Entry& e, Plan const& plan, at::TensorList inputs, std::vector<at::T
   void* ws = workspace.defined() ? workspace.data_ptr() : nullptr;
   auto const ws_bytes = static_cast<size_t>(plan.workspace_bytes);
   auto const& a = plan.abi;
-  auto const t0 = Clock::now();
+  auto const t0 = timed ? Clock::now() : Clock::time_point{};
   int rc;
   if (e.nested) {
     rc = reinterpret_cast<RunNested>(e.run)(in, plan.input_strides.data(), out,
@@ -166,7 +171,7 @@ bool launch(Entry& e, Plan const& plan, at::TensorList inputs, std::vector<at::T
                                           plan.output_strides.data(), a[0], a[1], a[2], a[3],
                                           plan.tile_order, ws, ws_bytes, current_stream(device));
   }
-  e.launcher_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
+  if (timed) e.launcher_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
   return rc == 0;
 }
 
@@ -180,7 +185,8 @@ std::vector<at::Tensor> slow_path(c10::string_view spec, at::TensorList inputs) 
 std::vector<at::Tensor> fused_gemm(c10::string_view spec, at::TensorList inputs) {
   if (enabled.load(std::memory_order_relaxed) && !inputs.empty() &&
       !env_set("EVT_VERIFY", true) && !env_set("EVT_INJECT", false)) {
-    auto const t0 = Clock::now();
+    bool const timed = timing.load(std::memory_order_relaxed);
+    auto const t0 = timed ? Clock::now() : Clock::time_point{};
     thread_local std::string key;
     thread_local std::vector<int64_t> layout;
     key.assign(spec.data(), spec.size());
@@ -192,9 +198,12 @@ std::vector<at::Tensor> fused_gemm(c10::string_view spec, at::TensorList inputs)
       for (Plan const& plan : e.plans) {
         if (plan.layout != layout) continue;
         std::vector<at::Tensor> outs;
-        if (launch(e, plan, inputs, outs)) {
+        if (launch(e, plan, inputs, outs, timed)) {
           e.launches.fetch_add(1, std::memory_order_relaxed);
-          e.host_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
+          if (timed) {
+            e.timed_launches.fetch_add(1, std::memory_order_relaxed);
+            e.host_ns.fetch_add(ns_since(t0), std::memory_order_relaxed);
+          }
           return outs;
         }
         break;  // the Python path launches again, and warns and falls back if it must
@@ -261,12 +270,13 @@ std::vector<int64_t> launch_counts() {
   return out;
 }
 
-// Per registration id: launches, host ns of the C++ calls, host ns in the kernels' launchers.
+// Per registration id: launches timed (`set_timing`), host ns of those C++ calls, host ns of
+// them in the kernels' launchers.
 std::vector<int64_t> launch_times() {
   std::shared_lock lock(mutex);
   std::vector<int64_t> out;
   for (Entry const* e : by_id) {
-    out.push_back(e->launches.load(std::memory_order_relaxed));
+    out.push_back(e->timed_launches.load(std::memory_order_relaxed));
     out.push_back(e->host_ns.load(std::memory_order_relaxed));
     out.push_back(e->launcher_ns.load(std::memory_order_relaxed));
   }
@@ -281,6 +291,8 @@ void forget_all() {
 
 void set_enabled(bool on) { enabled.store(on, std::memory_order_relaxed); }
 
+bool set_timing(bool on) { return timing.exchange(on, std::memory_order_relaxed); }
+
 }  // namespace
 
 TORCH_LIBRARY(evt_fast, m) {
@@ -292,6 +304,7 @@ TORCH_LIBRARY(evt_fast, m) {
   m.def("launch_times() -> int[]", &launch_times);
   m.def("forget_all() -> ()", &forget_all);
   m.def("set_enabled(bool on) -> ()", &set_enabled);
+  m.def("set_timing(bool on) -> bool", &set_timing);
 }
 
 #ifdef EVT_FAST_CUDA

@@ -3,8 +3,8 @@
 # folder (benchmarks/README.md, "The full run on the device machine"; parts: evt.bench.plan.PARTS).
 #
 #   device, call N:  EVT_BENCH_GIT_COMMIT=<sha> bash scripts/bench_full.sh PART
-#                    PART 1 (eager, cuBLAS, cuBLASLt, SDPA, evt, torch.compile, then max-autotune
-#                    with the time left), 2 (Inductor's CUTLASS backend, its subset), 3 (the rest of
+#                    PART 1 (eager, cuBLAS, cuBLASLt, SDPA, evt, torch.compile, evt and
+#                    torch.compile in turn on the steps, then max-autotune with the time left), 2 (Inductor's CUTLASS backend, its subset), 3 (the rest of
 #                    max-autotune; repeat while the report shows it not measured). Carry .whl, and
 #                    out/bench-full from the second call on: the results so far, continued here.
 #                    Results, report, charts and the log come back in $OUT/bench.

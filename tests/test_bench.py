@@ -696,3 +696,48 @@ def test_prebuild_picks_each_cases_tile_config_at_its_real_shape(monkeypatch):
         assert job.config == heuristic(job.spec, *shape)[0], (job.config, shape)
     tiny = plan.all_cases(small=True)[[c.name for c in plan.all_cases()].index("bias_relu/gpt2")]
     assert jobs[0].config != heuristic(jobs[0].spec, *tiny.dims, 1)[0]  # what the old capture chose
+
+
+def test_in_turn_is_planned_for_steps_and_measures_both_in_one_process(monkeypatch):
+    """The in-turn stage: planned for the training steps only (part 1, after torch.compile);
+    it builds both baselines of its pair, checks them, and times them round after round into
+    one record with no time of its own (no column in the per-baseline tables)."""
+    from evt.bench import in_turn
+
+    full = plan.make_plan(device="cuda")
+    assert {i.case.name for i in full.items if i.baseline == "in-turn"} == {
+        c.name for c in full.cases if c.kind == "step"
+    }
+    assert full.stages().index("in-turn") == full.stages().index("compile") + 1
+    assert "in-turn" in plan.PARTS["1"].baselines
+    # on the CPU torch.compile's C++ build is slow: the pair is eager and evt (reference path)
+    monkeypatch.setattr(in_turn, "PAIR", ("eager", "evt"))
+    monkeypatch.setattr(in_turn, "ROUNDS", 2)
+    p = small_plan("step/mlp", "in-turn")
+    store = Store(Path("unused.json"), {"results": []})
+    monkeypatch.setattr(Store, "save", lambda self: None)
+    runner.run_stage(p, "in-turn", store, "cpu", torch.bfloat16, log=lambda s: None)
+    (rec,) = store.results
+    assert rec["status"] == "ok", rec["error"]
+    assert set(rec["in_turn"]) == {"eager", "evt"}
+    assert all(len(v) == 2 and min(v) > 0 for f in rec["in_turn"].values() for v in f.values())
+    medians = {n: sum(f["time_ms"]) / 2 for n, f in rec["in_turn"].items()}  # of 2 rounds
+    assert in_turn.ratio(rec, "time_ms") == pytest.approx(medians["eager"] / medians["evt"])
+    assert report.baselines_in(store.results) == []  # not a timed baseline
+
+
+def test_in_turn_table_gives_medians_spread_and_ratios():
+    r = _rec("step/mlp", "in-turn", kind="step")
+    r["in_turn"] = {"evt": {"time_ms": [1.0, 0.9, 1.2], "host_ms": [0.8, 0.7, 0.9]},
+                    "compile": {"time_ms": [1.2, 1.1, 1.3], "host_ms": [1.0, 0.9, 1.1]}}  # fmt: skip
+    bad = _rec("step/gpt2", "in-turn", "wrong", kind="step", error="compile: mismatch")
+    evt = _rec("step/mlp", "evt", ms=1.0, kind="step")
+    md = markdown.in_turn_table([r, bad, evt])
+    assert "## Training steps: evt and torch.compile measured in turn" in md
+    assert "| step/mlp | s | 3 | 1.00 [0.90 .. 1.20] | 1.20 [1.10 .. 1.30] | 0.83 |" in md
+    assert "| 0.80 [0.70 .. 0.90] | 1.00 [0.90 .. 1.10] | 0.80 |" in md
+    assert "| step/gpt2 | s | wrong |" in md and "Geomean evt speedup as run: 1.20× (1 steps)" in md
+    rows = dict(report.summary([r, evt]))
+    assert set(rows) == {"evt"}  # in-turn has no row in the summary, nor a column anywhere
+    full = markdown.render({"config": CONFIG, "env": {}, "results": [r, evt]})
+    assert "measured in turn" in full and "| in-turn |" not in full.split("## Coverage")[0]

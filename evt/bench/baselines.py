@@ -15,10 +15,18 @@ from dataclasses import dataclass
 
 import torch
 
-from evt.bench import inductor_cutlass, observe
+from evt.bench import in_turn, inductor_cutlass, observe
 from evt.bench.workload import Case, Workload
 
-STAGES = ("eager", "evt", "compile", "max-autotune", "inductor-cutlass", "evt-max-autotune")
+STAGES = (
+    "eager",
+    "evt",
+    "compile",
+    "in-turn",
+    "max-autotune",
+    "inductor-cutlass",
+    "evt-max-autotune",
+)
 
 
 def _cuda(device: str) -> bool:
@@ -30,10 +38,14 @@ class Baseline:
     name: str
     stage: str
     doc: str
-    build: Callable[[Workload, str], Callable]  # (workload, device) -> callable(*inputs)
+    # (workload, device) -> callable(*inputs); None: the baseline builds others (in-turn)
+    build: Callable[[Workload, str], Callable] | None
     applies: Callable[[Case, str], bool] = lambda case, device: True
     compiled: bool = False  # compile time is measured (cold and warm)
     gemm_only: bool = False  # computes the bare GEMM, checked against the GEMM's reference
+    # its records hold a time of its own (False: in-turn, whose record compares two others and
+    # has no column in the per-baseline tables)
+    timed: bool = True
 
     @property
     def is_evt(self) -> bool:
@@ -117,6 +129,17 @@ BASELINES: dict[str, Baseline] = {
         ),
         Baseline("evt", "evt", 'torch.compile(backend="evt")', _evt, compiled=True),
         Baseline("compile", "compile", "torch.compile, default mode", compiled(), compiled=True),
+        Baseline(
+            "in-turn",
+            "in-turn",
+            "evt and torch.compile on a training step, built in one process and timed in turn "
+            f"({in_turn.ROUNDS} rounds: as run and the host's time per step), so that a step the "
+            "host paces compares the compilers, not two processes' hosts",
+            None,
+            lambda case, device: case.kind == "step",
+            compiled=True,
+            timed=False,
+        ),
         Baseline(
             "max-autotune",
             "max-autotune",

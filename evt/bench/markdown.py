@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from evt.bench import coverage, provenance
+from evt.bench import coverage, in_turn, provenance
 from evt.bench import report as R
 
 MIB = 1 / 2**20
@@ -197,6 +197,48 @@ def problem_list(results: list[dict]) -> str:
     return ("## Not timed (full text in results.json)\n\n" + "\n".join(items)) if items else ""
 
 
+def in_turn_table(results: list[dict]) -> str:
+    """The "in-turn" records: evt and torch.compile per step, built in one process and timed
+    in turn, medians [min .. max] over the rounds and the ratio of medians."""
+    recs = [r for r in results if r["baseline"] == "in-turn"]
+    if not recs:
+        return ""
+    first, second = in_turn.PAIR
+    head = ["case", "size", "rounds", f"{first} as run", f"{second} as run", f"{first} / {second}",
+            f"{first} host", f"{second} host", f"{first} / {second} host"]  # fmt: skip
+
+    def spread(stats: dict, name: str, field: str) -> str:
+        if field not in stats.get(name, {}):
+            return "—"
+        mid, lo, hi = stats[name][field]
+        return f"{R.fmt(mid, 2)} [{R.fmt(lo, 2)} .. {R.fmt(hi, 2)}]"
+
+    rows, speedups = [], []
+    for r in sorted(recs, key=lambda r: R.SUITE_ORDER.get(r["case"], len(R.SUITE_ORDER))):
+        if r["status"] != "ok":
+            rows.append([r["case"], R.dims(r), R.not_timed(r)] + ["—"] * 6)
+            continue
+        stats = in_turn.summarize(r)
+        rounds = len(next(iter(r["in_turn"].values()))["time_ms"])
+        ratios = [in_turn.ratio(r, f) for f in ("time_ms", "host_ms")]
+        if ratios[0]:
+            speedups.append(1 / ratios[0])
+        rows.append([r["case"], R.dims(r), str(rounds),
+                     spread(stats, first, "time_ms"), spread(stats, second, "time_ms"),
+                     R.fmt(ratios[0], 2), spread(stats, first, "host_ms"),
+                     spread(stats, second, "host_ms"), R.fmt(ratios[1], 2)])  # fmt: skip
+    mean = R.geomean(speedups)
+    text = (
+        f"{first} and {second} built in one process and timed in turn, round after round (the "
+        "tables above time each baseline in its own process, at another moment: where the host "
+        "paces a step, those compare two processes' hosts as much as two compilers). Medians "
+        f"[min .. max] over the rounds, ms per step; a ratio below 1: {first} is faster."
+        + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} steps)." if mean else "")
+    )
+    return ("## Training steps: evt and torch.compile measured in turn (ms)\n\n" + text
+            + "\n\n" + table(head, rows))  # fmt: skip
+
+
 def render(data: dict) -> str:
     res = data["results"]
     wanted = frozenset(R.planned(data["config"]))
@@ -226,6 +268,7 @@ def render(data: dict) -> str:
         ),
         per_case(res, "step", "host_ms", "Training steps: host time per step (ms)", 2,
                  wanted=wanted),
+        in_turn_table(res),
         per_case(res, "step", "graph_sm_mhz",
                  "Training steps under CUDA graphs: median SM clock while timed (MHz)", 0,
                  wanted=wanted),

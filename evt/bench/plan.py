@@ -46,8 +46,9 @@ PART_TIME_BUDGET_S = 480.0  # of a 600 s call: ~40 s to install wheels, ~15 s to
 PART_ITEM_TIMEOUT_S = 240.0
 PARTS = {
     "1": Part(
-        ("eager", "mm", "cublaslt", "sdpa", "evt", "compile", "max-autotune"),
-        "eager, cuBLAS, cuBLASLt, SDPA, evt, torch.compile; max-autotune with the time left",
+        ("eager", "mm", "cublaslt", "sdpa", "evt", "compile", "in-turn", "max-autotune"),
+        "eager, cuBLAS, cuBLASLt, SDPA, evt, torch.compile, evt and torch.compile in turn on the "
+        "steps; max-autotune with the time left",
     ),
     "2": Part(("inductor-cutlass",), "Inductor's CUTLASS backend on its subset of cases"),
     "3": Part(("max-autotune",), "the rest of max-autotune (repeat while items are left)"),

@@ -43,9 +43,11 @@ def geomean(values) -> float | None:
 
 
 def baselines_in(results: list[dict], kind: str | None = None) -> list[str]:
-    """Baselines that have records (of `kind`), in the registry's order."""
+    """Baselines with timed records (of `kind`), in the registry's order (not in-turn's
+    comparisons: `in_turn.table`)."""
     seen = {r["baseline"] for r in results if kind in (None, r["kind"])}
-    return [b for b in BASELINES if b in seen] + sorted(seen - set(BASELINES))
+    timed = [b for b in BASELINES if b in seen and BASELINES[b].timed]
+    return timed + sorted(seen - set(BASELINES))
 
 
 def cases_in(results: list[dict], kind: str) -> list[dict]:

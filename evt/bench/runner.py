@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from evt.bench import check, clocks, measure, observe, ops, steps
+from evt.bench import check, clocks, in_turn, measure, observe, ops, steps
 from evt.bench.baselines import BASELINES, Baseline
 from evt.bench.env import now
 from evt.bench.plan import Item, Plan, pending
@@ -86,6 +86,9 @@ def build_impl(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict) -
 
 
 def measure_item(b: Baseline, s: CaseState, device: str, rec: dict, notes: dict) -> None:
+    if not b.timed:
+        in_turn.measure_pair(s, device, rec)
+        return
     impl = build_impl(b, s, device, rec, notes)
     verdict = check.compare(impl(*s.input_sets[0]), *s.expected(b))
     rec.update(rel_err=verdict.errors, tolerance=verdict.tolerance)
@@ -151,6 +154,11 @@ def summary(rec: dict) -> str:
     head = f"[{rec['stage']}] {rec['case']:28} {rec['baseline']:16} {rec['status']:6}"
     if rec["status"] != "ok":
         return f"{head} {(rec['error'] or '').splitlines()[0][:160]}"
+    if rec.get("in_turn") is not None:
+        first, second = list(rec["in_turn"])
+        ratios = [in_turn.ratio(rec, f) for f in ("time_ms", "host_ms")]
+        as_run, host = (f"{r:.3f}" if r else "—" for r in ratios)
+        return f"{head} {first} / {second}: as run {as_run}, host {host} (medians, in turn)"
     rate = f" {rec['tflops']:7.1f} TFLOP/s" if rec.get("tflops") else ""
     comp = rec.get("compile_cold_s")
     comp = f"  compile {comp:.1f} s cold, {rec['compile_warm_s']:.1f} s warm" if comp else ""
@@ -171,9 +179,9 @@ def run_stage(
     (the parent process watches it); past `deadline` (time.monotonic()) nothing new starts and
     the rest is recorded "skipped" (stage time limit)."""
     todo = pending(plan, store.results, stage)
-    if stage == "evt" and device.startswith("cuda"):
+    if stage in ("evt", "in-turn") and device.startswith("cuda"):
         beat("prebuild")
-        prebuild_all(todo, store, dtype, log, device)
+        prebuild_all(todo, store, dtype, log, device, stage)
     for case in dict.fromkeys(i.case for i in todo):
         items = [i for i in todo if i.case == case]
         if out_of_time(deadline, pending(plan, store.results, stage), store, log):
@@ -208,11 +216,13 @@ def out_of_time(deadline: float | None, left: list[Item], store: Store, log) -> 
     return True
 
 
-def prebuild_all(todo: list[Item], store: Store, dtype: torch.dtype, log, device: str) -> None:
+def prebuild_all(
+    todo: list[Item], store: Store, dtype: torch.dtype, log, device: str, stage: str = "evt"
+) -> None:
     """evt's kernels for every pending case, built in parallel before anything is timed; the
     time is the stage's (kept apart from each case's compile time)."""
     from evt.bench.prebuild import prebuild
 
     t0 = time.monotonic()
     n = prebuild(dict.fromkeys(i.case for i in todo), dtype, log, device)
-    store.stage_run("evt", prebuild_s=round(time.monotonic() - t0, 1), prebuild_kernels=n)
+    store.stage_run(stage, prebuild_s=round(time.monotonic() - t0, 1), prebuild_kernels=n)

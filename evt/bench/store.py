@@ -58,6 +58,7 @@ RECORD_FIELDS = (
     "compile_cold_s",
     "compile_warm_s",
     "peak_mem_bytes",
+    "in_turn",  # the "in-turn" baseline: {baseline: {time_ms: [per round], host_ms: [...]}}
     "notes",
     "finished",
     "session",  # index into the file's sessions: who measured it

@@ -1,0 +1,79 @@
+"""evt and torch.compile on a training step, measured in turn in one process.
+
+The bench times each baseline in its own stage, so in its own process at another moment. Where
+a step is paced by the host (host time per step above its CUDA-graph time), that compares the
+two processes' hosts as much as the two compilers: in session 28 two runs of the same code gave
+the MLP step 0.69x and 0.98x torch.compile as run. This stage builds both in one process, checks
+both, then measures them in turn for `ROUNDS` rounds (evt, compile, evt, ...): per round, the
+as-run time of a step (`measure.time_ms`) and the host's time per step (`measure.host_ms`).
+The record keeps every round's numbers (`in_turn`); the report gives medians, spread and the
+ratio of medians (`summarize`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+import torch
+
+from evt.bench import check, measure
+
+if TYPE_CHECKING:
+    from evt.bench.runner import CaseState
+
+ROUNDS = 7
+PAIR = ("evt", "compile")  # the first is compared against the second
+FIELDS = ("time_ms", "host_ms")
+HOST_STEPS = 20  # steps enqueued per host-time reading
+
+
+def measure_pair(s: CaseState, device: str, rec: dict) -> None:
+    """Fill `rec` (the "in-turn" baseline's record of a step case) with both baselines' as-run
+    and host times per round; "wrong" (nothing timed) if either gives a wrong result."""
+    from evt.bench.baselines import BASELINES
+    from evt.bench.runner import error_text
+
+    pair, rounds = PAIR, ROUNDS
+    impls = {}
+    for name in pair:
+        b = BASELINES[name]
+        if b.is_evt:
+            from evt.runtime import dispatch
+
+            dispatch.reset()
+        impl = measure.rotating(b.build(s.workload, device), s.input_sets)
+        try:
+            verdict = check.compare(impl(), *s.expected(b))
+        except Exception as e:  # noqa: BLE001 - which of the two failed is the record's error
+            rec.update(status="n/a", error=f"{name}: {error_text(e)}")
+            return
+        if not verdict.ok:
+            rec.update(status="wrong", error=f"{name}: {verdict.why}")
+            return
+        impls[name] = impl
+    times: dict[str, dict[str, list[float]]] = {n: {f: [] for f in FIELDS} for n in pair}
+    for _ in range(rounds):
+        for name, impl in impls.items():
+            times[name]["time_ms"].append(measure.time_ms(impl, device))
+            times[name]["host_ms"].append(measure.host_ms(impl, device, HOST_STEPS))
+    rec.update(status="ok", in_turn=times)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def summarize(rec: dict) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """baseline -> field -> (median, min, max) over the record's rounds."""
+    return {
+        name: {f: (statistics.median(v), min(v), max(v)) for f, v in fields.items() if v}
+        for name, fields in rec.get("in_turn", {}).items()
+    }
+
+
+def ratio(rec: dict, field: str) -> float | None:
+    """The first baseline's median over the second's (below 1: the first is faster)."""
+    medians = {n: f[field][0] for n, f in summarize(rec).items() if field in f}
+    names = list(rec.get("in_turn", {}))
+    if len(names) != 2 or any(n not in medians for n in names) or not medians[names[1]]:
+        return None
+    return medians[names[0]] / medians[names[1]]

@@ -44,7 +44,7 @@ def geomean(values) -> float | None:
 
 def baselines_in(results: list[dict], kind: str | None = None) -> list[str]:
     """Baselines with timed records (of `kind`), in the registry's order (not in-turn's
-    comparisons: `in_turn.table`)."""
+    comparisons: `markdown.in_turn_table`)."""
     seen = {r["baseline"] for r in results if kind in (None, r["kind"])}
     timed = [b for b in BASELINES if b in seen and BASELINES[b].timed]
     return timed + sorted(seen - set(BASELINES))

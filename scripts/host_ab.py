@@ -3,9 +3,9 @@
 One host-time reading per baseline (`measure.host_ms`: steps enqueued back to back) swings by
 tens of percent between readings and between hosts (session 28: the MLP step's evt reading went
 from 1878 to 761 us in two passes a second apart), so a single pair says little. This warms every
-baseline of a step, then measures them in turn for R rounds (A B A B ...), and prints per baseline
-the median, min and max over the rounds and each baseline's median against the last one's; the
-same for the step's as-run time (`measure.time_ms`: the GPU-side time of one step, paced by
+baseline of a step, then measures them in turn for R rounds (A B A B ..., `in_turn.alternate`,
+as the bench's in-turn stage does), and prints per baseline the median, min and max over the
+rounds and each baseline's median against the last one's; the same for the step's as-run time (`measure.time_ms`: the GPU-side time of one step, paced by
 whichever of host and GPU is slower).
 
     python scripts/host_ab.py [--steps step/mlp,step/gpt2] [--baselines evt,compile] [--rounds 9]
@@ -14,15 +14,16 @@ whichever of host and GPU is slower).
 from __future__ import annotations
 
 import argparse
-import statistics
 
 from step_host import warmed_calls  # scripts/, beside this file
 
-from evt.bench import measure
+from evt.bench import in_turn
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):8.1f} [{min(values):7.1f} .. {max(values):7.1f}]"
+def spread(stats: tuple[float, float, float]) -> str:
+    """(median, min, max) in ms, as us."""
+    mid, lo, hi = (v * 1e3 for v in stats)
+    return f"{mid:8.1f} [{lo:7.1f} .. {hi:7.1f}]"
 
 
 def main() -> None:
@@ -37,20 +38,16 @@ def main() -> None:
     for step, b, call in warmed_calls(args.steps.split(","), names):
         calls.setdefault(step, {})[b] = call
     for step, by_baseline in calls.items():
-        host: dict[str, list[float]] = {b: [] for b in by_baseline}
-        run: dict[str, list[float]] = {b: [] for b in by_baseline}
-        for _ in range(args.rounds):
-            for b, call in by_baseline.items():
-                host[b].append(measure.host_ms(call, "cuda", args.n) * 1e3)
-                run[b].append(measure.time_ms(call, "cuda") * 1e3)
+        stats = in_turn.summarize({"in_turn": in_turn.alternate(by_baseline, "cuda", args.rounds,
+                                                                args.n)})  # fmt: skip
         last = names[-1]
         print(f"\n== {step}: us per step over {args.rounds} interleaved rounds, "
               f"median [min .. max]; ratio: median / {last}'s")  # fmt: skip
         print(f"{'baseline':<10} {'host':>27} {'ratio':>6}   {'as run':>27} {'ratio':>6}")
-        for b in by_baseline:
-            h = statistics.median(host[b]) / statistics.median(host[last])
-            r = statistics.median(run[b]) / statistics.median(run[last])
-            print(f"{b:<10} {spread(host[b]):>27} {h:6.2f}   {spread(run[b]):>27} {r:6.2f}")
+        for b, s in stats.items():
+            h = s["host_ms"][0] / stats[last]["host_ms"][0]
+            r = s["time_ms"][0] / stats[last]["time_ms"][0]
+            print(f"{b:<10} {spread(s['host_ms']):>27} {h:6.2f}   {spread(s['time_ms']):>27} {r:6.2f}")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,7 @@ def _other(counts: dict, keys: list[str]) -> str:
 
 def baselines_section(results: list[dict]) -> str:
     seen = {r["baseline"] for r in results}
-    names = R.baselines_in(results) + [b for b in BASELINES if b in seen and not BASELINES[b].timed]
-    lines = [f"- **{b}**: {BASELINES[b].doc}" for b in names if b in BASELINES]
+    lines = [f"- **{b}**: {BASELINES[b].doc}" for b in BASELINES if b in seen]
     return "## Baselines\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -52,14 +52,21 @@ def measure_pair(s: CaseState, device: str, rec: dict) -> None:
             rec.update(status="wrong", error=f"{name}: {verdict.why}")
             return
         impls[name] = impl
-    times: dict[str, dict[str, list[float]]] = {n: {f: [] for f in FIELDS} for n in pair}
+    rec.update(status="ok", in_turn=alternate(impls, device, rounds))
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def alternate(impls: dict, device: str, rounds: int, host_steps: int = HOST_STEPS) -> dict:
+    """name -> field -> one value per round: each round times every call of `impls` (no
+    arguments) in turn, as run (`measure.time_ms`) and the host's time per call
+    (`measure.host_ms` over `host_steps` calls enqueued back to back)."""
+    times: dict[str, dict[str, list[float]]] = {n: {f: [] for f in FIELDS} for n in impls}
     for _ in range(rounds):
         for name, impl in impls.items():
             times[name]["time_ms"].append(measure.time_ms(impl, device))
-            times[name]["host_ms"].append(measure.host_ms(impl, device, HOST_STEPS))
-    rec.update(status="ok", in_turn=times)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+            times[name]["host_ms"].append(measure.host_ms(impl, device, host_steps))
+    return times
 
 
 def summarize(rec: dict) -> dict[str, dict[str, tuple[float, float, float]]]:

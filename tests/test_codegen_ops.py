@@ -70,7 +70,8 @@ def test_row_reduction_is_the_root_of_a_chain():
     assert "using CustomEVT = evt_bias_grad;" in text
     assert ("{out_ptr<cutlass::bfloat16_t>(outputs, 1), ElementCompute(0), evt_bias_grad_stride, "
             "evt_bias_grad_partials}") in text  # its partials: a slice of the workspace
-    assert "evt_bias_grad_op::finish(launch->finishers.evt_bias_grad, M, N, L, stream)" in text
+    assert ("evt::finish_all(\n      stream,\n"
+            "      evt_bias_grad_op::finish_job(launch->finishers.evt_bias_grad, M, N, L));") in text
     assert "load_stride(strides_of(output_strides, 1), M, N, L, evt_bias_grad_stride)" in text
     assert "2 outputs (D first)" in text
 

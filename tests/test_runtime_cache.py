@@ -82,10 +82,35 @@ def test_key_covers_cutlass_and_our_headers(monkeypatch):
     from evt.codegen import nvcc
 
     base = build.plan(fc1_spec(), compile_fn=fake_compile).key
-    monkeypatch.setattr(nvcc, "headers_digest", lambda: "edited evt_functors.h")
+    monkeypatch.setattr(nvcc, "headers_digest", lambda source: "edited evt_functors.h")
     headers = build.plan(fc1_spec(), compile_fn=fake_compile).key
     monkeypatch.setattr(nvcc, "cutlass_version", lambda: "9.9.9")
     assert len({base, headers, build.plan(fc1_spec(), compile_fn=fake_compile).key}) == 3
+
+
+def test_key_hashes_only_the_headers_a_kernel_includes(monkeypatch, tmp_path):
+    """Editing evt_statistics.h re-keys the kernels with statistics, not the others; a header
+    one of ours includes counts as if the source included it."""
+    from evt.codegen import emit, nvcc
+    from tests import specs
+
+    monkeypatch.setattr(build, "EMITTER", emit)
+    plain, stats = specs.ALL["mlp_fc1_forward"](), specs.ALL["layer_norm_backward"]()
+    names = {s.name: [p.name for p in nvcc.included_headers(emit.render(s))] for s in (plain, stats)}
+    assert names == {plain.name: ["evt_functors.h", "evt_launch.h"],
+                     stats.name: ["evt_functors.h", "evt_launch.h", "evt_statistics.h"]}  # fmt: skip
+    assert [p.name for p in nvcc.included_headers('#include "evt_statistics.h"\n')] == [
+        "evt_functors.h", "evt_statistics.h"]  # fmt: skip
+    before = {s.name: build.plan(s, compile_fn=fake_compile).key for s in (plain, stats)}
+    real = nvcc._header_text
+
+    def edited(path):
+        return real(path) + ("\n// edited" if path.name == "evt_statistics.h" else "")
+
+    monkeypatch.setattr(nvcc, "_header_text", edited)
+    after = {s.name: build.plan(s, compile_fn=fake_compile).key for s in (plain, stats)}
+    assert after[plain.name] == before[plain.name]
+    assert after[stats.name] != before[stats.name]
 
 
 def test_key_names_include_folders_by_role_not_path(monkeypatch, tmp_path):

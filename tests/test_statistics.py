@@ -284,9 +284,15 @@ def test_generated_cpp_uses_stock_and_evt_nodes():
             "evt_softmax_partials}") in src  # fmt: skip
     assert ("{out_ptr<cutlass::bfloat16_t>(outputs, 6), nullptr, evt_row_max_stride, "
             "evt_row_max_partials}") in src  # fmt: skip
-    # per-row statistics finish after the GEMM, each from its slice of the workspace
+    # per-row statistics finish after the GEMM, each from its slice of the workspace, all in
+    # one launch (the jobs in the tree's order)
+    jobs = [f"evt_{name}_op::finish_job(launch->finishers.evt_{name}, M, N, L)"
+            for name in ("softmax", "norm", "row_sum", "row_max", "col_max")]
+    assert src.count("evt::finish_all(") == 1
+    call = src[src.index("evt::finish_all("):]
+    call = call[: call.index(");") + 2]
+    assert [call.index(job) for job in jobs] == sorted(call.index(job) for job in jobs), call
     for name in ("softmax", "norm", "row_sum", "row_max", "col_max"):
-        assert f"evt_{name}_op::finish(launch->finishers.evt_{name}, M, N, L, stream)" in src
         assert f"stats_bytes += evt_{name}_op::partials_bytes(M, N, L);" in src
     assert "evt_total_op" not in src  # the scalar statistic finishes in its last CTA
     lse = render(specs.batched_row_statistics())

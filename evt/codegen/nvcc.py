@@ -6,10 +6,11 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shlex
 import shutil
 import subprocess
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from evt import debug
@@ -72,16 +73,36 @@ def nvcc_version() -> str:
     return lines[-1].strip() if lines else out.strip()
 
 
-def local_headers() -> list[Path]:
-    """The headers of ours that every kernel includes: a build cache key must hash them too."""
-    return sorted(TEMPLATES.glob("*.h"))
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)
 
 
-@lru_cache(maxsize=1)
-def headers_digest() -> str:
+@cache
+def _header_text(path: Path) -> str:
+    return path.read_text()
+
+
+def included_headers(source: str) -> list[Path]:
+    """Our headers (evt/templates/*.h) that `source` includes, directly or through one another,
+    sorted: what a build cache key of `source` must hash besides the source itself. A kernel
+    without statistics does not include evt_statistics.h, so editing that header rebuilds only
+    the kernels with statistics or reductions over M."""
+    found: dict[str, Path] = {}
+    todo = _INCLUDE.findall(source)
+    while todo:
+        name = todo.pop()
+        path = TEMPLATES / name
+        if name in found or not path.is_file():
+            continue  # CUTLASS's and the toolkit's headers: in the key by their versions
+        found[name] = path
+        todo += _INCLUDE.findall(_header_text(path))
+    return sorted(found.values())
+
+
+def headers_digest(source: str) -> str:
+    """sha256 of the names and contents of `included_headers(source)`."""
     h = hashlib.sha256()
-    for f in local_headers():
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for f in included_headers(source):
+        h.update(f.name.encode() + b"\0" + _header_text(f).encode())
     return h.hexdigest()
 
 

@@ -63,12 +63,15 @@ def emitter() -> Any:
 
 def plan(spec: KernelSpec, config=None, compile_fn: CompileFn | None = None) -> Job:
     """Render `spec` and compute its cache key (no compiler runs)."""
+    from evt.codegen import nvcc
+
     toolchain = _toolchain(compile_fn)
     em = emitter()
     try:
         config = config or em.default_config(spec)
         probe = canonical(spec)  # node and kernel names derived from structure alone
-        key = cache_key(probe, config, em.render(probe, config), toolchain)
+        rendered = em.render(probe, config)
+        key = cache_key(probe, config, rendered, (*toolchain, nvcc.headers_digest(rendered)))
         named = canonical(spec, "k" + key[:16])
         source = em.render(named, config)
         signature = em.signature(named, config) if hasattr(em, "signature") else ""
@@ -162,7 +165,7 @@ def compile_with_nvcc(cu: Path, so: Path) -> subprocess.CompletedProcess:
 def _toolchain(compile_fn: CompileFn | None) -> tuple[str, ...]:
     from evt.codegen import nvcc
 
-    parts = (nvcc.cutlass_version(), nvcc.headers_digest())
+    parts = (nvcc.cutlass_version(),)  # our headers: by what each source includes (`plan`)
     if compile_fn not in (None, compile_with_nvcc):  # an injected compiler is its own toolchain
         return ("fn", f"{compile_fn.__module__}.{compile_fn.__qualname__}", *parts)  # type: ignore[union-attr]
     if nvcc.nvcc_path() is None:

@@ -3,7 +3,8 @@
 //
 // Each CTA reduces its tile into one partial per row (or one per tile), written to a workspace
 // slot of its own. Per-row statistics and reductions over M (CUTLASS's Sm90RowReduction writing
-// partials: Sm90RowReductionDeferred) are finished by a small kernel after the GEMM; the scalar
+// partials: Sm90RowReductionDeferred) are finished after the GEMM by one small kernel for all of
+// a region's (`finish_all`); the scalar
 // one by the last CTA (an atomic tile counter, as CUTLASS's Sm90ColReduction<...,
 // FinalReduction=true>). Either combines the partials in a fixed order and writes the outputs:
 // the result is the same on every run, whatever the CTA schedule.
@@ -38,7 +39,7 @@ namespace detail {
 
 // The flat batch index of a tile's batch coordinate: `l` itself, or for a nested batch
 // L = (L1, L2) the row-major l1 * L2 + l2, the order of the [L1 * L2, M] outputs and of the
-// finishing kernels' blockIdx.y.
+// finishing job's batches.
 template <class Coord, class Shape>
 CUTLASS_HOST_DEVICE int64_t flat_batch(Coord const& l, Shape const& L) {
   if constexpr (cute::is_tuple<Coord>::value) {
@@ -350,13 +351,38 @@ CUTLASS_DEVICE bool arrive_last(STensor&& smem_buffer, SyncFn const& sync_fn, in
   return last;
 }
 
+// Finishing blocks: kFinishRows x kFinishSplits threads (finish_rows).
+constexpr int kFinishRows = 32;
+constexpr int kFinishSplits = 8;
+
+// One finishing job: `valid` rows (per batch) of `tiles` partials each, partial t of row r at
+// partials[(l * tiles + t) * rows + r], finished into out_0/out_1[r + l * stride_l]. A
+// statistic over N has M's rows; a reduction over M has N's columns as its rows and its L x
+// M-tile partials as one batch. Built on the host by each deferred node's `finish_job`.
+template <class Stat_, class ElementOutput_>
+struct FinishJob {
+  using Stat = Stat_;
+  using ElementOutput = ElementOutput_;
+  typename Stat::Partial const* partials = nullptr;
+  int64_t rows = 0;  // the partials' stride between tiles (rows padded to whole tiles)
+  int tiles = 0;
+  int valid = 0;
+  int batches = 1;
+  ElementOutput* out_0 = nullptr;
+  ElementOutput* out_1 = nullptr;
+  int64_t stride_l = 0;
+
+  CUTLASS_HOST_DEVICE int blocks_per_batch() const { return (valid + kFinishRows - 1) / kFinishRows; }
+  CUTLASS_HOST_DEVICE int blocks() const { return blocks_per_batch() * batches; }
+};
+
 }  // namespace detail
 
 // Per-row statistic over N: Stat::kOutputs M-vectors ([L, M], M contiguous), any of them may be
 // skipped with a null pointer. Each CTA writes one Partial per row of its tile into
 // `partials[l][n][row]` (a buffer of `partials_bytes` the launcher carves from its workspace);
-// `finish`, launched after the GEMM on the same stream, combines each row's partials in a fixed
-// order and writes the outputs. (Finishing inside the GEMM took a fence and an atomic round trip
+// its finishing job (`finish_all`, after the GEMM on the same stream) combines each row's
+// partials in a fixed order and writes the outputs. (Finishing inside the GEMM took a fence and an atomic round trip
 // on every tile's critical path: 10-40% of an LM head's time.) Every row of an epilogue tile must
 // sit in one warp (true of SM90 wgmma epilogues).
 template <class Stat, class CtaTileShapeMNK, class ElementOutput,
@@ -411,8 +437,9 @@ struct Sm90RowStatistics {
     return args.partials != nullptr;
   }
 
-  // The finishing step (host): combine the partials the GEMM wrote, on `stream`.
-  static cudaError_t finish(Arguments const& args, int M, int N, int L, cudaStream_t stream);
+  // The finishing step's job (host, for `finish_all`): combine the partials the GEMM wrote.
+  using FinishJob = detail::FinishJob<Stat, ElementOutput>;
+  static FinishJob finish_job(Arguments const& args, int M, int N, int L);
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
   CUTLASS_DEVICE bool is_C_load_needed() const { return false; }
@@ -554,13 +581,6 @@ struct Sm90RowStatistics {
 
 namespace detail {
 
-// The finishing step of Sm90RowStatistics: a block of kRows x kSplits threads takes kRows rows of
-// one batch; thread (r, c) combines N tiles [c * chunk, (c + 1) * chunk) of row r in order (a
-// warp reads 32 consecutive rows of one tile: coalesced), then thread (r, 0) combines the kSplits
-// chunks in order and writes the outputs. Fixed order throughout: the same bits on every run.
-constexpr int kFinishRows = 32;
-constexpr int kFinishSplits = 8;
-
 // fn(Int<Half>), fn(Int<Half / 2>), ..., fn(Int<1>): a halving loop NVVM always unrolls.
 template <int Half, class Fn>
 CUTLASS_DEVICE void for_each_halving(Fn&& fn) {
@@ -570,26 +590,32 @@ CUTLASS_DEVICE void for_each_halving(Fn&& fn) {
   }
 }
 
-template <class Stat, class ElementOutput>
-__global__ void __launch_bounds__(kFinishRows * kFinishSplits)
-finish_row_statistics(typename Stat::Partial const* partials, int64_t rows, int tiles_n, int M,
-                      ElementOutput* out_0, ElementOutput* out_1, int64_t stride_l) {
+// The finishing step of the deferred nodes: block `block` of a job (blocks_per_batch() per
+// batch, batch-major) takes kFinishRows rows of one batch; thread (r, c) combines the tiles
+// [c * chunk, (c + 1) * chunk) of row r in order (a warp reads 32 consecutive rows of one tile:
+// coalesced), then thread (r, 0) combines the kFinishSplits chunks in order and writes the
+// outputs. Fixed order throughout: the same bits on every run.
+template <class Job>
+CUTLASS_DEVICE void finish_rows(Job const& job, int block) {
+  using Stat = typename Job::Stat;
   using Partial = typename Stat::Partial;
   __shared__ Partial chunk_partials[kFinishSplits][kFinishRows];
+  int const per_batch = job.blocks_per_batch();
+  int const l = block / per_batch;
   int r = threadIdx.x % kFinishRows;
   int c = threadIdx.x / kFinishRows;
-  int row = blockIdx.x * kFinishRows + r;
-  int l = blockIdx.y;
-  int chunk = (tiles_n + kFinishSplits - 1) / kFinishSplits;
+  int row = (block - l * per_batch) * kFinishRows + r;
+  int chunk = (job.tiles + kFinishSplits - 1) / kFinishSplits;
   int first = c * chunk;
-  int count = max(0, min(tiles_n - first, chunk));
+  int count = max(0, min(job.tiles - first, chunk));
   Partial p = Stat::identity();
-  if (row < M) {
-    p = combine_in_order<Stat>(partials + (int64_t(l) * tiles_n + first) * rows + row, rows, count);
+  if (row < job.valid) {
+    p = combine_in_order<Stat>(job.partials + (int64_t(l) * job.tiles + first) * job.rows + row,
+                               job.rows, count);
   }
   chunk_partials[c][r] = p;
   __syncthreads();
-  if (c != 0 || row >= M) {
+  if (c != 0 || row >= job.valid) {
     return;
   }
   CUTLASS_PRAGMA_UNROLL
@@ -597,35 +623,74 @@ finish_row_statistics(typename Stat::Partial const* partials, int64_t rows, int 
     p = Stat::combine(p, chunk_partials[k][r]);
   }
   cutlass::Array<float, Stat::kOutputs> value = Stat::finish(p);
-  cutlass::NumericConverter<ElementOutput, float> convert;
-  if (out_0 != nullptr) {
-    out_0[row + l * stride_l] = convert(value[0]);
+  cutlass::NumericConverter<typename Job::ElementOutput, float> convert;
+  if (job.out_0 != nullptr) {
+    job.out_0[row + l * job.stride_l] = convert(value[0]);
   }
   if constexpr (Stat::kOutputs > 1) {
-    if (out_1 != nullptr) {
-      out_1[row + l * stride_l] = convert(value[1]);
+    if (job.out_1 != nullptr) {
+      job.out_1[row + l * job.stride_l] = convert(value[1]);
     }
   }
 }
 
+// The jobs' blocks in order: job I takes the `block`s left after jobs 0..I-1 took theirs
+// (compile-time recursion: each job's code is its own, no indexing into the tuple at run time).
+template <int I, class Jobs>
+CUTLASS_DEVICE void finish_job_at(Jobs const& jobs, int block) {
+  if constexpr (I < int(cute::tuple_size<Jobs>::value)) {
+    auto const& job = cute::get<I>(jobs);
+    int const n = job.blocks();
+    if (block < n) {
+      finish_rows(job, block);
+    } else {
+      finish_job_at<I + 1>(jobs, block - n);
+    }
+  }
+}
+
+template <class... Jobs>
+__global__ void __launch_bounds__(kFinishRows * kFinishSplits)
+finish_all_kernel(__grid_constant__ cute::tuple<Jobs...> const jobs) {
+  finish_job_at<0>(jobs, int(blockIdx.x));
+}
+
 }  // namespace detail
 
-template <class Stat, class CtaTileShapeMNK, class ElementOutput, class StrideMNL>
-cudaError_t Sm90RowStatistics<Stat, CtaTileShapeMNK, ElementOutput, StrideMNL>::finish(
-    Arguments const& args, int M, int N, int L, cudaStream_t stream) {
-  dim3 grid(cute::ceil_div(M, detail::kFinishRows), L);
-  detail::finish_row_statistics<Stat, ElementOutput>
-      <<<grid, detail::kFinishRows * detail::kFinishSplits, 0, stream>>>(
-          static_cast<Partial const*>(args.partials), padded_rows(M), cute::ceil_div(N, int(kTileN)), M,
-          args.ptr_0, args.ptr_1, cute::get<2>(args.dOut));
+// Every deferred node's finishing job in one kernel, launched after the GEMM on the same stream:
+// a region with statistics and reductions over M (LayerNorm's backward: four) pays one launch
+// for all of them. Each block runs one job's rows; the jobs touch disjoint outputs.
+template <class... Jobs>
+cudaError_t finish_all(cudaStream_t stream, Jobs const&... jobs) {
+  int const blocks = (0 + ... + jobs.blocks());
+  if (blocks == 0) {
+    return cudaSuccess;
+  }
+  detail::finish_all_kernel<Jobs...><<<blocks, detail::kFinishRows * detail::kFinishSplits, 0, stream>>>(
+      cute::make_tuple(jobs...));
   return cudaGetLastError();
+}
+
+template <class Stat, class CtaTileShapeMNK, class ElementOutput, class StrideMNL>
+auto Sm90RowStatistics<Stat, CtaTileShapeMNK, ElementOutput, StrideMNL>::finish_job(
+    Arguments const& args, int M, int N, int L) -> FinishJob {
+  FinishJob job;
+  job.partials = static_cast<Partial const*>(args.partials);
+  job.rows = padded_rows(M);
+  job.tiles = cute::ceil_div(N, int(kTileN));
+  job.valid = M;
+  job.batches = L;
+  job.out_0 = args.ptr_0;
+  job.out_1 = args.ptr_1;
+  job.stride_l = cute::get<2>(args.dOut);
+  return job;
 }
 
 // A sum or max over M and L into an N-vector (a Linear's bias gradient): CUTLASS's
 // Sm90RowReduction reduces each CTA tile over its rows (registers, shuffles, shared memory) and,
 // with FinalReduction=false, writes one fp32 partial per column into `partials[l][m_tile][n]`
-// (N padded to whole tiles); `finish`, launched after the GEMM on the same stream, sums each
-// column's L x M-tile partials in a fixed order (finish_row_statistics with N as its rows).
+// (N padded to whole tiles); its finishing job (`finish_all`, after the GEMM on the same
+// stream) sums each column's L x M-tile partials in a fixed order (N's columns as its rows).
 // CUTLASS's own final reduction has the last CTA of each N tile read the partials one dependent
 // load at a time after a fence and an atomic counter: on an H100, deferring it took LayerNorm's
 // backward (two row reductions, 8192x768x3072) from 269 to 220 us at 128x128 and from 161 to
@@ -679,8 +744,9 @@ struct Sm90RowReductionDeferred
     return args.partials != nullptr;
   }
 
-  // The finishing step (host): sum the partials the GEMM wrote, on `stream`.
-  static cudaError_t finish(Arguments const& args, int M, int N, int L, cudaStream_t stream);
+  // The finishing step's job (host, for `finish_all`): sum the partials the GEMM wrote.
+  using FinishJob = detail::FinishJob<Stat, ElementOutput>;
+  static FinishJob finish_job(Arguments const& args, int M, int N, int L);
 
   // CUTLASS's tile reduction with every loop over registers unrolled at compile time. Its
   // shuffle halves a count at run time (`for (m = ...; m > 0; m /= 2) for (r < m)`) and its
@@ -817,14 +883,16 @@ struct Sm90RowReductionDeferred
 
 template <template <class> class ReduceFn, class Stat, class CtaTileShapeMNK, class ElementOutput,
           class StrideMNL>
-cudaError_t Sm90RowReductionDeferred<ReduceFn, Stat, CtaTileShapeMNK, ElementOutput, StrideMNL>::finish(
-    Arguments const& args, int M, int N, int L, cudaStream_t stream) {
-  dim3 grid(cute::ceil_div(N, detail::kFinishRows), 1);  // columns play the statistics' rows
-  detail::finish_row_statistics<Stat, ElementOutput>
-      <<<grid, detail::kFinishRows * detail::kFinishSplits, 0, stream>>>(
-          static_cast<float const*>(args.partials), padded_cols(N), tiles(M, L), N, args.ptr,
-          static_cast<ElementOutput*>(nullptr), 0);
-  return cudaGetLastError();
+auto Sm90RowReductionDeferred<ReduceFn, Stat, CtaTileShapeMNK, ElementOutput, StrideMNL>::finish_job(
+    Arguments const& args, int M, int N, int L) -> FinishJob {
+  FinishJob job;  // columns play the statistics' rows; all L x M tiles are one batch
+  job.partials = static_cast<float const*>(args.partials);
+  job.rows = padded_cols(N);
+  job.tiles = tiles(M, L);
+  job.valid = N;
+  job.batches = 1;
+  job.out_0 = args.ptr;
+  return job;
 }
 
 // A sum or max over the whole problem (M, N and L) into one value. Each CTA reduces its tile

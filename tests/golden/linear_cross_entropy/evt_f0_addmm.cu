@@ -133,9 +133,9 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 // ---------------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------------
-// Reductions over M and statistics over N finish in a kernel of their own after the GEMM
-// (evt_statistics.h): the arguments of each, and their per-tile partials at the start of the
-// workspace (CUTLASS's after).
+// Reductions over M and statistics over N finish after the GEMM, all in one kernel
+// (evt_statistics.h, `finish_all`): the arguments of each, and their per-tile partials at the
+// start of the workspace (CUTLASS's after).
 struct Finishers {
   evt_softmax_sum_default_op::Arguments evt_softmax_sum_default;
 };
@@ -281,10 +281,11 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
   if (status != cutlass::Status::kSuccess) {
     return static_cast<int>(status);
   }
-  if (evt_softmax_sum_default_op::finish(launch->finishers.evt_softmax_sum_default, M, N, L, stream) != cudaSuccess) {
-    return kFinishFailed;
-  }
-  return 0;
+  // every deferred node's partials finished in one launch
+  cudaError_t finished = evt::finish_all(
+      stream,
+      evt_softmax_sum_default_op::finish_job(launch->finishers.evt_softmax_sum_default, M, N, L));
+  return finished == cudaSuccess ? 0 : kFinishFailed;
 }
 
 // The workspace a launch with this problem and tile order needs (0 for an invalid order).

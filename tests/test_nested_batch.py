@@ -143,7 +143,7 @@ def test_statistics_render_with_a_nested_batch():
     spec = specs.nested_attention_statistics()
     assert guards.static_reason(spec) is None
     text = render(spec)
-    assert "partials_bytes(M, N, L1 * L2)" in text and "M, N, L1 * L2, stream)" in text
+    assert "partials_bytes(M, N, L1 * L2)" in text and "finishers.evt_softmax, M, N, L1 * L2))" in text
     assert "cute::Stride<cute::_1, cute::_0, int64_t> evt_softmax_stride" in text
     assert "evt::Sm90ScalarStatistic" in text
 

@@ -3,11 +3,10 @@
 //
 // Each CTA reduces its tile into one partial per row (or one per tile), written to a workspace
 // slot of its own. Per-row statistics and reductions over M (CUTLASS's Sm90RowReduction writing
-// partials: Sm90RowReductionDeferred) are finished after the GEMM by one small kernel for all of
-// a region's (`finish_all`); the scalar
-// one by the last CTA (an atomic tile counter, as CUTLASS's Sm90ColReduction<...,
-// FinalReduction=true>). Either combines the partials in a fixed order and writes the outputs:
-// the result is the same on every run, whatever the CTA schedule.
+// partials: Sm90RowReductionDeferred) are finished after the GEMM, all of a region's by one small
+// kernel (`finish_all`); the scalar one by the last CTA (an atomic tile counter, as CUTLASS's
+// Sm90ColReduction<..., FinalReduction=true>). Either combines the partials in a fixed order and
+// writes the outputs: the result is the same on every run, whatever the CTA schedule.
 //
 // A statistic is a small policy: `Partial` (registers and workspace), `identity()`,
 // `push_subtile` (the elements a thread holds of one epilogue subtile into its row partials),
@@ -372,7 +371,9 @@ struct FinishJob {
   ElementOutput* out_1 = nullptr;
   int64_t stride_l = 0;
 
-  CUTLASS_HOST_DEVICE int blocks_per_batch() const { return (valid + kFinishRows - 1) / kFinishRows; }
+  CUTLASS_HOST_DEVICE int blocks_per_batch() const {
+    return (valid + kFinishRows - 1) / kFinishRows;
+  }
   CUTLASS_HOST_DEVICE int blocks() const { return blocks_per_batch() * batches; }
 };
 
@@ -382,9 +383,9 @@ struct FinishJob {
 // skipped with a null pointer. Each CTA writes one Partial per row of its tile into
 // `partials[l][n][row]` (a buffer of `partials_bytes` the launcher carves from its workspace);
 // its finishing job (`finish_all`, after the GEMM on the same stream) combines each row's
-// partials in a fixed order and writes the outputs. (Finishing inside the GEMM took a fence and an atomic round trip
-// on every tile's critical path: 10-40% of an LM head's time.) Every row of an epilogue tile must
-// sit in one warp (true of SM90 wgmma epilogues).
+// partials in a fixed order and writes the outputs. (Finishing inside the GEMM took a fence and
+// an atomic round trip on every tile's critical path: 10-40% of an LM head's time.) Every row of
+// an epilogue tile must sit in one warp (true of SM90 wgmma epilogues).
 template <class Stat, class CtaTileShapeMNK, class ElementOutput,
           class StrideMNL = cute::Stride<cute::_1, cute::_0, int64_t>>
 struct Sm90RowStatistics {
@@ -666,8 +667,8 @@ cudaError_t finish_all(cudaStream_t stream, Jobs const&... jobs) {
   if (blocks == 0) {
     return cudaSuccess;
   }
-  detail::finish_all_kernel<Jobs...><<<blocks, detail::kFinishRows * detail::kFinishSplits, 0, stream>>>(
-      cute::make_tuple(jobs...));
+  constexpr int kThreads = detail::kFinishRows * detail::kFinishSplits;
+  detail::finish_all_kernel<Jobs...><<<blocks, kThreads, 0, stream>>>(cute::make_tuple(jobs...));
   return cudaGetLastError();
 }
 

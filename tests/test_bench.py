@@ -726,6 +726,22 @@ def test_in_turn_is_planned_for_steps_and_measures_both_in_one_process(monkeypat
     assert report.baselines_in(store.results) == []  # not a timed baseline
 
 
+def test_in_turn_rounds_faster_counts_rounds_and_gives_a_sign_test():
+    from evt.bench import in_turn
+
+    def rec(first, second):
+        return {"in_turn": {"evt": {"time_ms": first}, "compile": {"time_ms": second}}}
+
+    assert in_turn.rounds_faster(rec([1.0] * 7, [2.0] * 7), "time_ms") == (7, 7, pytest.approx(2 / 128))
+    six = in_turn.rounds_faster(rec([1, 1, 1, 1, 1, 1, 3], [2] * 7), "time_ms")
+    assert six == (6, 7, pytest.approx(2 * 8 / 128))  # 0.125: six of seven is not enough
+    assert in_turn.rounds_faster(rec([3] * 7, [2] * 7), "time_ms") == (0, 7, pytest.approx(2 / 128))
+    tie = in_turn.rounds_faster(rec([1, 2, 2, 1], [2, 2, 1, 2]), "time_ms")  # the tie is dropped
+    assert tie == (2, 3, pytest.approx(1.0))
+    assert in_turn.rounds_faster(rec([1, 2], [1, 2]), "time_ms") is None
+    assert in_turn.rounds_faster(rec([1], [2]), "host_ms") is None
+
+
 def test_in_turn_table_gives_medians_spread_and_ratios():
     r = _rec("step/mlp", "in-turn", kind="step")
     r["in_turn"] = {"evt": {"time_ms": [1.0, 0.9, 1.2], "host_ms": [0.8, 0.7, 0.9]},
@@ -734,7 +750,8 @@ def test_in_turn_table_gives_medians_spread_and_ratios():
     evt = _rec("step/mlp", "evt", ms=1.0, kind="step")
     md = markdown.in_turn_table([r, bad, evt])
     assert "## Training steps: evt and torch.compile measured in turn" in md
-    assert "| step/mlp | s | 3 | 1.00 [0.90 .. 1.20] | 1.20 [1.10 .. 1.30] | 0.83 |" in md
+    assert ("| step/mlp | s | 3 | 1.00 [0.90 .. 1.20] | 1.20 [1.10 .. 1.30] | 0.83 | 3 of 3 (p 0.25) "
+            "|") in md  # fmt: skip
     assert "| 0.80 [0.70 .. 0.90] | 1.00 [0.90 .. 1.10] | 0.80 |" in md
     assert "| step/gpt2 | s | wrong |" in md and "Geomean evt speedup as run: 1.20× (1 steps)" in md
     rows = dict(report.summary([r, evt]))

@@ -7,11 +7,14 @@ the MLP step 0.69x and 0.98x torch.compile as run. This stage builds both in one
 both, then measures them in turn for `ROUNDS` rounds (evt, compile, evt, ...): per round, the
 as-run time of a step (`measure.time_ms`) and the host's time per step (`measure.host_ms`).
 The record keeps every round's numbers (`in_turn`); the report gives medians, spread and the
-ratio of medians (`summarize`).
+ratio of medians (`summarize`), and in how many rounds the first was faster with a sign test's
+p-value (`rounds_faster`): the two timings of a round ran back to back, so a drift of the host's
+speed over the run touches both.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import TYPE_CHECKING
 
@@ -22,7 +25,7 @@ from evt.bench import check, measure
 if TYPE_CHECKING:
     from evt.bench.runner import CaseState
 
-ROUNDS = 7
+ROUNDS = 11  # sign test below 0.05: over 7 rounds only at 7 of 7; over 11 from 10 of 11 on
 PAIR = ("evt", "compile")  # the first is compared against the second
 FIELDS = ("time_ms", "host_ms")
 HOST_STEPS = 20  # steps enqueued per host-time reading
@@ -84,3 +87,18 @@ def ratio(rec: dict, field: str) -> float | None:
     if len(names) != 2 or any(n not in medians for n in names) or not medians[names[1]]:
         return None
     return medians[names[0]] / medians[names[1]]
+
+
+def rounds_faster(rec: dict, field: str) -> tuple[int, int, float] | None:
+    """(rounds in which the first baseline's `field` was below the second's, rounds compared,
+    two-sided sign-test p-value: how likely so lopsided a count is if neither were faster)."""
+    fields = rec.get("in_turn", {})
+    names = list(fields)
+    if len(names) != 2 or any(field not in fields[n] for n in names):
+        return None
+    pairs = [(a, b) for a, b in zip(fields[names[0]][field], fields[names[1]][field]) if a != b]
+    if not pairs:
+        return None
+    n, k = len(pairs), sum(a < b for a, b in pairs)
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n
+    return k, n, min(1.0, 2 * tail)

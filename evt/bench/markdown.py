@@ -205,7 +205,8 @@ def in_turn_table(results: list[dict]) -> str:
         return ""
     first, second = in_turn.PAIR
     head = ["case", "size", "rounds", f"{first} as run", f"{second} as run", f"{first} / {second}",
-            f"{first} host", f"{second} host", f"{first} / {second} host"]  # fmt: skip
+            f"{first} faster (rounds, as run)", f"{first} host", f"{second} host",
+            f"{first} / {second} host"]  # fmt: skip
 
     def spread(stats: dict, name: str, field: str) -> str:
         if field not in stats.get(name, {}):
@@ -213,10 +214,14 @@ def in_turn_table(results: list[dict]) -> str:
         mid, lo, hi = stats[name][field]
         return f"{R.fmt(mid, 2)} [{R.fmt(lo, 2)} .. {R.fmt(hi, 2)}]"
 
+    def faster(r: dict) -> str:
+        count = in_turn.rounds_faster(r, "time_ms")
+        return "—" if count is None else f"{count[0]} of {count[1]} (p {count[2]:.2g})"
+
     rows, speedups = [], []
     for r in sorted(recs, key=lambda r: R.SUITE_ORDER.get(r["case"], len(R.SUITE_ORDER))):
         if r["status"] != "ok":
-            rows.append([r["case"], R.dims(r), R.not_timed(r)] + ["—"] * 6)
+            rows.append([r["case"], R.dims(r), R.not_timed(r)] + ["—"] * 7)
             continue
         stats = in_turn.summarize(r)
         rounds = len(next(iter(r["in_turn"].values()))["time_ms"])
@@ -225,14 +230,17 @@ def in_turn_table(results: list[dict]) -> str:
             speedups.append(1 / ratios[0])
         rows.append([r["case"], R.dims(r), str(rounds),
                      spread(stats, first, "time_ms"), spread(stats, second, "time_ms"),
-                     R.fmt(ratios[0], 2), spread(stats, first, "host_ms"),
+                     R.fmt(ratios[0], 2), faster(r), spread(stats, first, "host_ms"),
                      spread(stats, second, "host_ms"), R.fmt(ratios[1], 2)])  # fmt: skip
     mean = R.geomean(speedups)
     text = (
         f"{first} and {second} built in one process and timed in turn, round after round (the "
         "tables above time each baseline in its own process, at another moment: where the host "
         "paces a step, those compare two processes' hosts as much as two compilers). Medians "
-        f"[min .. max] over the rounds, ms per step; a ratio below 1: {first} is faster."
+        f"[min .. max] over the rounds, ms per step; a ratio below 1: {first} is faster. In how "
+        f"many rounds {first} took less time than {second} as run (each round times the two back "
+        "to back), with a two-sided sign test's p-value: below 0.05, so lopsided a count is "
+        "unlikely if neither were faster."
         + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} steps)." if mean else "")
     )
     return ("## Training steps: evt and torch.compile measured in turn (ms)\n\n" + text

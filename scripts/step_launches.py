@@ -11,14 +11,13 @@ deferred nodes, deferred nodes, and the launches both ways.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import warnings
 
 import torch
 
 import evt
 from evt.bench import steps
-from evt.bench.plan import all_cases, matches
+from evt.bench.plan import add_step_options, step_cases
 from evt.codegen.emit import DEFERRED
 
 
@@ -31,18 +30,14 @@ def count(case) -> tuple[int, int, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", default="step/*")
-    ap.add_argument("--batch-div", type=int, default=8, help="the batch is divided by this")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_step_options(ap)
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     print("| step | regions | with deferred nodes | deferred nodes | launches, one finishing "
           "kernel per node | launches, one per region |\n|---|---|---|---|---|---|")  # fmt: skip
-    for case in all_cases():
-        if case.kind != "step" or not matches(case, a.steps.split(",")):
-            continue
-        dims = (max(1, case.dims[0] // a.batch_div), *case.dims[1:])  # batch first
-        regions, with_deferred, deferred = count(dataclasses.replace(case, dims=dims))
+    for case in step_cases(a.steps, a.batch_div):
+        regions, with_deferred, deferred = count(case)
         print(f"| {case.name} | {regions} | {with_deferred} | {deferred} | {regions + deferred} "
               f"| {regions + with_deferred} |", flush=True)  # fmt: skip
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import math
 import warnings
 
@@ -19,7 +18,7 @@ import torch
 
 import evt.backend
 from evt.bench import steps
-from evt.bench.plan import all_cases, matches
+from evt.bench.plan import add_step_options, step_cases
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "bool": 1}
 
@@ -47,16 +46,11 @@ def mib(counts: collections.Counter) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", default="step/*")
-    ap.add_argument("--batch-div", type=int, default=8, help="the batch is divided by this")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_step_options(ap)
     a = ap.parse_args()
     warnings.simplefilter("ignore")
-    for case in all_cases():
-        if case.kind != "step" or not matches(case, a.steps.split(",")):
-            continue
-        dims = (max(1, case.dims[0] // a.batch_div), *case.dims[1:])  # batch first
-        case = dataclasses.replace(case, dims=dims)
+    for case in step_cases(a.steps, a.batch_div):
         e, ref = saved(case, "evt"), saved(case, "aot_eager")
         print(f"{case.name}: evt {mib(e):.1f} MiB, aot_eager {mib(ref):.1f} MiB", flush=True)
         print(f"    evt only: {dict(e - ref)}\n    aot_eager only: {dict(ref - e)}", flush=True)

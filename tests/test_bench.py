@@ -758,3 +758,15 @@ def test_in_turn_table_gives_medians_spread_and_ratios():
     assert set(rows) == {"evt"}  # in-turn has no row in the summary, nor a column anywhere
     full = markdown.render({"config": CONFIG, "env": {}, "results": [r, evt]})
     assert "measured in turn" in full and "| in-turn |" not in full.split("## Coverage")[0]
+
+
+def test_step_cases_divide_the_batch():
+    from evt.bench import plan
+
+    full = {c.name: c for c in plan.all_cases() if c.kind == "step"}
+    got = plan.step_cases("step/mlp,step/bert", 8)
+    assert [c.name for c in got] == [n for n in full if n in ("step/mlp", "step/bert")]
+    for c in got:
+        assert c.dims == (full[c.name].dims[0] // 8, *full[c.name].dims[1:])
+    assert all(c.dims[0] == 1 for c in plan.step_cases("step/*", 10**6))
+    assert plan.step_cases("bias/*") == []  # GEMM cases are not steps

@@ -22,6 +22,7 @@ under `PART_TIME_BUDGET_S` (a call may run 10 minutes), resuming the same result
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass
 from fnmatch import fnmatch
 
@@ -86,6 +87,21 @@ def split(text: str | None) -> list[str]:
 
 def matches(case: Case, patterns: list[str]) -> bool:
     return any(fnmatch(s, p) for p in patterns for s in (case.name, case.group, case.shape))
+
+
+def add_step_options(ap, batch_div: int = 8) -> None:
+    """`--steps` and `--batch-div` of the scripts that capture training steps at a fraction of
+    their batch (`step_cases(args.steps, args.batch_div)`)."""
+    ap.add_argument("--steps", default="step/*", help="comma-separated globs over the steps")
+    ap.add_argument("--batch-div", type=int, default=batch_div, help="the batch is divided by this")
+
+
+def step_cases(patterns: str, batch_div: int = 1) -> list[Case]:
+    """The training-step cases matching `patterns` (comma-separated globs), each with its batch
+    (the first dimension) divided by `batch_div`: for captures on the meta device at a fraction
+    of the step's size (scripts/step_saved.py, scripts/step_launches.py)."""
+    return [dataclasses.replace(c, dims=(max(1, c.dims[0] // batch_div), *c.dims[1:]))
+            for c in steps.cases(False) if matches(c, split(patterns))]  # fmt: skip
 
 
 def make_plan(

@@ -740,6 +740,13 @@ def test_in_turn_rounds_faster_counts_rounds_and_gives_a_sign_test():
     assert tie == (2, 3, pytest.approx(1.0))
     assert in_turn.rounds_faster(rec([1, 2], [1, 2]), "time_ms") is None
     assert in_turn.rounds_faster(rec([1], [2]), "host_ms") is None
+    from evt.bench import runner
+
+    line = runner.summary({"stage": "in-turn", "case": "step/mlp", "baseline": "in-turn", "status": "ok",
+                           "in_turn": {"evt": {"time_ms": [1.0] * 7, "host_ms": [1.0] * 7},
+                                       "compile": {"time_ms": [2.0] * 7, "host_ms": [1.0] * 7}}})  # fmt: skip
+    assert line.endswith("evt / compile: as run 0.500, host 1.000 (medians, in turn); evt faster in 7 of 7 "
+                         "rounds (p 0.016)"), line  # fmt: skip
 
 
 def test_in_turn_table_gives_medians_spread_and_ratios():

@@ -743,23 +743,37 @@ def test_in_turn_rounds_faster_counts_rounds_and_gives_a_sign_test():
     from evt.bench import runner
 
     line = runner.summary({"stage": "in-turn", "case": "step/mlp", "baseline": "in-turn", "status": "ok",
-                           "in_turn": {"evt": {"time_ms": [1.0] * 7, "host_ms": [1.0] * 7},
-                                       "compile": {"time_ms": [2.0] * 7, "host_ms": [1.0] * 7}}})  # fmt: skip
-    assert line.endswith("evt / compile: as run 0.500, host 1.000 (medians, in turn); evt faster in 7 of 7 "
-                         "rounds (p 0.016)"), line  # fmt: skip
+                           "in_turn": {"evt": {"time_ms": [1.0] * 7, "host_ms": [1.0] * 7, "graph_ms": [0.8] * 7},
+                                       "compile": {"time_ms": [2.0] * 7, "host_ms": [1.0] * 7,
+                                                   "graph_ms": [1.0] * 7}}})  # fmt: skip
+    assert line.endswith("evt / compile: as run 0.500, host 1.000, graphs 0.800 (medians, in turn); evt faster "
+                         "in 7 of 7 rounds (p 0.016)"), line  # fmt: skip
+
+
+def test_in_turn_rounds_time_graph_replays_where_given():
+    from evt.bench import in_turn
+
+    calls = []
+    impls = {"evt": lambda: calls.append("evt"), "compile": lambda: calls.append("compile")}
+    times = in_turn.alternate(impls, "cpu", 2, host_steps=2, replays={"evt": lambda: calls.append("replay")})
+    assert set(times["evt"]) == {"time_ms", "host_ms", "graph_ms"} and set(times["compile"]) == {"time_ms", "host_ms"}
+    assert all(len(v) == 2 for f in times.values() for v in f.values())
+    assert "replay" in calls
+    assert in_turn.ratio({"in_turn": times}, "graph_ms") is None  # compile has no graph rounds
 
 
 def test_in_turn_table_gives_medians_spread_and_ratios():
     r = _rec("step/mlp", "in-turn", kind="step")
-    r["in_turn"] = {"evt": {"time_ms": [1.0, 0.9, 1.2], "host_ms": [0.8, 0.7, 0.9]},
-                    "compile": {"time_ms": [1.2, 1.1, 1.3], "host_ms": [1.0, 0.9, 1.1]}}  # fmt: skip
+    r["in_turn"] = {"evt": {"time_ms": [1.0, 0.9, 1.2], "host_ms": [0.8, 0.7, 0.9], "graph_ms": [0.5, 0.6, 0.4]},
+                    "compile": {"time_ms": [1.2, 1.1, 1.3], "host_ms": [1.0, 0.9, 1.1],
+                                "graph_ms": [0.6, 0.5, 0.5]}}  # fmt: skip
     bad = _rec("step/gpt2", "in-turn", "wrong", kind="step", error="compile: mismatch")
     evt = _rec("step/mlp", "evt", ms=1.0, kind="step")
     md = markdown.in_turn_table([r, bad, evt])
     assert "## Training steps: evt and torch.compile measured in turn" in md
     assert ("| step/mlp | s | 3 | 1.00 [0.90 .. 1.20] | 1.20 [1.10 .. 1.30] | 0.83 | 3 of 3 (p 0.25) "
             "|") in md  # fmt: skip
-    assert "| 0.80 [0.70 .. 0.90] | 1.00 [0.90 .. 1.10] | 0.80 |" in md
+    assert "| 0.80 [0.70 .. 0.90] | 1.00 [0.90 .. 1.10] | 0.80 | 1.00 | 2 of 3 (p 1) |" in md
     assert "| step/gpt2 | s | wrong |" in md and "Geomean evt speedup as run: 1.20× (1 steps)" in md
     rows = dict(report.summary([r, evt]))
     assert set(rows) == {"evt"}  # in-turn has no row in the summary, nor a column anywhere

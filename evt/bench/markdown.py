@@ -206,7 +206,8 @@ def in_turn_table(results: list[dict]) -> str:
     first, second = in_turn.PAIR
     head = ["case", "size", "rounds", f"{first} as run", f"{second} as run", f"{first} / {second}",
             f"{first} faster (rounds, as run)", f"{first} host", f"{second} host",
-            f"{first} / {second} host"]  # fmt: skip
+            f"{first} / {second} host", f"{first} / {second} under CUDA graphs",
+            f"{first} faster (rounds, graphs)"]  # fmt: skip
 
     def spread(stats: dict, name: str, field: str) -> str:
         if field not in stats.get(name, {}):
@@ -214,33 +215,35 @@ def in_turn_table(results: list[dict]) -> str:
         mid, lo, hi = stats[name][field]
         return f"{R.fmt(mid, 2)} [{R.fmt(lo, 2)} .. {R.fmt(hi, 2)}]"
 
-    def faster(r: dict) -> str:
-        count = in_turn.rounds_faster(r, "time_ms")
+    def faster(r: dict, field: str) -> str:
+        count = in_turn.rounds_faster(r, field)
         return "—" if count is None else f"{count[0]} of {count[1]} (p {count[2]:.2g})"
 
     rows, speedups = [], []
     for r in sorted(recs, key=lambda r: R.SUITE_ORDER.get(r["case"], len(R.SUITE_ORDER))):
         if r["status"] != "ok":
-            rows.append([r["case"], R.dims(r), R.not_timed(r)] + ["—"] * 7)
+            rows.append([r["case"], R.dims(r), R.not_timed(r)] + ["—"] * 9)
             continue
         stats = in_turn.summarize(r)
         rounds = len(next(iter(r["in_turn"].values()))["time_ms"])
-        ratios = [in_turn.ratio(r, f) for f in ("time_ms", "host_ms")]
+        ratios = [in_turn.ratio(r, f) for f in ("time_ms", "host_ms", "graph_ms")]
         if ratios[0]:
             speedups.append(1 / ratios[0])
         rows.append([r["case"], R.dims(r), str(rounds),
                      spread(stats, first, "time_ms"), spread(stats, second, "time_ms"),
-                     R.fmt(ratios[0], 2), faster(r), spread(stats, first, "host_ms"),
-                     spread(stats, second, "host_ms"), R.fmt(ratios[1], 2)])  # fmt: skip
+                     R.fmt(ratios[0], 2), faster(r, "time_ms"), spread(stats, first, "host_ms"),
+                     spread(stats, second, "host_ms"), R.fmt(ratios[1], 2), R.fmt(ratios[2], 2),
+                     faster(r, "graph_ms")])  # fmt: skip
     mean = R.geomean(speedups)
     text = (
         f"{first} and {second} built in one process and timed in turn, round after round (the "
         "tables above time each baseline in its own process, at another moment: where the host "
         "paces a step, those compare two processes' hosts as much as two compilers). Medians "
         f"[min .. max] over the rounds, ms per step; a ratio below 1: {first} is faster. In how "
-        f"many rounds {first} took less time than {second} as run (each round times the two back "
-        "to back), with a two-sided sign test's p-value: below 0.05, so lopsided a count is "
-        "unlikely if neither were faster."
+        f"many rounds {first} took less time than {second} (each round times the two back to "
+        "back), with a two-sided sign test's p-value: below 0.05, so lopsided a count is "
+        "unlikely if neither were faster. Under CUDA graphs: each step's graphs captured once "
+        "before the rounds and replayed in them (the GPU's time alone; — where no graph ran)."
         + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} steps)." if mean else "")
     )
     return ("## Training steps: evt and torch.compile measured in turn (ms)\n\n" + text

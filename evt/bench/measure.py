@@ -74,12 +74,17 @@ def input_set_count(working_set: int, l2: int) -> int:
     return min(MAX_INPUT_SETS, math.ceil(3 * l2 / working_set))
 
 
-def graph_time_ms(fn: Callable, input_sets: list[tuple], device: str) -> float:
-    """The median time of `fn` on rotating input sets, each call replayed from a CUDA graph
-    captured after warm-up on a side stream (`evt.runtime.timing.capture`)."""
+def graph_replay(fn: Callable, input_sets: list[tuple]) -> Callable[[], None]:
+    """A no-argument call that replays `fn` on the next input set from a CUDA graph, one graph
+    per input set captured after warm-up on a side stream (`evt.runtime.timing.capture`)."""
     graphs = [timing.capture(lambda inputs=inputs: fn(*inputs)) for inputs in input_sets]
     cycle = itertools.cycle(graphs)
-    return time_ms(lambda: next(cycle).replay(), device)
+    return lambda: next(cycle).replay()
+
+
+def graph_time_ms(fn: Callable, input_sets: list[tuple], device: str) -> float:
+    """The median time of `fn` on rotating input sets, each call replayed from a CUDA graph."""
+    return time_ms(graph_replay(fn, input_sets), device)
 
 
 def host_ms(fn: Callable[[], object], device: str, n: int = 50) -> float:

@@ -156,11 +156,12 @@ def summary(rec: dict) -> str:
         return f"{head} {(rec['error'] or '').splitlines()[0][:160]}"
     if rec.get("in_turn") is not None:
         first, second = list(rec["in_turn"])
-        ratios = [in_turn.ratio(rec, f) for f in ("time_ms", "host_ms")]
-        as_run, host = (f"{r:.3f}" if r else "—" for r in ratios)
+        ratios = [in_turn.ratio(rec, f) for f in ("time_ms", "host_ms", "graph_ms")]
+        as_run, host, graphs = (f"{r:.3f}" if r else "—" for r in ratios)
         won = in_turn.rounds_faster(rec, "time_ms")
         rounds = f"; {first} faster in {won[0]} of {won[1]} rounds (p {won[2]:.2g})" if won else ""
-        return f"{head} {first} / {second}: as run {as_run}, host {host} (medians, in turn){rounds}"
+        return (f"{head} {first} / {second}: as run {as_run}, host {host}, graphs {graphs} "
+                f"(medians, in turn){rounds}")  # fmt: skip
     rate = f" {rec['tflops']:7.1f} TFLOP/s" if rec.get("tflops") else ""
     comp = rec.get("compile_cold_s")
     comp = f"  compile {comp:.1f} s cold, {rec['compile_warm_s']:.1f} s warm" if comp else ""

@@ -5,8 +5,9 @@ tens of percent between readings and between hosts (session 28: the MLP step's e
 from 1878 to 761 us in two passes a second apart), so a single pair says little. This warms every
 baseline of a step, then measures them in turn for R rounds (A B A B ..., `in_turn.alternate`,
 as the bench's in-turn stage does), and prints per baseline the median, min and max over the
-rounds and each baseline's median against the last one's; the same for the step's as-run time (`measure.time_ms`: the GPU-side time of one step, paced by
-whichever of host and GPU is slower).
+rounds and each baseline's median against the last one's; the same for the step's as-run time
+(`measure.time_ms`: the GPU-side time of one step, paced by whichever of host and GPU is
+slower).
 
     python scripts/host_ab.py [--steps step/mlp,step/gpt2] [--baselines evt,compile] [--rounds 9]
 """

@@ -16,7 +16,7 @@ import pytest
 
 from evt.codegen.config import TileConfig
 from evt.codegen.emit import render
-from evt.codegen.nvcc import included_headers, nvcc_command, nvcc_flags, nvcc_path, nvcc_version
+from evt.codegen.nvcc import headers_digest, nvcc_command, nvcc_flags, nvcc_path, nvcc_version
 from evt.runtime.build import uses_local_memory
 from tests import specs
 
@@ -81,8 +81,7 @@ class Build:
 def _start(name: str, cache: Path) -> Build:
     """Write the source and start nvcc unless the cache already holds the library."""
     source = render(*variant(name))
-    headers = [h.read_text() for h in included_headers(source)]
-    key_text = "\0".join([source, *headers, *nvcc_flags(), nvcc_version()])
+    key_text = "\0".join([source, headers_digest(source), *nvcc_flags(), nvcc_version()])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
     build = Build(cache / f"{name}-{key}.so", cache / f"{name}-{key}.log")
     if build.so.exists() and build.log.exists():

@@ -64,7 +64,6 @@ def measure_pair(s: CaseState, device: str, rec: dict) -> None:
             replays = {n: measure.graph_replay(built[n], s.input_sets) for n in pair}
         except Exception as e:  # noqa: BLE001 - recorded; the as-run rounds stand
             rec["graph_error"] = error_text(e)
-            replays = {}
     rec.update(status="ok", in_turn=alternate(impls, device, rounds, replays=replays))
     if device.startswith("cuda"):
         torch.cuda.synchronize()

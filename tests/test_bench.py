@@ -64,6 +64,7 @@ def test_suite_covers_the_issue():
         "gpt2_selective",
         "bert",
         "vit",
+        "llama",
         "lm_head",
     }
 

@@ -75,6 +75,77 @@ class PreLNBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class RMSNorm(nn.Module):
+    """LLaMA's RMSNorm as Hugging Face's `LlamaRMSNorm` writes it: x / rms(x) in fp32, cast back,
+    then scaled by the weight."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryAttention(nn.Module):
+    """LLaMA's attention: q, k, v and output projections without bias, rotary position
+    embeddings on q and k (Hugging Face's rotate-half form, base 10000), causal SDPA."""
+
+    def __init__(self, dim: int, heads: int, base: float = 10000.0):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.heads = heads
+        half = dim // heads // 2
+        self.register_buffer("inv_freq", base ** -(torch.arange(half, dtype=torch.float32) / half),
+                             persistent=False)  # fmt: skip
+
+    def forward(self, x):  # x: B x S x dim
+        b, s, d = x.shape
+        q, k, v = (
+            p(x).view(b, s, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v)
+        )
+        angles = torch.arange(s, device=x.device, dtype=torch.float32)[:, None] * self.inv_freq
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        q, k = (t * cos + _rotate_half(t) * sin for t in (q, k))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, d))
+
+
+class SwiGLU(nn.Module):
+    """LLaMA's MLP: down(silu(gate(x)) * up(x)), no biases."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate, self.up = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class LlamaBlock(nn.Module):
+    """A LLaMA decoder layer: x + attn(rms1(x)), then + mlp(rms2(.))."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+        self.attn = RotaryAttention(dim, heads)
+        self.mlp = SwiGLU(dim, hidden)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
 class Checkpointed(nn.Module):
     """`model` under activation checkpointing (`torch.utils.checkpoint`, non-reentrant): all of
     it recomputed in the backward, or with `selective` only what the policy does not save (the

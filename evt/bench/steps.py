@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from evt.bench.models import Checkpointed, LMHead, MLPBlock, PostLNLayer, PreLNBlock, WithLoss
+from evt.bench.models import (
+    Checkpointed,
+    LlamaBlock,
+    LMHead,
+    MLPBlock,
+    PostLNLayer,
+    PreLNBlock,
+    WithLoss,
+)
 from evt.bench.workload import Case, Workload, generator, randn, to_reference
 
 
@@ -83,6 +91,14 @@ STEPS: dict[str, Step] = {
         "mse",
         dict(batch=64, seq=197, dim=768, heads=12, hidden=3072),
         {**_TINY_BLOCK, "seq": 17},
+    ),
+    "llama": Step(
+        "LLaMA-style decoder layer (RMSNorm, rotary causal attention, SwiGLU MLP, no biases) at "
+        "TinyLlama-1.1B's widths, 4 x 2048 tokens",
+        lambda dim, heads, hidden, **_: LlamaBlock(dim, heads, hidden),
+        "mse",
+        dict(batch=4, seq=2048, dim=2048, heads=32, hidden=5632),
+        {**_TINY_BLOCK, "heads": 4},
     ),
     "lm_head": Step(
         "GPT-2 final LayerNorm + LM head (vocab 50304) + cross-entropy, 8 x 1024 tokens",

@@ -1,6 +1,6 @@
 """Cross-entropy's one-hot in the epilogue: `scatter_add` of one value per row becomes a compare of
 the column index with the row's target (`evt/graph/one_hot_scatters.py`), and nodes computed from
-broadcasts alone join the region of their reader (`candidates.broadcast_tree`)."""
+broadcasts alone join the region of their reader (`candidates.load_tree`)."""
 
 from __future__ import annotations
 

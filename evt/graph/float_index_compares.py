@@ -9,7 +9,7 @@ N <= 2**24, which float32 holds exactly, and an index at or above 2**24 rounds t
 is still no column (a negative one stays negative); a 0/1 cast straight to the float dtype its
 reader would promote it to gives the reader the same values. Compares of a wider iota, and casts
 with a reader that is not float arithmetic, are left alone. With both, the compare is a node
-computed from a row and a column broadcast (`candidates.broadcast_tree`) and joins the region
+computed from a row and a column broadcast (`candidates.load_tree`) and joins the region
 of the GEMM whose epilogue subtracts it, as `p - one_hot(t)` in a hand-written cross-entropy
 gradient does.
 """

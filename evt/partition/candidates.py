@@ -5,10 +5,11 @@ g's shape ([M, N], or [L, M, N] for a batched GEMM), and every input it reads is
 (an aux tensor or a row/column vector). Without this pruning the ILP has a variable per
 (GEMM, node) pair and explodes on real graphs.
 
-A node computed from row/column broadcasts alone (`broadcast_tree`: cross-entropy's one-hot,
-`iota(N) == target`, see `evt/graph/one_hot_scatters.py`) is a candidate too where a candidate
-reads it: it is not downstream of the GEMM, but the epilogue computes it per element as cheaply
-as it would load it. The ILP lets it join only a region that holds one of its readers.
+A node computed from loads alone (`load_tree`: from row/column broadcasts, cross-entropy's
+one-hot `iota(N) == target`, see `evt/graph/one_hot_scatters.py`; or from a few aux tensors,
+SwiGLU's silu(g) read by the down projection's dgrad beside g itself) is a candidate too where a
+candidate reads it: it is not downstream of the GEMM, but the epilogue computes it per element
+from what it loads. The ILP lets it join only a region that holds one of its readers.
 
 A reduction or statistic of an [M, N] candidate (`REDUCTION_OPS`: a sum or max over M, N or
 both, softmax's sum of exp, a mean or var over N) is terminal: its value is complete only after
@@ -38,7 +39,7 @@ class Candidates:
     shape: tuple[int, ...]
     nodes: list[Node] = field(default_factory=list)  # graph order, anchor excluded
     must_join: dict[Node, list[Node]] = field(default_factory=dict)  # inputs that cannot be loaded
-    free: set[Node] = field(default_factory=set)  # computed from broadcasts alone (broadcast_tree)
+    free: set[Node] = field(default_factory=set)  # computed from loads alone (load_tree)
 
     def members(self) -> list[Node]:
         return [self.anchor, *self.nodes]
@@ -80,16 +81,17 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int], max_aux:
         unloadable = [a for a in args if kinds[a] is None]
         if any(a not in reach for a in unloadable):
             continue
-        trees = {a: None if a in reach else broadcast_tree(a, anchor, shape) for a in args}
-        need = frozenset().union(*(loads[a] for a in args if a in reach)) | {
-            a for a, tree in trees.items() if a not in reach and tree is None and kinds[a] == "aux_load"
-        }
+        trees = {a: None if a in reach else load_tree(a, anchor, shape, order) for a in args}
+        need = frozenset().union(*(loads[a] for a in args if a in reach))
+        for a, tree in trees.items():  # each input loaded, or computed from what its tree loads
+            if a not in reach:
+                need |= {a} if kinds[a] == "aux_load" or tree is None else tree[1]
         if len(need) > max_aux:
             continue
         c.nodes.append(node)
         c.must_join[node] = [a for a in unloadable if a is not anchor]
         for tree in trees.values():
-            for b in tree or []:
+            for b in tree[0] if tree else []:
                 c.free.add(b)
                 if b not in c.must_join:
                     c.nodes.append(b)
@@ -107,22 +109,45 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int], max_aux:
 
 
 BROADCASTS = ("row_broadcast", "col_broadcast")
+MAX_TREE = 4  # ops in a tree an epilogue computes from loads alone
+MAX_TREE_AUX = 2  # aux tensors such a tree reads
 
 
-def broadcast_tree(node: Node, anchor: Node, shape: tuple[int, ...]) -> list[Node] | None:
-    """`node` and its producers if `node` is an [M, N] value an epilogue computes from row and
-    column broadcasts (and numbers) alone, through ops of `anchor`'s side; else None."""
-    if not isinstance(node, Node) or not _eligible(node, anchor, shape) or is_reduction(node):
+def load_tree(node: Node, anchor: Node, shape: tuple[int, ...], order: dict[Node, int]
+              ) -> tuple[list[Node], frozenset[Node]] | None:  # fmt: skip
+    """`node` and its producers, and the aux tensors they read, if `node` is an [M, N] value an
+    epilogue computes from loads alone in at most `MAX_TREE` ops of `anchor`'s side: from row and
+    column broadcasts and numbers, and `node` itself also from at most `MAX_TREE_AUX` aux
+    tensors computed before the anchor while its ops come after it (in graph order: no aux
+    tensor depends on the anchor's region, whose kernel would then read what it feeds, and no op
+    is an operand of the anchor's GEMM); else None. The ops compute in fp32: a 16-bit op's rounding is skipped, as
+    Inductor's fused kernels skip it."""
+    out: list[Node] = []
+    aux: set[Node] = set()
+
+    def walk(n, loads: bool) -> bool:  # n computed from broadcasts (and, with `loads`, aux tensors)
+        if (not isinstance(n, Node) or not _eligible(n, anchor, shape) or is_reduction(n)
+                or len(out) >= MAX_TREE):  # fmt: skip
+            return False
+        out.append(n)
+        for a in tensor_args(epilogue_expr(n)):
+            kind = load_kind(a.meta.get("val"), *shape)
+            if kind in BROADCASTS or a in out or a in aux:
+                continue
+            mark = len(out)
+            if walk(a, loads=False):
+                continue
+            del out[mark:]
+            if not loads or kind != "aux_load" or order[a] > order[anchor]:
+                return False
+            aux.add(a)
+        return True
+
+    if not walk(node, loads=True) or len(aux) > MAX_TREE_AUX:
         return None
-    out = [node]
-    for a in tensor_args(epilogue_expr(node)):
-        if load_kind(a.meta.get("val"), *shape) in BROADCASTS:
-            continue
-        below = broadcast_tree(a, anchor, shape)
-        if below is None:
-            return None
-        out += below
-    return out
+    if aux and any(order[n] < order[anchor] for n in out):
+        return None  # computed before the GEMM: maybe its operand (a residual stream's sum)
+    return out, frozenset(aux)
 
 
 def _eligible(node: Node, anchor: Node, shape: tuple[int, ...]) -> bool:

@@ -21,8 +21,15 @@ into the region only where that does not widen what the region reads: its
 full-size inputs, in bytes an element, are no more than its own (x̂ <- x̂ - mean <- float(x) <- x
 stops at x, a bf16 value, and not at the residual sum's two bf16 summands); the whole chain must
 end narrower than the input it replaces. The copies read only loads, nothing of the accumulator
-(as `candidates.broadcast_tree`'s nodes read only vectors): the validator lets such nodes be of
+(as `candidates.load_tree`'s nodes read only vectors): the validator lets such nodes be of
 either side.
+
+A 16-bit chain (`narrow`) is copied too, of nodes in forward regions as well, where every
+value it reads is one the region loads anyway (or a vector) and the backward reads its result
+nowhere else: SwiGLU's down-projection dgrad loads g for silu's backward and read silu(g) as
+well, so the forward saved silu(g) beside g (one [tokens, hidden] tensor a layer AOTAutograd's
+min-cut recomputes instead); the kernel now computes it from g. The copy skips the op's 16-bit
+rounding, as Inductor's recompute in its fused backward kernel does.
 
 Static shapes only. On by default (`EVT_RECOMPUTE_INSIDE=0` turns it off): its kernels passed
 on an H100 in session 26 (`test_gpu_ops.py`'s `layer_norm_backward_recomputed`, GPT-2's and
@@ -68,14 +75,17 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
     if len(shape) != 2 or not all(isinstance(d, int) for d in shape):
         return region  # static [M, N] GEMMs only (comparing symbolic sizes would guard on them)
     nodes = list(region.nodes)
+    loaded = set(region.inputs())
     for a in region.inputs():
-        start, frame = _unflattened(a, shape)
-        chain = _chain(start, frame, shape, taken)
-        if chain is None:
-            continue
         readers = [n for n in nodes if a in n.all_input_nodes]
         if region.anchor in readers:
             continue  # a GEMM operand (or bias): no epilogue computes it
+        start, frame = _unflattened(a, shape)
+        chain = _chain(start, frame, shape, taken, loaded - {a})
+        if chain is None and frame == shape and not _read_outside(a, nodes):
+            chain = _chain(start, frame, shape, taken, loaded - {a}, narrow=True)
+        if chain is None:
+            continue
         ordered = [n for n in graph.nodes if n in chain]
         with graph.inserting_before(readers[0]):
             if frame == shape:
@@ -123,7 +133,9 @@ def _flat(val, frame: tuple[int, ...], shape: tuple[int, ...]):
         return val.reshape(new)
 
 
-def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str) -> dict[Node, Node]:
+def _copy_flattened(
+    graph: Graph, ordered: list[Node], frame, shape, side_: str
+) -> dict[Node, Node]:
     """Copies of the chain `ordered` working on [M, N]: each operand it reads from outside
     reshaped (a view) as `_flat` says."""
     views: dict[Node, Node] = {}
@@ -134,11 +146,16 @@ def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str)
     return copy_nodes(graph, ordered, side=side_, inputs=views)
 
 
-def _width(n: Node, frame: tuple[int, ...], shape: tuple[int, ...]) -> int | None:
+def _width(
+    n: Node, frame: tuple[int, ...], shape: tuple[int, ...], loaded=frozenset()
+) -> int | None:
     """Bytes an element that loading `n` (an operand of a chain working on `frame`) into an
     epilogue of `shape` costs: its element size for a full-size aux tensor, 0 for a row/column
-    vector (or a number), None if no load can read it."""
+    vector (or a number) or a value the region loads anyway (`loaded`), None if no load can
+    read it."""
     if not isinstance(n, Node):
+        return 0
+    if n in loaded:
         return 0
     val = _flat(n.meta.get("val"), frame, shape)
     kind = load_kind(val, *shape) if val is not None else None
@@ -147,24 +164,35 @@ def _width(n: Node, frame: tuple[int, ...], shape: tuple[int, ...]) -> int | Non
     return val.element_size() if kind == "aux_load" else 0
 
 
-def _copyable(n: Node, shape: tuple[int, ...], taken: set[Node]) -> bool:
+def _copyable(n: Node, shape: tuple[int, ...], taken: set[Node], narrow: bool = False) -> bool:
     return (
         n.op == "call_function"
-        and n not in taken
+        and (n not in taken or narrow)
         and side(n) == "forward"
         and n.target not in VIEWS
         and epilogue_expr(n) is not None
         and not is_reduction(n)
         and isinstance(n.meta.get("val"), torch.Tensor)
-        and n.meta["val"].dtype == torch.float32  # the epilogue computes in fp32: no rounding lost
+        # the epilogue computes in fp32: no rounding lost (`narrow`: one rounding, as Inductor's)
+        and (n.meta["val"].dtype == torch.float32 or narrow)
         and tuple(n.meta["val"].shape) == shape
     )
 
 
-def _chain(a: Node, frame: tuple[int, ...], shape: tuple[int, ...], taken: set[Node]) -> set[Node] | None:
+def _read_outside(a: Node, nodes: list[Node]) -> bool:
+    """Whether the backward reads `a` anywhere but in this region (then it stays saved)."""
+    inside = set(nodes)
+    return any(u not in inside and side(u) == "backward" for u in a.users)
+
+
+def _chain(a: Node, frame: tuple[int, ...], shape: tuple[int, ...], taken: set[Node],
+           loaded: set[Node], narrow: bool = False) -> set[Node] | None:  # fmt: skip
     """The forward nodes to copy so that the region computes `a` (of shape `frame`) instead of
-    loading it, or None when no chain ends narrower than `a`."""
-    if _width(a, frame, shape) is None or not _copyable(a, frame, taken):
+    loading it, or None when no chain ends narrower than `a`. Values the region loads anyway
+    (`loaded`) cost nothing more. `narrow`: a 16-bit chain, also of nodes in forward regions,
+    taken only where every value it reads is loaded anyway or a vector (SwiGLU's silu(g), which
+    the backward's kernel computes from the g it loads for silu's backward)."""
+    if _width(a, frame, shape) is None or not _copyable(a, frame, taken, narrow):
         return None
     chain, leaves, todo = {a}, set(), [a]
     while todo:
@@ -172,15 +200,17 @@ def _chain(a: Node, frame: tuple[int, ...], shape: tuple[int, ...], taken: set[N
         for x in tensor_args(epilogue_expr(n)):
             if x in chain or x in leaves:
                 continue
-            grow = _copyable(x, frame, taken) and len(chain) < MAX_CHAIN
+            grow = _copyable(x, frame, taken, narrow) and len(chain) < MAX_CHAIN and x not in loaded
             below = tensor_args(epilogue_expr(x)) if grow else []
-            widths = [_width(y, frame, shape) for y in below if y not in chain]
-            if grow and None not in widths and sum(widths) <= _width(x, frame, shape):
+            widths = [_width(y, frame, shape, loaded) for y in below if y not in chain]
+            if grow and None not in widths and sum(widths) <= _width(x, frame, shape, loaded):
                 chain.add(x)
                 todo.append(x)
             elif _width(x, frame, shape) is None:
                 return None  # an input no load reads (the region read `a` instead)
             else:
                 leaves.add(x)
-    loaded = sum(_width(x, frame, shape) for x in leaves)
-    return chain if loaded < _width(a, frame, shape) else None
+    more = sum(_width(x, frame, shape, loaded) for x in leaves)
+    if narrow:
+        return chain if more == 0 else None
+    return chain if more < _width(a, frame, shape) else None

@@ -75,7 +75,7 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
 
 def _loads_only(r: Region, shape: tuple) -> set[Node]:
     """The members that read nothing downstream of the GEMM, only what loads read (row/column
-    broadcasts: `candidates.broadcast_tree`; aux tensors too: `recompute_inside`) or other such
+    broadcasts: `candidates.load_tree`; aux tensors too: `recompute_inside`) or other such
     members: the epilogue computes them per element, and either side could (no side of their own)."""
     out: set[Node] = set()
     for n in r.epilogue:

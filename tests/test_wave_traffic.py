@@ -16,6 +16,7 @@ from tests.test_runtime_launch import CC
 SMS = 132
 WIDE = TileConfig(128, 256, 64)
 GPTJ_UP, GPTJ_DOWN = (8192, 16384, 4096), (8192, 4096, 16384)
+LLAMA_UP, LLAMA3_UP, TINYLLAMA_UP = (8192, 11008, 4096), (8192, 14336, 4096), (8192, 5632, 2048)
 
 
 def test_wide_grids_of_wide_tiles_get_a_swizzle():
@@ -45,18 +46,20 @@ def test_the_suites_other_grids_keep_the_compiled_choice():
         assert wt.swizzle(cfg, m, n, k, 1, SMS) == 0, (cfg.label, m, n, k)
 
 
-def test_of_the_suites_grids_only_gptjs_pass_the_limit():
+def test_of_the_suites_grids_only_the_widest_pass_the_limit():
     """Every candidate config at every (M, N, K) of the GEMM+epilogue suite: the swizzle is made
-    explicit at GPT-J's up projection only (and for 128x64 tiles at its down projection)."""
+    explicit at GPT-J's and Llama-3-8B's up projections (N 16384, 14336) only, and for 128x64
+    tiles at GPT-J's down projection and TinyLlama's up projection."""
     from evt.bench import ops
     from evt.codegen.config import CANDIDATES
 
     shapes = {dims for p in ops.PATTERNS.values() for dims in p.shapes.values() if len(dims) == 3}
     hits = {(dims, cfg.label) for dims in shapes for cfg in CANDIDATES
             if wt.swizzle(cfg, *dims, 1, SMS)}  # fmt: skip
-    assert {dims for dims, _ in hits} == {GPTJ_UP, GPTJ_DOWN}
-    assert {label for dims, label in hits if dims == GPTJ_DOWN} == {"128x64x64_c1x1_cooperative"}
-    assert (GPTJ_UP, WIDE.label) in hits
+    assert {dims for dims, _ in hits} == {GPTJ_UP, GPTJ_DOWN, LLAMA3_UP, TINYLLAMA_UP}
+    for dims in (GPTJ_DOWN, TINYLLAMA_UP):
+        assert {label for d, label in hits if d == dims} == {"128x64x64_c1x1_cooperative"}
+    assert (GPTJ_UP, WIDE.label) in hits and (LLAMA3_UP, WIDE.label) in hits
 
 
 def test_the_raster_orders_session_15_measured():
@@ -125,7 +128,8 @@ def test_the_heuristic_ranks_configs_whose_waves_outrun_dram_last():
     """8320 rows (65 tiles of 128): no swizzle fixes 128x256 without adding a wave (3.9e-3 bytes
     per FLOP), so a config whose waves fit ranks first; at 8192 rows 128x256 stays first (its
     swizzle 4 fixes it). Of the suite's shapes and candidates only 128x64 tiles at LLaMA's head
-    outrun DRAM (4096 x 32000: 32 x 500 tiles walked along M), never a first pick there."""
+    (4096 x 32000: 32 x 500 tiles walked along M) and the narrower tiles at LLaMA-7B's up
+    projection (N = 11008: 43 tiles of 256, 86 of 128) outrun DRAM, never a first pick there."""
     from evt.codegen import config
     from tests import specs
 
@@ -141,5 +145,8 @@ def test_the_heuristic_ranks_configs_whose_waves_outrun_dram_last():
     outrun = {(dims, c.label) for dims in shapes for c in config.CANDIDATES
               if wt.outruns(c, *dims, 1, SMS)}  # fmt: skip
     llama_head = (4096, 32000, 4096)
-    assert outrun == {(llama_head, "128x64x64_c1x1_cooperative")}, outrun
-    assert config.heuristic(spec, *llama_head)[0].label == WIDE.label
+    assert {o for o in outrun if o[0] != LLAMA_UP} == {(llama_head, "128x64x64_c1x1_cooperative")}, outrun
+    assert {d for d, _ in outrun} == {llama_head, LLAMA_UP}
+    assert (LLAMA_UP, WIDE.label) not in outrun
+    for dims in (llama_head, LLAMA_UP):
+        assert config.heuristic(spec, *dims)[0].label == WIDE.label

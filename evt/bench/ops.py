@@ -7,6 +7,8 @@ Shapes are (M, N, K): the GEMM's output is M x N, its reduction K; M is batch x 
   GPTJ      GPT-J-6B's MLP (4x2048 tokens, 4096 -> 16384 and back, biases, tanh GELU): the
             linear patterns' shapes with M, N, K >= 4096 (issue #7's 0.90-of-the-GEMM target for
             bias, ReLU and tanh GELU is set there)
+  LLAMA     LLaMA-7B's, Llama-3-8B's and TinyLlama-1.1B's gated MLP (8192 tokens, 4096 -> 11008,
+            4096 -> 14336, 2048 -> 5632): the SwiGLU patterns (no biases)
   HEAD      LM heads: GPT-2 (vocab 50257 padded to 50304), BERT-Large MLM (30522 -> 30528),
             a LLaMA-7B-sized head (4096 tokens, K = 4096, vocab 32000)
   ATTN      (B, H, S, D) of the same three models' self-attention
@@ -28,6 +30,11 @@ FFN_UP = {"bert": (8192, 4096, 1024), "gpt2": (8192, 3072, 768), "vit": (12608, 
 FFN_DOWN = {"bert": (8192, 1024, 4096), "gpt2": (8192, 768, 3072), "vit": (12608, 768, 3072)}
 HEAD = {"gpt2": (8192, 50304, 768), "bert": (8192, 30528, 1024), "llama": (4096, 32000, 4096)}
 ATTN = {"gpt2": (8, 12, 1024, 64), "bert": (16, 16, 512, 64), "vit": (64, 12, 197, 64)}
+LLAMA = {
+    "llama": (8192, 11008, 4096),
+    "llama3": (8192, 14336, 4096),
+    "tinyllama": (8192, 5632, 2048),
+}
 GPTJ = {"gptj": (8192, 16384, 4096), "gptj-down": (8192, 4096, 16384)}
 LINEAR_SHAPES = {**FFN_UP, "bert-down": FFN_DOWN["bert"], **GPTJ}
 
@@ -45,6 +52,15 @@ def dgrad(dims, dtype, dev, g, aux: bool = True):
     m, n, k = dims
     xs = (randn((m, k), dtype, dev, g), randn((k, n), dtype, dev, g, k**-0.5))
     return xs + (randn((m, n), dtype, dev, g),) if aux else xs
+
+
+def gated(dims, dtype, dev, g, backward: bool = False):
+    """The forward: x: M x K, w: N x K (1/sqrt(K)) and the gate's output g: M x N; the backward:
+    dy: M x K, w: K x N (1/sqrt(K)) and the saved g and u: M x N."""
+    m, n, k = dims
+    x = randn((m, k), dtype, dev, g)
+    w = randn((k, n) if backward else (n, k), dtype, dev, g, k**-0.5)
+    return (x, w) + tuple(randn((m, n), dtype, dev, g) for _ in range(1 + backward))
 
 
 def head(dims, dtype, dev, g, lse: bool = False):
@@ -87,6 +103,10 @@ PATTERNS: dict[str, Pattern] = {
     ),
     "layernorm_stats": _pattern(
         P.layernorm_stats, lambda *a: linear(*a, residual=a[1]), shapes=FFN_DOWN
+    ),
+    "swiglu": _pattern(P.swiglu, gated, shapes=LLAMA),
+    "dgrad_swiglu": _pattern(
+        P.dgrad_swiglu, lambda *a: gated(*a, backward=True), P.gemm_dgrad, LLAMA
     ),
     "softmax_stats": _pattern(P.softmax_stats, lambda *a: head(*a)[:2], shapes=HEAD),
     "ce_forward": _pattern(P.ce_forward, head, shapes=HEAD),

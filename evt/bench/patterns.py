@@ -56,6 +56,20 @@ def residual_scale_cast(x, w, b, r):
     return r + 0.5 * F.linear(x, w, b).float()
 
 
+def swiglu(x, w, g):
+    """LLaMA's gated MLP in the up projection's epilogue: silu(g) * (x @ w.T), g the gate
+    projection's output; the up projection's output is kept for the backward."""
+    u = x @ w.t()
+    return F.silu(g) * u, u
+
+
+def dgrad_swiglu(dy, w, g, u):
+    """SwiGLU's backward in the down projection's data gradient dh = dy @ w: the gate's gradient
+    dh * u * silu'(g) and the up projection's dh * silu(g) (g, u: M x N, saved)."""
+    dh = dy @ w
+    return aten.silu_backward(dh * u, g), dh * F.silu(g)
+
+
 def softmax_stats(x, w):
     """Logits and their per-row softmax statistics (max and sum of exp over N), in fp32."""
     logits = x @ w.t()

@@ -8,6 +8,8 @@ small training steps, written out as plain modules so a reader can see every op 
 - `bert`: a BERT model (embeddings + LayerNorm, post-LayerNorm layers with a padding mask and an
   exact-GELU MLP) with a masked-LM head (tied decoder) or a classification head (pooler + tanh),
   and its cross-entropy.
+- `llama`: a LLaMA model (token embedding, decoder layers with RMSNorm, rotary causal attention
+  and a SwiGLU MLP, no biases; final RMSNorm, untied LM head) and its next-token cross-entropy.
 
 Sizes are arguments: `SMALL` for CPU tests, `GPU` for realistic-but-small runs on a device.
 Dropout is optional and off by default (p = 0 adds no op to the graph), so a compiled step can be
@@ -24,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from evt.bench.models import MLP as FeedForward  # fc2(GELU(fc1(x))), exact or tanh
+from evt.bench.models import LlamaBlock, RMSNorm
 
 
 class MLP(nn.Module):
@@ -198,6 +201,27 @@ class Bert(nn.Module):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
+class Llama(nn.Module):
+    """Token embedding, `layers` LlamaBlocks (`evt.bench.models`: RMSNorm, rotary causal SDPA,
+    SwiGLU MLP, no biases), a final RMSNorm and an untied LM head; `forward` returns the
+    cross-entropy of the logits (in fp32) against `targets` ([B, S] token ids)."""
+
+    def __init__(self, sizes: Sizes):
+        super().__init__()
+        z = sizes
+        self.wte = nn.Embedding(z.vocab, z.dim)
+        self.blocks = nn.ModuleList(LlamaBlock(z.dim, z.heads, z.hidden) for _ in range(z.layers))
+        self.norm = RMSNorm(z.dim)
+        self.head = nn.Linear(z.dim, z.vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.wte(ids)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
 def gpt2_inputs(sizes: Sizes, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Random token ids and next-token targets, [batch, seq] each."""
     g = torch.Generator().manual_seed(seed)
@@ -265,6 +289,12 @@ def _bert(dtype: torch.dtype, device: str, sizes: Sizes = DUMP, head: str = "mlm
     return training_step(model), bert_inputs(sizes, device, head)
 
 
+def _llama(dtype: torch.dtype, device: str, sizes: Sizes = DUMP):
+    torch.manual_seed(0)
+    model = Llama(sizes).to(device=device, dtype=dtype)
+    return training_step(model), gpt2_inputs(sizes, device)
+
+
 EXAMPLES: dict[str, Example] = {
     "mlp": Example("Linear-GELU-Linear MLP with biases and a residual, forward+backward", _mlp),
     "gpt2": Example(
@@ -276,5 +306,10 @@ EXAMPLES: dict[str, Example] = {
         "BERT: embeddings + LN, a post-LN layer (padding mask, exact-GELU MLP), masked-LM head "
         "(tied decoder), cross-entropy; forward+backward",
         _bert,
+    ),
+    "llama": Example(
+        "LLaMA: token embedding, a decoder layer (RMSNorm, rotary causal SDPA, SwiGLU MLP, no "
+        "biases), final RMSNorm, untied LM head, cross-entropy; forward+backward",
+        _llama,
     ),
 }

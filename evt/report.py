@@ -114,9 +114,11 @@ class SideCoverage:
 
 def coverage(regions: list[RegionReport], unfused: list[tuple[str, str, str]]) -> list[SideCoverage]:
     """Forward, then backward (a side without GEMMs is left out)."""
-    read_by = {n.name: r.name for r in regions for n in r.spec.nodes if n.kind in ir.LOAD_KINDS}
     out = []
     for s in ("forward", "backward"):
+        # a kernel of the GEMM's own side named first (SwiGLU's gate: the up projection's)
+        read_by = {n.name: r.name for r in sorted(regions, key=lambda r: r.side == s)
+                   for n in r.spec.nodes if n.kind in ir.LOAD_KINDS}  # fmt: skip
         mine = SideCoverage(s, [r for r in regions if r.side == s],
                             [(g, _why(g, why, read_by)) for g, side, why in unfused if side == s])  # fmt: skip
         if mine.gemms:

@@ -1,4 +1,4 @@
-"""The built-in GPT-2 and BERT models (`evt.examples`) on an SM90 GPU, in bf16: a whole training
+"""The built-in GPT-2, BERT and LLaMA models (`evt.examples`) on an SM90 GPU, in bf16: a whole training
 step (forward, cross-entropy, backward) with real kernels against an fp32 eager reference, on
 evt's default route (Inductor compiles the rest) and on `rest="eager"`, where the launches must
 be exactly the regions `evt.explain` reports.
@@ -20,7 +20,7 @@ import torch
 
 import evt
 from evt import ir
-from evt.examples import GPT2, GPU, Bert, bert_inputs, gpt2_inputs
+from evt.examples import GPT2, GPU, Bert, Llama, bert_inputs, gpt2_inputs
 from evt.runtime import dispatch, reference
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_models import grad_err, rel_err, train
@@ -33,6 +33,7 @@ MODELS = {
     "gpt2-untied": (lambda: GPT2(GPU, tied=False), lambda dev, seed: gpt2_inputs(GPU, dev, seed)),
     "bert": (lambda: Bert(GPU, "mlm"), lambda dev, seed: bert_inputs(GPU, dev, "mlm", seed)),
     "bert-cls": (lambda: Bert(GPU, "cls"), lambda dev, seed: bert_inputs(GPU, dev, "cls", seed)),
+    "llama": (lambda: Llama(GPU), lambda dev, seed: gpt2_inputs(GPU, dev, seed)),
 }
 
 

@@ -26,6 +26,7 @@ from evt.examples import (
     SMALL,
     Bert,
     Example,
+    Llama,
     _bert,
     _gpt2,
     bert_inputs,
@@ -44,6 +45,7 @@ MODELS = {
     "gpt2-untied": (lambda: GPT2(SMALL, tied=False), lambda: gpt2_inputs(SMALL, "cpu")),
     "bert": (lambda: Bert(SMALL, "mlm"), lambda: bert_inputs(SMALL, "cpu", "mlm")),
     "bert-cls": (lambda: Bert(SMALL, "cls"), lambda: bert_inputs(SMALL, "cpu", "cls")),
+    "llama": (lambda: Llama(SMALL), lambda: gpt2_inputs(SMALL, "cpu")),
 }
 # (forward kernels, ops fused into them, backward kernels, ops fused into them) today
 # bf16: widening casts read only outside a region are not fused (evt/partition/narrow_outputs.py:

@@ -122,31 +122,44 @@ def test_key_grad_reads_q_in_place_like_eager(kernels, shape):
 @pytest.fixture(scope="module")
 def model_regions(tmp_path_factory) -> dict[str, list[tuple]]:
     """GPT-2's and BERT's regions with heads read in place (`EVT_NESTED_BATCH=1`, captured on the
-    CPU at the GPU sizes), all their kernels built in one parallel batch."""
+    CPU at the GPU sizes), and without (`0`, the route they are judged against), all their
+    kernels built in one parallel batch; returns the nested ones."""
     from tests.test_gpu_models import build_all, capture
 
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
+    captured = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EVT_NESTED_BATCH", "1")
-        captured = {name: capture(name) for name in ("gpt2", "bert")}
-    assert all(any(s.gemm.nested for s, _ in seen) for seen in captured.values())
-    return build_all(captured)
+        for nested in ("1", "0"):
+            mp.setenv("EVT_NESTED_BATCH", nested)
+            captured.update({(name, nested): capture(name) for name in ("gpt2", "bert")})
+    assert all(any(s.gemm.nested for s, _ in captured[name, "1"]) for name in ("gpt2", "bert"))
+    build_all(captured)
+    return {name: captured[name, "1"] for name in ("gpt2", "bert")}
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert"])
 def test_models_train_with_heads_in_place(model_regions, monkeypatch, name):
     """A bf16 training step with the attention GEMMs reading their heads in place, on evt's
-    `rest="eager"` route (every region a launch), against fp32 eager."""
+    `rest="eager"` route (every region a launch), against fp32 eager: each tensor within what
+    bf16 eager or the same route with the heads copied (`EVT_NESTED_BATCH=0`) is off by. (BERT's
+    second LayerNorm weight gradient at these inputs: 2.08x eager's error on both routes, bit for
+    bit the same, on an H100 in session 30; over seeds 5-7 the worst tensor's geomean is 1.5x,
+    `scripts/bf16_error_ratios.py`.)"""
     from evt.runtime import dispatch
     from tests.test_gpu_models import MODELS, check_against_fp32, make_model, step
 
-    monkeypatch.setenv("EVT_NESTED_BATCH", "1")
-    dispatch.reset()
+    def run(nested: str):
+        monkeypatch.setenv("EVT_NESTED_BATCH", nested)
+        torch._dynamo.reset()
+        dispatch.reset()
+        return step(model, torch.compile(model, backend="evt", options={"rest": "eager"}), inputs)
+
     model = make_model(name, "cuda")
     inputs = MODELS[name][1]("cuda", 5)
-    got = step(model, torch.compile(model, backend="evt", options={"rest": "eager"}), inputs)
+    copied = run("0")
+    got = run("1")
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
     nested = {s.name for s, _ in model_regions[name] if s.gemm.nested}
     assert nested <= set(dispatch.launches()), (sorted(nested), dict(dispatch.launches()))
-    check_against_fp32(name, got, model, inputs)
+    check_against_fp32(name, got, model, inputs, route=copied)

@@ -7,6 +7,8 @@
 # to the whole machine: run at most one of those at a time (session 16: four fuzz shards beside a model
 # test built one kernel in 480 s, likely some 60 compilers of ~3.5 GB each on 16 cores and
 # 128 GB; the same fuzz file alone next to three one-at-a-time selections passed in 340 s).
+# `test_gpu_mlp.py::test_new_batch_size_reuses_binaries` counts the shared cache's entries
+# before and after its steps: beside a selection that builds, it fails (session 30); run it alone.
 #   scripts/gpu_parallel.sh SECONDS "name: pytest args" ...   (args as a shell line: -k 'a or b')
 # Each selection runs under `timeout SECONDS` with its log in $OUT/logs/<name>.log (or ./logs);
 # prints each one's exit status and summary line.  Source scripts/device_env.sh first.

@@ -7,6 +7,7 @@ decisions, the reference path for the numbers)."""
 from __future__ import annotations
 
 import collections
+import copy
 
 import pytest
 import torch
@@ -91,19 +92,12 @@ def test_the_kernel_computes_xhat_from_loads_and_trains_like_without(monkeypatch
     def build():
         torch.manual_seed(0)
         model, x = PreNormStack().to(torch.bfloat16), torch.randn(*shape, dtype=torch.bfloat16)
-        return (
-            model,
-            torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}),
-            (x,),
-        )
+        return model, torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}), (x,)
 
     loads, grads = run_both(monkeypatch, build)
     # off: LayerNorm's backward kernels load the fp32 x̂ (beside GELU's bf16 pre-activations);
     # on: the bf16 x instead, and mean and rstd as column vectors
-    assert (
-        loads[False].count(("f32", "aux_load")) == 2
-        and loads[False].count(("bf16", "aux_load")) == 2
-    )
+    assert loads[False].count(("f32", "aux_load")) == 2 and loads[False].count(("bf16", "aux_load")) == 2
     assert ("f32", "aux_load") not in loads[True] and loads[True].count(("bf16", "aux_load")) == 4
     assert sum(kind == "col_broadcast" for _, kind in loads[True]) == 4, loads
     assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6
@@ -123,11 +117,7 @@ def test_transformers_train_like_without(monkeypatch, name):
         else:
             model, args = examples.Bert(sizes, "mlm"), examples.bert_inputs(sizes, "cpu", "mlm")
         model = model.to(torch.bfloat16)
-        return (
-            model,
-            torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}),
-            args,
-        )
+        return model, torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}), args
 
     loads, grads = run_both(monkeypatch, build)
     f32, bf16 = (("f32", "aux_load"), ("bf16", "aux_load"))
@@ -143,9 +133,7 @@ def test_dynamic_shapes_leave_the_regions_as_they_were(monkeypatch):
     def build():
         torch.manual_seed(0)
         model, x = PreNormStack().to(torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
-        compiled = torch.compile(
-            model, backend=evt.backend.evt_backend, options={"rest": "eager"}, dynamic=True
-        )
+        compiled = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}, dynamic=True)
         return model, compiled, (x,)
 
     loads, grads = run_both(monkeypatch, build)
@@ -220,7 +208,7 @@ def test_swiglu_backward_loads_one_tensor_less_and_trains_as_eager():
     grads = {}
     for name, dtype, backend in (("f64", torch.float64, None), ("eager", torch.bfloat16, None),
                                  ("evt", torch.bfloat16, evt.backend.evt_backend)):  # fmt: skip
-        m = __import__("copy").deepcopy(model).to(dtype)
+        m = copy.deepcopy(model).to(dtype)
         torch._dynamo.reset()
         fn = m if backend is None else torch.compile(m, backend=backend, options={"rest": "eager"})
         reference.run = recorded if backend else original

@@ -120,8 +120,8 @@ def load_tree(node: Node, anchor: Node, shape: tuple[int, ...], order: dict[Node
     column broadcasts and numbers, and `node` itself also from at most `MAX_TREE_AUX` aux
     tensors computed before the anchor while its ops come after it (in graph order: no aux
     tensor depends on the anchor's region, whose kernel would then read what it feeds, and no op
-    is an operand of the anchor's GEMM); else None. The ops compute in fp32: a 16-bit op's rounding is skipped, as
-    Inductor's fused kernels skip it."""
+    is an operand of the anchor's GEMM); else None. The ops compute in fp32: a 16-bit op's
+    rounding is skipped, as Inductor's fused kernels skip it."""
     out: list[Node] = []
     aux: set[Node] = set()
 

@@ -133,9 +133,7 @@ def _flat(val, frame: tuple[int, ...], shape: tuple[int, ...]):
         return val.reshape(new)
 
 
-def _copy_flattened(
-    graph: Graph, ordered: list[Node], frame, shape, side_: str
-) -> dict[Node, Node]:
+def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str) -> dict[Node, Node]:
     """Copies of the chain `ordered` working on [M, N]: each operand it reads from outside
     reshaped (a view) as `_flat` says."""
     views: dict[Node, Node] = {}
@@ -146,9 +144,7 @@ def _copy_flattened(
     return copy_nodes(graph, ordered, side=side_, inputs=views)
 
 
-def _width(
-    n: Node, frame: tuple[int, ...], shape: tuple[int, ...], loaded=frozenset()
-) -> int | None:
+def _width(n: Node, frame: tuple[int, ...], shape: tuple[int, ...], loaded=frozenset()) -> int | None:
     """Bytes an element that loading `n` (an operand of a chain working on `frame`) into an
     epilogue of `shape` costs: its element size for a full-size aux tensor, 0 for a row/column
     vector (or a number) or a value the region loads anyway (`loaded`), None if no load can

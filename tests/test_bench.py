@@ -624,7 +624,8 @@ def test_inductor_cutlass_runs_on_its_subset():
 
 
 def test_parts_cover_every_baseline_and_slow_stages_go_breadth_first():
-    assert set().union(*(p.baselines for p in plan.PARTS.values())) == set(BASELINES)
+    full_suite = {n for n, b in BASELINES.items() if not b.opt_in}  # in-turn-ops: where named
+    assert set().union(*(p.baselines for p in plan.PARTS.values())) == full_suite
     items = [i for i in plan.make_plan(device="cuda").items if i.stage == "max-autotune"]
     first = [i.case.group for i in items[: len(ops.PATTERNS) + 5]]
     assert len(set(first)) == len(first)  # every pattern once and every step, then more shapes
@@ -725,6 +726,32 @@ def test_in_turn_is_planned_for_steps_and_measures_both_in_one_process(monkeypat
     medians = {n: sum(f["time_ms"]) / 2 for n, f in rec["in_turn"].items()}  # of 2 rounds
     assert in_turn.ratio(rec, "time_ms") == pytest.approx(medians["eager"] / medians["evt"])
     assert report.baselines_in(store.results) == []  # not a timed baseline
+
+
+def test_in_turn_ops_is_planned_only_where_named_and_measures_an_op(monkeypatch):
+    """`in-turn-ops`: the same pairing for GEMM+epilogue cases (the largest GEMMs run under the
+    GPU's power cap, whose clock moves between the stages' processes). Planned only where
+    `--baselines` names it: neither the full suite nor a part plans it."""
+    from evt.bench import in_turn, markdown
+
+    full = plan.make_plan(device="cuda")
+    assert not any(i.baseline == "in-turn-ops" for i in full.items)
+    assert all("in-turn-ops" not in part.baselines for part in plan.PARTS.values())
+    named = plan.make_plan(only="swiglu/*,step/mlp", baselines="in-turn,in-turn-ops", device="cuda")
+    assert {(i.case.name, i.baseline, i.stage) for i in named.items} == {
+        ("swiglu/llama", "in-turn-ops", "in-turn"), ("swiglu/llama3", "in-turn-ops", "in-turn"),
+        ("swiglu/tinyllama", "in-turn-ops", "in-turn"), ("step/mlp", "in-turn", "in-turn")}  # fmt: skip
+    monkeypatch.setattr(in_turn, "PAIR", ("eager", "evt"))
+    monkeypatch.setattr(in_turn, "ROUNDS", 2)
+    p = small_plan("swiglu/tinyllama", "in-turn-ops")
+    store = Store(Path("unused.json"), {"results": []})
+    monkeypatch.setattr(Store, "save", lambda self: None)
+    runner.run_stage(p, "in-turn", store, "cpu", torch.bfloat16, log=lambda s: None)
+    (rec,) = store.results
+    assert rec["status"] == "ok" and set(rec["in_turn"]) == {"eager", "evt"}, rec.get("error")
+    text = markdown.in_turn_table(store.results, "in-turn-ops")
+    assert text.startswith("## GEMM+epilogue suite: evt and torch.compile measured in turn")
+    assert "| swiglu/tinyllama |" in text and markdown.in_turn_table(store.results) == ""
 
 
 def test_in_turn_rounds_faster_counts_rounds_and_gives_a_sign_test():

@@ -46,6 +46,7 @@ class Baseline:
     # its records hold a time of its own (False: in-turn, whose record compares two others and
     # has no column in the per-baseline tables)
     timed: bool = True
+    opt_in: bool = False  # planned only where `--baselines` names it (not in the full suite)
 
     @property
     def is_evt(self) -> bool:
@@ -139,6 +140,19 @@ BASELINES: dict[str, Baseline] = {
             lambda case, device: case.kind == "step",
             compiled=True,
             timed=False,
+        ),
+        Baseline(
+            "in-turn-ops",
+            "in-turn",
+            "the same for a GEMM+epilogue case, where the run names it (`--baselines in-turn-ops`): "
+            "on the largest GEMMs the GPU's power cap moves the clock by up to 25% between the "
+            "stages' processes, so their ratios carry the clocks; in turn, each round's two "
+            "timings run back to back",
+            None,
+            lambda case, device: case.kind == "op",
+            compiled=True,
+            timed=False,
+            opt_in=True,
         ),
         Baseline(
             "max-autotune",

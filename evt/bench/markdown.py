@@ -197,12 +197,15 @@ def problem_list(results: list[dict]) -> str:
     return ("## Not timed (full text in results.json)\n\n" + "\n".join(items)) if items else ""
 
 
-def in_turn_table(results: list[dict]) -> str:
-    """The "in-turn" records: evt and torch.compile per step, built in one process and timed
-    in turn, medians [min .. max] over the rounds and the ratio of medians."""
-    recs = [r for r in results if r["baseline"] == "in-turn"]
+def in_turn_table(results: list[dict], baseline: str = "in-turn") -> str:
+    """The records of `baseline` ("in-turn": the training steps, "in-turn-ops": GEMM+epilogue
+    cases): evt and torch.compile built in one process and timed in turn, medians [min .. max]
+    over the rounds and the ratio of medians."""
+    recs = [r for r in results if r["baseline"] == baseline]
     if not recs:
         return ""
+    steps = baseline == "in-turn"
+    unit = "step" if steps else "call"
     first, second = in_turn.PAIR
     head = ["case", "size", "rounds", f"{first} as run", f"{second} as run", f"{first} / {second}",
             f"{first} faster (rounds, as run)", f"{first} host", f"{second} host",
@@ -239,14 +242,16 @@ def in_turn_table(results: list[dict]) -> str:
         f"{first} and {second} built in one process and timed in turn, round after round (the "
         "tables above time each baseline in its own process, at another moment: where the host "
         "paces a step, those compare two processes' hosts as much as two compilers). Medians "
-        f"[min .. max] over the rounds, ms per step; a ratio below 1: {first} is faster. In how "
+        f"[min .. max] over the rounds, ms per {unit}; a ratio below 1: {first} is faster. In how "
         f"many rounds {first} took less time than {second} (each round times the two back to "
         "back), with a two-sided sign test's p-value: below 0.05, so lopsided a count is "
-        "unlikely if neither were faster. Under CUDA graphs: each step's graphs captured once "
+        f"unlikely if neither were faster. Under CUDA graphs: each {unit}'s graphs captured once "
         "before the rounds and replayed in them (the GPU's time alone; — where no graph ran)."
-        + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} steps)." if mean else "")
+        + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} {unit.replace('call', 'case')}s)."
+           if mean else "")  # fmt: skip
     )
-    return ("## Training steps: evt and torch.compile measured in turn (ms)\n\n" + text
+    title = "Training steps" if steps else "GEMM+epilogue suite"
+    return (f"## {title}: evt and torch.compile measured in turn (ms)\n\n" + text
             + "\n\n" + table(head, rows))  # fmt: skip
 
 
@@ -280,6 +285,7 @@ def render(data: dict) -> str:
         per_case(res, "step", "host_ms", "Training steps: host time per step (ms)", 2,
                  wanted=wanted),
         in_turn_table(res),
+        in_turn_table(res, "in-turn-ops"),
         per_case(res, "step", "graph_sm_mhz",
                  "Training steps under CUDA graphs: median SM clock while timed (MHz)", 0,
                  wanted=wanted),

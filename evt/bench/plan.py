@@ -116,7 +116,8 @@ def make_plan(
         cases = [c for c in cases if c.name in QUICK_CASES]
     if only:
         cases = [c for c in cases if matches(c, split(only))]
-    names = split(baselines) or list(QUICK_BASELINES if quick else BASELINES)
+    names = split(baselines) or list(QUICK_BASELINES if quick else
+                                     [n for n, b in BASELINES.items() if not b.opt_in])  # fmt: skip
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
         raise ValueError(f"unknown baseline(s) {unknown}; choose from {', '.join(BASELINES)}")

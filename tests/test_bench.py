@@ -700,6 +700,19 @@ def test_prebuild_picks_each_cases_tile_config_at_its_real_shape(monkeypatch):
     assert jobs[0].config != heuristic(jobs[0].spec, *tiny.dims, 1)[0]  # what the old capture chose
 
 
+def run_in_turn_stage(monkeypatch, only: str, baseline: str) -> Store:
+    """The in-turn stage on the CPU at tiny sizes, 2 rounds; torch.compile's C++ build is slow
+    there, so the pair is eager and evt (reference path)."""
+    from evt.bench import in_turn
+
+    monkeypatch.setattr(in_turn, "PAIR", ("eager", "evt"))
+    monkeypatch.setattr(in_turn, "ROUNDS", 2)
+    store = Store(Path("unused.json"), {"results": []})
+    monkeypatch.setattr(Store, "save", lambda self: None)
+    runner.run_stage(small_plan(only, baseline), "in-turn", store, "cpu", torch.bfloat16, log=lambda s: None)
+    return store
+
+
 def test_in_turn_is_planned_for_steps_and_measures_both_in_one_process(monkeypatch):
     """The in-turn stage: planned for the training steps only (part 1, after torch.compile);
     it builds both baselines of its pair, checks them, and times them round after round into
@@ -712,13 +725,7 @@ def test_in_turn_is_planned_for_steps_and_measures_both_in_one_process(monkeypat
     }
     assert full.stages().index("in-turn") == full.stages().index("compile") + 1
     assert "in-turn" in plan.PARTS["1"].baselines
-    # on the CPU torch.compile's C++ build is slow: the pair is eager and evt (reference path)
-    monkeypatch.setattr(in_turn, "PAIR", ("eager", "evt"))
-    monkeypatch.setattr(in_turn, "ROUNDS", 2)
-    p = small_plan("step/mlp", "in-turn")
-    store = Store(Path("unused.json"), {"results": []})
-    monkeypatch.setattr(Store, "save", lambda self: None)
-    runner.run_stage(p, "in-turn", store, "cpu", torch.bfloat16, log=lambda s: None)
+    store = run_in_turn_stage(monkeypatch, "step/mlp", "in-turn")
     (rec,) = store.results
     assert rec["status"] == "ok", rec["error"]
     assert set(rec["in_turn"]) == {"eager", "evt"}
@@ -732,7 +739,7 @@ def test_in_turn_ops_is_planned_only_where_named_and_measures_an_op(monkeypatch)
     """`in-turn-ops`: the same pairing for GEMM+epilogue cases (the largest GEMMs run under the
     GPU's power cap, whose clock moves between the stages' processes). Planned only where
     `--baselines` names it: neither the full suite nor a part plans it."""
-    from evt.bench import in_turn, markdown
+    from evt.bench import markdown
 
     full = plan.make_plan(device="cuda")
     assert not any(i.baseline == "in-turn-ops" for i in full.items)
@@ -741,12 +748,7 @@ def test_in_turn_ops_is_planned_only_where_named_and_measures_an_op(monkeypatch)
     assert {(i.case.name, i.baseline, i.stage) for i in named.items} == {
         ("swiglu/llama", "in-turn-ops", "in-turn"), ("swiglu/llama3", "in-turn-ops", "in-turn"),
         ("swiglu/tinyllama", "in-turn-ops", "in-turn"), ("step/mlp", "in-turn", "in-turn")}  # fmt: skip
-    monkeypatch.setattr(in_turn, "PAIR", ("eager", "evt"))
-    monkeypatch.setattr(in_turn, "ROUNDS", 2)
-    p = small_plan("swiglu/tinyllama", "in-turn-ops")
-    store = Store(Path("unused.json"), {"results": []})
-    monkeypatch.setattr(Store, "save", lambda self: None)
-    runner.run_stage(p, "in-turn", store, "cpu", torch.bfloat16, log=lambda s: None)
+    store = run_in_turn_stage(monkeypatch, "swiglu/tinyllama", "in-turn-ops")
     (rec,) = store.results
     assert rec["status"] == "ok" and set(rec["in_turn"]) == {"eager", "evt"}, rec.get("error")
     text = markdown.in_turn_table(store.results, "in-turn-ops")

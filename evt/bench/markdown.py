@@ -205,7 +205,7 @@ def in_turn_table(results: list[dict], baseline: str = "in-turn") -> str:
     if not recs:
         return ""
     steps = baseline == "in-turn"
-    unit = "step" if steps else "call"
+    unit, counted = ("step", "steps") if steps else ("call", "cases")
     first, second = in_turn.PAIR
     head = ["case", "size", "rounds", f"{first} as run", f"{second} as run", f"{first} / {second}",
             f"{first} faster (rounds, as run)", f"{first} host", f"{second} host",
@@ -247,8 +247,7 @@ def in_turn_table(results: list[dict], baseline: str = "in-turn") -> str:
         "back), with a two-sided sign test's p-value: below 0.05, so lopsided a count is "
         f"unlikely if neither were faster. Under CUDA graphs: each {unit}'s graphs captured once "
         "before the rounds and replayed in them (the GPU's time alone; — where no graph ran)."
-        + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} {unit.replace('call', 'case')}s)."
-           if mean else "")  # fmt: skip
+        + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} {counted})." if mean else "")
     )
     title = "Training steps" if steps else "GEMM+epilogue suite"
     return (f"## {title}: evt and torch.compile measured in turn (ms)\n\n" + text

@@ -253,6 +253,20 @@ def test_resume_across_processes_at_two_commits(tmp_path):
     assert "aaaa1111" in md and "bbbb2222" in md and "## Sessions" in md
 
 
+@pytest.mark.parametrize("level", ["0", "1"])
+def test_a_childs_stderr_is_echoed_whole_under_evt_debug(tmp_path, monkeypatch, capsys, level):
+    """A stage's child logs its region decisions to stderr under EVT_DEBUG: the parent echoes all
+    of it then, else only the tail it keeps for a crash report."""
+    from evt.bench import isolate
+
+    monkeypatch.setenv("EVT_DEBUG", level)
+    cmd = [sys.executable, "-c", f"import sys; sys.stderr.write('x' * {2 * isolate.STDERR_TAIL})"]
+    outcome = isolate.run_child(cmd, None, 60, None, tmp_path / isolate.HEARTBEAT)
+    assert outcome.kind == "done"
+    echoed = capsys.readouterr().err.count("x")
+    assert echoed == (2 if level == "1" else 1) * isolate.STDERR_TAIL
+
+
 def test_child_argv_round_trips():
     p = cli.configure(__import__("argparse").ArgumentParser())
     args = p.parse_args(["--quick", "--only", "bias*", "--device", "cpu", "--dtype", "f16"])

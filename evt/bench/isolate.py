@@ -12,7 +12,8 @@ to the shared results file as it goes and says what it is doing in a heartbeat f
                   recorded "timeout"; a fresh child goes on with the next item
 
 A child that crashes costs the item it was measuring (n/a, with its stderr); a fresh child goes on
-with the rest while the stage has time.
+with the rest while the stage has time. A child's stderr is echoed when it ends: its last
+`STDERR_TAIL` characters, or all of it under `EVT_DEBUG` (the region decisions the stage logged).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from evt import debug
 from evt.bench.plan import Item, Plan, pending
 from evt.bench.store import Store
 
@@ -91,8 +93,10 @@ def run_child(
         proc = subprocess.Popen(cmd, stderr=err, env=env, start_new_session=True)
         killed = watch(proc, limit_s, item_s, hb)
         err.seek(0)
-        tail = err.read()[-STDERR_TAIL:]
-    sys.stderr.write(tail)
+        text = err.read()
+    tail = text[-STDERR_TAIL:]
+    # with EVT_DEBUG on, all of it: its lines (regions' configs, autotune decisions) are the point
+    sys.stderr.write(text if debug.level() >= 1 else tail)
     last = read_beat(hb)
     hb.unlink(missing_ok=True)
     if killed == "item-timeout":

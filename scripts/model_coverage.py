@@ -2,7 +2,7 @@
 runs the regions). Per model and side: GEMMs, how many anchor a kernel, how many ops those
 kernels fuse; then every GEMM left unfused with the reason.
 
-Models: the built-in examples (`evt.examples`: mlp, gpt2, bert) at their CPU-test sizes and the
+Models: the built-in examples (`evt.examples`: mlp, gpt2, bert, llama) at their CPU-test sizes and the
 benchmark's training steps (`evt.bench.steps`) at their small sizes.
 
     python scripts/model_coverage.py [--dtype bf16|f16|f32] [--only GLOB[,GLOB...]]
@@ -34,6 +34,7 @@ def example_steps(dtype: torch.dtype) -> dict[str, Callable[[], tuple]]:
         "examples/gpt2-untied": lambda: examples._gpt2(dtype, "cpu", small, tied=False),
         "examples/bert": lambda: examples._bert(dtype, "cpu", small, head="mlm"),
         "examples/bert-cls": lambda: examples._bert(dtype, "cpu", small, head="cls"),
+        "examples/llama": lambda: examples._llama(dtype, "cpu", small),
     }
 
 

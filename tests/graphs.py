@@ -186,14 +186,20 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
 
 
+def explain(f, *args):
+    """`evt.explain(f, *args)` with its warnings silenced."""
+    import evt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return evt.explain(f, *args)
+
+
 def explain_case(name: str, dtype: torch.dtype = torch.bfloat16):
     """`evt.explain` of a benchmark case (`step/gpt2`, `ce_forward/gpt2`, ...) at its small CPU
     sizes: what the pipeline fuses in that step or op, warnings silenced."""
-    import evt
     from evt.bench import ops, plan, steps
 
     case = {c.name: c for c in plan.all_cases(small=True)}[name]
     w = (steps if case.kind == "step" else ops).build(case, dtype, "cpu")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return evt.explain(w.target, *w.make_inputs(0))
+    return explain(w.target, *w.make_inputs(0))

@@ -10,18 +10,11 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-import evt
 from evt.backend import evt_backend
 from evt.bench.patterns import dgrad_swiglu, swiglu
-from tests.graphs import explain_case
+from tests.graphs import explain, explain_case
 
 BF16 = dict(dtype=torch.bfloat16)
-
-
-def explain(f, *args):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return evt.explain(f, *args)
 
 
 def region_ops(report) -> list[str]:

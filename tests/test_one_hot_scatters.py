@@ -8,10 +8,9 @@ import warnings
 
 import torch
 
-import evt
 from evt.backend import evt_backend
 from evt.bench.patterns import ce_backward
-from tests.graphs import explain_case
+from tests.graphs import explain, explain_case
 
 aten = torch.ops.aten
 BF16 = dict(dtype=torch.bfloat16)
@@ -23,12 +22,6 @@ def inputs(m=64, n=96, k=32, device="cpu"):
     t = torch.randint(0, n, (m,), generator=g)
     lse = torch.logsumexp((x @ w.t()).float(), dim=1)
     return [a.to(device) for a in (x, w, t, lse)]
-
-
-def explain(f, *args):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return evt.explain(f, *args)
 
 
 def test_a_scatter_not_after_a_gemm_stays():

@@ -33,17 +33,19 @@ class PreNormStack(nn.Module):
         return x.float().pow(2).mean()
 
 
-def saved(model, x, backend) -> collections.Counter:
-    """((tokens, d), dtype) -> count of the full-size tensors one step saves ([tokens, d] or
-    [batch, seq, d] alike)."""
+def saved(model, x, backend, width: int | None = None) -> collections.Counter:
+    """((tokens, width), dtype) -> count of the [tokens, width] tensors one step saves ([batch,
+    seq, width] alike); `width`: x's last size unless given (a hidden layer's)."""
     torch._dynamo.reset()
     options = {"options": {"rest": "eager"}} if backend is evt.backend.evt_backend else {}
     fn = torch.compile(model, backend=backend, **options)
     out: collections.Counter = collections.Counter()
+    width = width or x.shape[-1]
+    tokens = x.numel() // x.shape[-1]
 
     def pack(t):
-        if t.dim() and t.numel() == x.numel() and t.shape[-1] == x.shape[-1]:
-            out[((t.numel() // t.shape[-1], t.shape[-1]), t.dtype)] += 1
+        if t.dim() and t.numel() == tokens * width and t.shape[-1] == width:
+            out[((tokens, width), t.dtype)] += 1
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -162,23 +164,6 @@ class SwiGLUStack(nn.Module):
         return x.float().pow(2).mean()
 
 
-def hidden_saved(model, x, backend, h: int = 512) -> int:
-    """How many [tokens, h] tensors one step saves."""
-    torch._dynamo.reset()
-    options = {"options": {"rest": "eager"}} if backend is evt.backend.evt_backend else {}
-    fn = torch.compile(model, backend=backend, **options)
-    count = 0
-
-    def pack(t):
-        nonlocal count
-        count += t.dim() == 2 and t.shape[-1] == h and t.shape[0] == x.shape[0]
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(x)
-    return count
-
-
 @pytest.mark.parametrize("on", [False, True])
 def test_swiglu_backward_computes_silu_from_the_gate_it_loads(monkeypatch, on):
     """SwiGLU's backward kernel (the down projection's dgrad) loads g for silu's backward and
@@ -188,7 +173,7 @@ def test_swiglu_backward_computes_silu_from_the_gate_it_loads(monkeypatch, on):
     monkeypatch.setenv("EVT_RECOMPUTE_INSIDE", "1" if on else "0")
     model = SwiGLUStack().to(torch.bfloat16).to("meta")
     x = torch.randn(512, 256, dtype=torch.bfloat16).to("meta")
-    got, want = hidden_saved(model, x, evt.backend.evt_backend), hidden_saved(model, x, "aot_eager")
+    got, want = (sum(saved(model, x, b, width=512).values()) for b in (evt.backend.evt_backend, "aot_eager"))
     assert want == 3 * 2 and got == want + (0 if on else 2), (got, want)
 
 

@@ -4,21 +4,13 @@ epilogues that do save a pass (GELU, the bias gradient, LayerNorm's backward sta
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 import evt
 from evt.partition import trim_for_inductor as trim
-from tests.graphs import explain_case
+from tests.graphs import explain, explain_case
 
 BF16 = dict(dtype=torch.bfloat16)
-
-
-def explain(f, *args):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return evt.explain(f, *args)
 
 
 def product_read_again(x, w, p):

@@ -13,7 +13,6 @@ setting each tensor's geomean ratio over the seeds (the worst ones).
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 import os
 import warnings
@@ -22,8 +21,7 @@ import torch
 
 import evt.backend
 from evt.runtime import dispatch
-from tests.test_gpu_models import MODELS, make_model, step
-from tests.test_models import grad_err, rel_err
+from tests.test_gpu_models import MODELS, against_fp32, make_model, step
 
 
 def errors(name: str, device: str, seed: int, rest: str) -> dict[str, tuple[float, float]]:
@@ -36,14 +34,8 @@ def errors(name: str, device: str, seed: int, rest: str) -> dict[str, tuple[floa
     got = step(model, torch.compile(model, backend=evt.backend.evt_backend, options=options), inputs)
     if dispatch.FALLBACKS:
         print(f"    fallbacks: {dispatch.FALLBACKS}")
-    bf16 = step(model, model, inputs)
-    model32 = copy.deepcopy(model).float()
-    want = step(model32, model32, inputs)
-
-    def err(result, n):
-        return rel_err(result[n], want[n]) if n == "loss" else grad_err(n, result, want)
-
-    return {n: (err(got, n), err(bf16, n)) for n in want}
+    bf16, err_of = against_fp32(model, inputs)
+    return {n: (err_of(got, n), err_of(bf16, n)) for n in bf16}
 
 
 def main() -> None:

@@ -88,21 +88,28 @@ def step(model: torch.nn.Module, fn, inputs: tuple) -> dict[str, torch.Tensor]:
     return out
 
 
+def against_fp32(model, inputs: tuple):
+    """bf16 eager's step on `inputs` and `err_of(result, tensor)`: a step result's error in one
+    tensor (the loss or a gradient) against fp32 eager's, relative to its largest element."""
+    bf16 = step(model, model, inputs)
+    model32 = copy.deepcopy(model).float()
+    want = step(model32, model32, inputs)
+
+    def err_of(result: dict[str, torch.Tensor], n: str) -> float:
+        return rel_err(result[n], want[n]) if n == "loss" else grad_err(n, result, want)
+
+    return bf16, err_of
+
+
 def check_against_fp32(name: str, got: dict[str, torch.Tensor], model, inputs: tuple,
                        route: dict[str, torch.Tensor] | None = None) -> None:
     """evt's bf16 step vs fp32 eager, allowing what bf16 eager itself is off by (per tensor,
     relative to the tensor's largest element). With `route` (the default route's step on the
     same inputs), a tensor may also be off by as much as that route is (x1.1): an opt-in pass is
     judged against the route it changes, which `test_training_step_matches_fp32` judges."""
-    bf16 = step(model, model, inputs)
-    model32 = copy.deepcopy(model).float()
-    want = step(model32, model32, inputs)
-    assert set(got) == set(want)
-
-    def err_of(result: dict[str, torch.Tensor], n: str) -> float:
-        return rel_err(result[n], want[n]) if n == "loss" else grad_err(n, result, want)
-
-    for n in want:
+    bf16, err_of = against_fp32(model, inputs)
+    assert set(got) == set(bf16)
+    for n in bf16:
         assert torch.isfinite(got[n]).all(), n
         err, eager_err = err_of(got, n), err_of(bf16, n)
         bound = max(2e-2, 2 * eager_err, 1.1 * err_of(route, n) if route else 0.0)

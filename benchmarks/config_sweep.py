@@ -19,6 +19,9 @@ put the measured winner.
                                     variants separated by ';', an empty one is evt's own)
         [--build-only]   (build the kernels and stop: no GPU needed; scripts/kernel_pack.py pack
                           then carries them to the device)
+        [--steps step/llama,...]   (instead of --patterns: a training step's own regions, each at
+                                    its problem, every config with the heuristic's aux-load
+                                    stages and epilogue subtile, as evt would build it)
 """
 
 from __future__ import annotations
@@ -51,6 +54,34 @@ def capture(pattern: str):
     dims = tiny(next(iter(p.shapes.values())))
     inputs = p.inputs(dims, torch.bfloat16, "cpu", torch.Generator().manual_seed(0))
     return [r.spec for r in explain(p.fn, *inputs).regions]
+
+
+def capture_step(case_name: str):
+    """[(region spec, {"step": its (M, N, K)})] of a training step
+    (`evt.bench.steps`), captured on the meta device at its real sizes as the bench's prebuild
+    does; regions with a batch (attention's) are left out (their inputs are heads of other
+    tensors, which `make_inputs` does not lay out)."""
+    import warnings
+
+    from evt.bench import plan, steps
+    from evt.explain import explain
+    from evt.runtime import dispatch
+
+    case = next((c for c in plan.all_cases() if c.name == case_name), None)
+    if case is None or case.kind != "step":
+        raise SystemExit(f"{case_name!r} is not a training step of the bench: see evt bench --list")
+    w = steps.build(case, torch.bfloat16, "meta")
+    with warnings.catch_warnings(), dispatch.reference_only():
+        warnings.simplefilter("ignore")
+        report = explain(w.target, *w.make_inputs(0))
+    return [(r.spec, {"step": r.problem[:3]}) for r in report.regions
+            if r.problem and r.problem[3] == 1 and not r.spec.gemm.batched]
+
+
+def as_built(spec, cfg: cfgs.TileConfig, k: int) -> cfgs.TileConfig:
+    """`cfg` as the heuristic hands it out for `spec` at K = `k` (its aux-load stages and
+    epilogue subtile: `config.source_stages`, `config.epilogue_subtile`)."""
+    return cfgs.source_stages(spec, cfgs.epilogue_subtile(spec, cfg, k))
 
 
 def time_ms(fn) -> float:
@@ -109,6 +140,9 @@ def main() -> None:
     p.add_argument("--json")
     p.add_argument("--build-only", action="store_true",
                    help="build every kernel into the cache and stop (nvcc, no GPU)")
+    p.add_argument("--steps", default="",
+                   help="comma-separated training steps (e.g. step/llama) whose own regions are "
+                        "swept at their problems, instead of --patterns")
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
     orders = [launch.TileOrder.from_label(o) for o in a.tile_orders.split(",")]
@@ -121,7 +155,13 @@ def main() -> None:
     for sc in (int(x) for x in a.source_stages.split(",") if x.strip()):
         configs += [dataclasses.replace(c, epi_stages_c=sc) for c in list(configs)
                     if not c.epi_stages_c and sc < min(cfgs.epilogue_subtiles(c), 4)]  # fmt: skip
-    specs = {name: capture(name) for name in a.patterns.split(",")}
+    # (pattern or step) -> its region specs; (pattern or step, region) -> {shape name: dims}
+    specs = {name: capture(name) for name in a.patterns.split(",")} if not a.steps else {}
+    problems = {}
+    for step in filter(None, a.steps.split(",")):
+        regions = capture_step(step)
+        specs[step] = [spec for spec, _ in regions]
+        problems.update({(step, spec.name): dims for spec, dims in regions})
     t0 = time.time()
     jobs = {}
     own = dict(ir.COMPUTE_OPS)
@@ -133,7 +173,9 @@ def main() -> None:
         # rendered now, so the variant's functors are in the source
         for name, regions in specs.items():
             for spec in regions:
+                step_k = problems[(name, spec.name)]["step"][2] if (name, spec.name) in problems else None
                 for cfg in configs:
+                    cfg = as_built(spec, cfg, step_k) if step_k else cfg
                     if cfgs.fits(spec, cfg):
                         jobs[(name, spec.name, cfg, variant)] = (spec, build.prefetch(spec, cfg))
     ir.COMPUTE_OPS.update(own)
@@ -151,7 +193,8 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             print(f"{name} {region} {cfg.label}: build failed: {str(e)[:300]}", flush=True)
             continue
-        for shape, dims in (shapes or ops.PATTERNS[name].shapes).items():
+        own = problems.get((name, region)) or ops.PATTERNS[name].shapes
+        for shape, dims in (shapes or own).items():
             m, n, k, batch = problem(dims)
             if batch and (spec.gemm.nested or not spec.gemm.batched):
                 print(f"{name} {region}: {shape} needs a flat batched spec", flush=True)

@@ -74,11 +74,14 @@ def _timed_as(cfg: cfgs.TileConfig, timed: dict) -> str:
 
 
 def capture_specs(groups) -> dict[tuple[str, str], object]:
-    from config_sweep import capture  # benchmarks/ is this script's folder
+    """(pattern, region) -> the region's spec: a suite pattern's captured on the CPU at tiny
+    shapes, a training step's (`config_sweep.py --steps`) on the meta device at its own."""
+    from config_sweep import capture, capture_step  # benchmarks/ is this script's folder
 
     specs = {}
     for pattern in sorted({k[1] for k in groups}):
-        specs.update({(pattern, s.name): s for s in capture(pattern)})
+        regions = [s for s, _ in capture_step(pattern)] if pattern.startswith("step/") else capture(pattern)
+        specs.update({(pattern, s.name): s for s in regions})
     return specs
 
 

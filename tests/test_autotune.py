@@ -697,3 +697,34 @@ def test_a_decision_of_other_sources_is_not_replayed(monkeypatch):
     assert autotune.decision_key(spec, problem) == key
     monkeypatch.setattr(autotune, "source_hash", lambda: "another-evt")
     assert autotune.decision_key(spec, problem) != key
+
+
+def test_a_step_sweep_builds_each_region_as_the_heuristic_hands_it_out():
+    """`config_sweep.py --steps step/llama`: the LLaMA step's regions at their own problems (the
+    batched attention GEMMs left out), each candidate with the aux-load stages and epilogue
+    subtile the heuristic gives it at that K, so a sweep's labels are the heuristic's and
+    `heuristic_score.py` scores such a sweep as it does a pattern's. The sweep also builds the
+    configs that fit only with those fewer stages (the heuristic asks whether CUTLASS's own
+    leave the main loop 2 stages: the regions with fp32 aux tensors, whose wide tiles keep 2 or
+    3 with 2 or 3 aux-load stages and 1 with 4)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import config_sweep
+
+    regions = config_sweep.capture_step("step/llama")
+    assert sorted(dims["step"] for _, dims in regions) == sorted(
+        [(8192, 2048, 2048)] * 2 + [(8192, 5632, 2048)] * 2 + [(8192, 2048, 5632)] * 2)
+    for spec, dims in regions:
+        m, n, k = dims["step"]
+        built = {c.label for c in (config_sweep.as_built(spec, c, k) for c in cfgs.CANDIDATES)
+                 if cfgs.fits(spec, c)}  # fmt: skip
+        ranked = {c.label for c in cfgs.heuristic(spec, m, n, k)}
+        assert ranked <= built, spec.name
+        own_stages = [dataclasses.replace(cfgs.TileConfig.from_label(label), epi_stages_c=0)
+                      for label in built - ranked]  # fmt: skip
+        assert not any(cfgs.fits(spec, c) for c in own_stages), spec.name
+        assert any("_sc" in label for label in built), spec.name  # every region loads aux tensors
+    with pytest.raises(SystemExit, match="not a training step"):
+        config_sweep.capture_step("bias_relu")

@@ -3,9 +3,11 @@ pattern, region, shape), the config `evt.codegen.config.heuristic` ranks first a
 that sweep timed, and its speed as a fraction of the measured best. No GPU: the sweeps are
 `benchmarks/results/*/config_sweep*.json` (written by benchmarks/config_sweep.py; left out: rows
 that timed another functor (--functor) or another raster order / swizzle than evt launches
-(--tile-orders; sweeps before session 15 timed CUTLASS's, which evt launched then), and sweeps
+(--tile-orders; sweeps before session 15 timed CUTLASS's, which evt launched then), sweeps
 of an epilogue with an exp or erf taken before those functors went straight to the SFU in
-session 13: `SFU_SINCE`), the specs are captured on the CPU.
+session 13 (`SFU_SINCE`), and rows of 128-wide ping-pong tiles on wide grids at K > 1024 from
+before session 31 launched them with swizzle 2: `PINGPONG_SWIZZLE_SINCE`), the specs are
+captured on the CPU.
 
     python benchmarks/heuristic_score.py [--show 0.97]   (cases below that fraction are listed)
 """
@@ -28,6 +30,19 @@ SFU_PATTERNS = ("bias_gelu", "bias_gelu_aux", "dgrad_gelu", "softmax_stats", "ce
                 "ce_backward")  # fmt: skip
 
 
+# Session 31 launches 128-wide ping-pong tiles with swizzle 2 on grids of 16 or more tile columns
+# at K > 1024 (`wave_traffic.wide_pingpong`): earlier sweeps timed those rows in the compiled
+# order, so they no longer time what evt launches.
+PINGPONG_SWIZZLE_SINCE = "2026-11-27-H100-session31"
+
+
+def _wide_pingpong(row: dict) -> bool:
+    from evt.codegen import wave_traffic
+
+    cfg = cfgs.TileConfig.from_label(row["config"])
+    return wave_traffic.wide_pingpong(cfg, row["m"], row["n"], row["k"], row.get("l", 1), cfgs.SM_COUNT)
+
+
 def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
     """(run folder, pattern, region, shape) -> the sweep's rows for it."""
     groups: dict[tuple[str, str, str, str], list[dict]] = {}
@@ -39,6 +54,8 @@ def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
                 continue  # another raster order / swizzle than the one evt launches
             if r["pattern"] in SFU_PATTERNS and f.parent.name < SFU_SINCE:
                 continue  # the functors of an earlier session
+            if f.parent.name < PINGPONG_SWIZZLE_SINCE and _wide_pingpong(r):
+                continue  # timed in another order than evt launches it in now
             groups.setdefault((f.parent.name, r["pattern"], r["region"], r["shape"]), []).append(r)
     return groups
 

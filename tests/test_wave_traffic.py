@@ -47,18 +47,23 @@ def test_the_suites_other_grids_keep_the_compiled_choice():
 
 
 def test_of_the_suites_grids_only_the_widest_pass_the_limit():
-    """Every candidate config at every (M, N, K) of the GEMM+epilogue suite: the swizzle is made
-    explicit at the up projections of GPT-J, the LLaMAs (N 16384, 14336, 11008; TinyLlama's 5632 at
-    K = 2048) only, and for 128x64 tiles at GPT-J's down projection."""
+    """Every candidate config at every (M, N, K) of the GEMM+epilogue suite: the traffic rule makes
+    the swizzle explicit at the up projections of GPT-J, the LLaMAs (N 16384, 14336, 11008;
+    TinyLlama's 5632 at K = 2048) only, and for 128x64 tiles at GPT-J's down projection; the
+    ping-pong rule adds swizzle 2 for 128-wide ping-pong tiles on the wide grids at K > 1024."""
     from evt.bench import ops
     from evt.codegen.config import CANDIDATES
 
     shapes = {dims for p in ops.PATTERNS.values() for dims in p.shapes.values() if len(dims) == 3}
     hits = {(dims, cfg.label) for dims in shapes for cfg in CANDIDATES
-            if wt.swizzle(cfg, *dims, 1, SMS)}  # fmt: skip
+            if wt.swizzle(cfg, *dims, 1, SMS) and not wt.wide_pingpong(cfg, *dims, 1, SMS)}  # fmt: skip
     assert {dims for dims, _ in hits} == {GPTJ_UP, GPTJ_DOWN, LLAMA_UP, LLAMA3_UP, TINYLLAMA_UP}
     assert {label for d, label in hits if d == GPTJ_DOWN} == {"128x64x64_c1x1_cooperative"}
     assert (GPTJ_UP, WIDE.label) in hits and (LLAMA3_UP, WIDE.label) in hits
+    wide = {(dims, cfg.label) for dims in shapes for cfg in CANDIDATES if wt.wide_pingpong(cfg, *dims, 1, SMS)}
+    assert {label for _, label in wide} == {"128x128x64_c1x1_pingpong", "128x128x64_c1x2_pingpong"}
+    llama_head = (4096, 32000, 4096)
+    assert {d for d, _ in wide} == {GPTJ_UP, GPTJ_DOWN, LLAMA_UP, LLAMA3_UP, TINYLLAMA_UP, llama_head}
 
 
 PINGPONG = TileConfig(128, 128, 64, schedule="pingpong")
@@ -83,6 +88,29 @@ def test_the_swiglu_grids_session_31_measured():
     # a wave more of 11 (9%) is not taken: 128x256 at 8192 x 5632 keeps its order (1.5e-3 anyway)
     few = TileConfig(128, 128, 64, cluster_n=2, schedule="pingpong")
     assert wt.outruns(few, *TINYLLAMA_UP, 1, SMS)  # 2.5e-3 only with swizzle 4: 22 -> 24 waves
+
+
+def test_wide_ping_pong_grids_take_swizzle_2():
+    """The LLaMA step's own regions on the H100 (session 31, `sweep_orders_llama_step.json`), in
+    128x128 ping-pong tiles, fractions of cuBLAS: 8192 x 2048 x 2048 (16 tile columns, 1.5e-3
+    bytes per FLOP, under the limit) 0.76 in CUTLASS's order and 0.87 with swizzle 2, 8192 x
+    2048 x 5632 0.74-0.75 and 0.80-0.81: they take 2. Cooperative tiles, grids of fewer columns
+    (BERT's 8192 x 1024 x 4096: 8) and K <= 1024 (the compiled choice is 2 there already) keep
+    the compiled order; where the traffic rule swizzles, its swizzle wins (4 at TinyLlama's up
+    projection); where it cannot, 2 still applies, and the config still outruns DRAM."""
+    for m, n, k in ((8192, 2048, 2048), (8192, 2048, 5632)):
+        assert wt.traffic(PINGPONG, m, n, 1, SMS) < wt.LIMIT
+        assert wt.swizzle(PINGPONG, m, n, k, 1, SMS) == 2
+        assert wt.swizzle(TileConfig(128, 128, 64, cluster_n=2, schedule="pingpong"), m, n, k, 1, SMS) == 2
+        assert wt.swizzle(TileConfig(128, 128, 64), m, n, k, 1, SMS) == 0
+        assert wt.swizzle(WIDE, m, n, k, 1, SMS) == 0
+        assert not wt.outruns(PINGPONG, m, n, k, 1, SMS)
+    assert wt.swizzle(PINGPONG, 8192, 1024, 4096, 1, SMS) == 0
+    assert wt.swizzle(PINGPONG, 8192, 2048, 1024, 1, SMS) == 0
+    assert wt.swizzle(PINGPONG, 8192, 2048, 2048, 2, SMS) == 0  # batched
+    assert wt.swizzle(PINGPONG, *TINYLLAMA_UP, 1, SMS) == 4
+    few = TileConfig(128, 128, 64, cluster_n=2, schedule="pingpong")
+    assert wt.swizzle(few, *TINYLLAMA_UP, 1, SMS) == 2 and wt.outruns(few, *TINYLLAMA_UP, 1, SMS)
 
 
 def test_the_raster_orders_session_15_measured():

@@ -31,6 +31,18 @@ LLaMA-7B's up projection, 4.0e-3 in 42 waves, ran at 0.60 of cuBLAS in CUTLASS's
 0.79 with swizzle 4 in 43, the dgrad at 0.58 and 0.76). Stream-K kernels (their scheduler
 decomposes K, not this walk) and batched GEMMs keep 0. Where no swizzle can (`outruns`), the
 tile-config heuristic ranks the config after those whose waves do not outrun DRAM.
+
+Ping-pong kernels with 128-wide tiles take swizzle 2 at K > 1024 where the traffic is under
+the limit, on grids of at least `PINGPONG_COLUMNS` tile columns (and where it adds at most
+`EXTRA_WAVES`): this model does not see what they gain, measured on the LLaMA step's own regions
+(session 31, `sweep_orders_llama_step.json`, fractions of cuBLAS): RMSNorm's statistics after
+the attention's output projection (8192 x 2048 x 2048, 1.5e-3 bytes per FLOP) 0.76 in
+CUTLASS's order, 0.87 with swizzle 2; the MLP's down projection with the residual and the loss,
+and RMSNorm's backward (8192 x 2048 x 5632) 0.74 -> 0.80 and 0.75 -> 0.81; with swizzle 2 SwiGLU's
+grids gained 7-18% too (4 gains more there and is what the traffic rule takes). Cooperative
+128x256 and 256x128 tiles moved by -5% to +2% with swizzle 2 at the same grids (GPT-J's up
+projection, session 20: +2% to +8%), so they keep the compiled order. No grid of fewer columns
+was timed (BERT's, GPT-2's and ViT's at K > 1024 have 6-8), so those keep it too.
 """
 
 from __future__ import annotations
@@ -44,6 +56,8 @@ LIMIT = 2.5e-3  # DRAM bytes per FLOP a wave may read (H100: ~4e-3 at its GEMM s
 # The share of waves a swizzle's rounding may add (a wave in 20): less than what the traffic it
 # saves costs
 EXTRA_WAVES = 0.05
+# 128-wide ping-pong tiles take swizzle 2 at K > 1024 on grids of at least this many tile columns
+PINGPONG_COLUMNS = 16
 SWIZZLES = (2, 4, 8)
 
 
@@ -85,17 +99,28 @@ def _waves(blocks_m: int, blocks_n: int, sm_count: int) -> int:
 def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
             elem_bytes: int = 2) -> int:
     """The swizzle evt launches `cfg`'s kernel with at (M, N, K, L): 0 (the compiled choice)
-    unless the waves' traffic says otherwise (module doc)."""
+    unless the waves' traffic says otherwise, or a wide ping-pong grid takes 2 (module doc)."""
     if not _applies(cfg, M, N, K, L, sm_count):
         return 0
-    if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) <= LIMIT:
-        return 0
     waves = _waves(*_grid(cfg, M, N, 1)[1:], sm_count)
-    fixes = [(_waves(*_grid(cfg, M, N, s)[1:], sm_count), s) for s in SWIZZLES
-             if traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT]
-    # the fewest waves, then the smallest swizzle; rounding the grid up may add a few
-    fixes = [(w, s) for w, s in fixes if w <= waves * (1 + EXTRA_WAVES)]
-    return min(fixes)[1] if fixes else 0
+    if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) > LIMIT:
+        fixes = [(_waves(*_grid(cfg, M, N, s)[1:], sm_count), s) for s in SWIZZLES
+                 if traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT]
+        # the fewest waves, then the smallest swizzle; rounding the grid up may add a few
+        fixes = [(w, s) for w, s in fixes if w <= waves * (1 + EXTRA_WAVES)]
+        if fixes:
+            return min(fixes)[1]
+    return 2 if wide_pingpong(cfg, M, N, K, L, sm_count) else 0
+
+
+def wide_pingpong(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bool:
+    """Whether `cfg` takes swizzle 2 as a ping-pong kernel with 128-wide tiles on a grid of at
+    least `PINGPONG_COLUMNS` tile columns at K > 1024 (module doc), the traffic rule aside."""
+    if not (_applies(cfg, M, N, K, L, sm_count) and cfg.schedule == "pingpong" and cfg.tile_n == 128):
+        return False
+    waves = _waves(*_grid(cfg, M, N, 1)[1:], sm_count)
+    return (_grid(cfg, M, N, 1)[2] >= PINGPONG_COLUMNS
+            and _waves(*_grid(cfg, M, N, 2)[1:], sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
 
 
 def outruns(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,
@@ -106,9 +131,10 @@ def outruns(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,
     ranks such configs after the others: at GPT-J's up projection 256x128 tiles (2.1e-3 as they
     are) ran 621 TFLOP/s on the H100 (session 20, call 7) where 128x256 ran 575 in CUTLASS's
     order (call 1) and 683 with swizzle 4 (call 7)."""
-    # `swizzle` returns 0 where the compiled order is under the limit or no swizzle brings it there
-    return (_applies(cfg, M, N, K, L, sm_count) and not swizzle(cfg, M, N, K, L, sm_count, 0, elem_bytes)
-            and traffic(cfg, M, N, 1, sm_count, 0, elem_bytes) > LIMIT)  # fmt: skip
+    if not _applies(cfg, M, N, K, L, sm_count):
+        return False
+    launched = swizzle(cfg, M, N, K, L, sm_count, 0, elem_bytes) or 1  # K > 1024: compiled 1
+    return traffic(cfg, M, N, launched, sm_count, 0, elem_bytes) > LIMIT
 
 
 def _applies(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bool:

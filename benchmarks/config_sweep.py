@@ -212,12 +212,15 @@ def main() -> None:
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
             for tile_order in orders:
                 ordered = kernel.ordered(tile_order)
+                # the order as launched: 0:0's swizzle made explicit where evt's launch plan
+                # picks one (`wave_traffic`); 0 left: the kernel's compiled `auto_swizzle`
+                launched = kernel.resolve(tile_order, kernel.guard(timed)).label
                 got = ordered(x)  # each order checked before it is timed
                 err = max(_error(g.float(), w.float()) for g, w in zip(got, want))
                 ms = time_ms(lambda ordered=ordered, timed=timed: ordered(timed))
                 order = tile_order.label
                 row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
-                           tile_order=order, functors=variant, ms=ms, mm_ms=mm,
+                           tile_order=order, launched=launched, functors=variant, ms=ms, mm_ms=mm,
                            tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
                            heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
                 rows.append(row)

@@ -43,6 +43,19 @@ def _wide_pingpong(row: dict) -> bool:
     return wave_traffic.wide_pingpong(cfg, row["m"], row["n"], row["k"], row.get("l", 1), cfgs.SM_COUNT)
 
 
+def _launched(row: dict) -> str:
+    """The order evt launches `row`'s config in at its shape now (`launch.Kernel.resolve`'s
+    rule; 0: the kernel's compiled choice)."""
+    from evt.codegen import wave_traffic
+
+    cfg = cfgs.TileConfig.from_label(row["config"])
+    raster, _, swizzle = row.get("tile_order", "0:0").partition(":")
+    if int(swizzle):
+        return row["tile_order"]
+    s = wave_traffic.swizzle(cfg, row["m"], row["n"], row["k"], row.get("l", 1), cfgs.SM_COUNT)
+    return f"{raster}:{s}"
+
+
 def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
     """(run folder, pattern, region, shape) -> the sweep's rows for it."""
     groups: dict[tuple[str, str, str, str], list[dict]] = {}
@@ -56,6 +69,8 @@ def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
                 continue  # the functors of an earlier session
             if f.parent.name < PINGPONG_SWIZZLE_SINCE and _wide_pingpong(r):
                 continue  # timed in another order than evt launches it in now
+            if "launched" in r and r["launched"] != _launched(r):
+                continue  # likewise, by the order the sweep recorded (since session 31)
             groups.setdefault((f.parent.name, r["pattern"], r["region"], r["shape"]), []).append(r)
     return groups
 

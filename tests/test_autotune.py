@@ -661,6 +661,39 @@ def test_heuristic_score_counts_a_config_two_sweeps_timed_once():
     assert (pick["config"], pick["tflops"]) == (best["config"], best["tflops"]) == (first, 620)
 
 
+def test_heuristic_score_skips_rows_timed_in_another_order_than_evt_launches_now(tmp_path, monkeypatch):
+    """A sweep row records the order its kernel was launched in (`launched`: 0:0 made explicit);
+    one whose order evt no longer launches at that config and shape no longer times evt's
+    kernel and is left out, as are earlier sweeps' rows of grids that took swizzle 2 since
+    (`PINGPONG_SWIZZLE_SINCE`); a row without the record counts."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import heuristic_score
+
+    def row(config, launched=None, n=2048):
+        r = dict(pattern="p", region="r", shape="s", m=8192, n=n, k=2048, config=config,
+                 tile_order="0:0", tflops=500.0)  # fmt: skip
+        return r if launched is None else {**r, "launched": launched}
+
+    pp = "128x128x64_c1x1_pingpong"
+    for folder, rows in {
+        "2026-11-27-H100-session31": [row(pp, "0:0"), row(pp, "0:2"), row("128x256x64_c1x1_cooperative", "0:0"), row(pp)],
+        "2026-11-26-H100-session20": [row(pp), row(pp, n=1024)],
+    }.items():  # fmt: skip
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "config_sweep_x.json").write_text(json.dumps(rows))
+    monkeypatch.setattr(heuristic_score, "RESULTS", tmp_path)
+    kept = {k[0]: [(r["config"], r.get("launched"), r["n"]) for r in rows]
+            for k, rows in heuristic_score.sweeps().items()}  # fmt: skip
+    assert kept == {
+        "2026-11-27-H100-session31": [(pp, "0:2", 2048), ("128x256x64_c1x1_cooperative", "0:0", 2048), (pp, None, 2048)],
+        "2026-11-26-H100-session20": [(pp, None, 1024)],  # 8 tile columns: the compiled order still
+    }  # fmt: skip
+
+
 def test_aux_loads_take_fewer_stages_where_the_main_loop_needs_them():
     """CUTLASS gives the aux loads min(subtiles, 4) shared-memory stages; where that leaves the
     main loop under 5, the heuristic's configs take the most aux stages that reach the main

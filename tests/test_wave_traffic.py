@@ -157,6 +157,17 @@ def test_a_launch_plan_makes_the_swizzle_explicit(fake_library):
     assert unknown.resolve(launch.EVT_ORDER, problem) == launch.EVT_ORDER
 
 
+def test_the_debug_log_says_why_a_launch_takes_its_swizzle(fake_library, monkeypatch, capsys):
+    """`EVT_DEBUG=1`: the DRAM traffic where that rule picks the swizzle, the ping-pong grid where
+    the other does."""
+    monkeypatch.setenv("EVT_DEBUG", "1")
+    for cfg, dims, why in ((WIDE, GPTJ_UP, "4.0e-03 operand bytes per FLOP"),
+                           (PINGPONG, (8192, 2048, 2048), "a ping-pong grid of 16 or more tile columns")):  # fmt: skip
+        kernel = launch.Kernel(fc1_spec(), dataclasses.replace(fake_library, config=cfg))
+        kernel.plan(guards.Problem(*dims, 1, (0,) * 9, (0,) * 3))
+        assert why in capsys.readouterr().err, cfg.label
+
+
 def test_dispatch_says_what_each_planned_launch_takes(fake_library, monkeypatch):
     """What the bench records in a result's notes (`observe.evt_runtime`): each kernel's tile
     config and the tile order its plan took at each problem."""

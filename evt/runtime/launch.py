@@ -295,9 +295,11 @@ class Kernel:
         if not s:
             return order
         before = wave_traffic.traffic(cfg, p.M, p.N, 1, sms, order.raster, size)
+        why = (f"its waves would read {before:.1e} operand bytes per FLOP from DRAM in the compiled order"
+               if before > wave_traffic.LIMIT else
+               f"a ping-pong grid of {wave_traffic.PINGPONG_COLUMNS} or more tile columns")  # fmt: skip
         debug.log(1, f"region {self.spec.name}: swizzle {s} at (M, N, K, L) = "
-                     f"{(p.M, p.N, p.K, p.L)}: its waves would read {before:.1e} operand bytes "
-                     f"per FLOP from DRAM in the compiled order (evt.codegen.wave_traffic)")  # fmt: skip
+                     f"{(p.M, p.N, p.K, p.L)}: {why} (evt.codegen.wave_traffic)")  # fmt: skip
         return replace(order, swizzle=s)
 
     def _plan(self, p: guards.Problem) -> LaunchPlan:

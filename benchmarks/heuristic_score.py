@@ -52,7 +52,7 @@ def _launched(row: dict) -> str:
     raster, _, swizzle = row.get("tile_order", "0:0").partition(":")
     if int(swizzle):
         return row["tile_order"]
-    s = wave_traffic.swizzle(cfg, row["m"], row["n"], row["k"], row.get("l", 1), cfgs.SM_COUNT)
+    s = wave_traffic.swizzle(cfg, row["m"], row["n"], row["k"], row.get("l", 1), cfgs.SM_COUNT, int(raster))
     return f"{raster}:{s}"
 
 

@@ -122,6 +122,24 @@ def test_a_wide_grid_launches_with_the_wave_traffic_swizzle(kernels):
     check(kernel, inputs, reference.run(spec, inputs), "wide grid, evt's order")
 
 
+# The LLaMA step's attention-output grid: 64 x 16 tiles of 128x128 at K = 2048, which evt
+# launches with swizzle 2 in ping-pong kernels (`wave_traffic.wide_pingpong`), under the DRAM limit
+WIDE_PINGPONG_GRID = (8192, 2048, 2048)
+
+
+def test_a_wide_ping_pong_grid_launches_with_swizzle_2(kernels):
+    """evt's order for a 128x128 ping-pong kernel at a grid of 16 tile columns and K > 1024 is
+    0:2, in the launch plan, and computes the reference's result; the cooperative 128x256
+    kernel keeps the compiled order there."""
+    spec = specs.ALL["mlp_fc1_forward"]()
+    inputs = make_inputs(spec, *WIDE_PINGPONG_GRID, seed=9, device="cuda")
+    pingpong = kernels[("mlp_fc1_forward", "128x128x64_c1x1_pingpong")]
+    assert pingpong.plan(pingpong.guard(inputs)).tile_order == launch.TileOrder(0, 2).code
+    wide = kernels[("mlp_fc1_forward", "128x256x64_c1x1_cooperative")]
+    assert wide.plan(wide.guard(inputs)).tile_order == launch.EVT_ORDER.code
+    check(pingpong, inputs, reference.run(spec, inputs), "wide ping-pong grid, evt's order")
+
+
 @pytest.mark.parametrize("name, label", [
     ("mlp_fc1_forward", "128x128x64_c1x1_pingpong_da"),
     ("mlp_fc1_forward", "128x256x64_c1x1_cooperative_da"),

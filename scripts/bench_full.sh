@@ -5,7 +5,9 @@
 #   device, call N:  EVT_BENCH_GIT_COMMIT=<sha> bash scripts/bench_full.sh PART
 #                    PART 1 (eager, cuBLAS, cuBLASLt, SDPA, evt, torch.compile, evt and
 #                    torch.compile in turn on the steps, then max-autotune with the time left), 2 (Inductor's CUTLASS backend, its subset), 3 (the rest of
-#                    max-autotune; repeat while the report shows it not measured). Carry .whl, and
+#                    max-autotune; repeat while the report shows it not measured), 4 (evt's
+#                    max-autotune), 5 (evt and torch.compile in turn on the GEMM cases; repeat
+#                    while items are left). Carry .whl, and
 #                    out/bench-full from the second call on: the results so far, continued here.
 #                    Results, report, charts and the log come back in $OUT/bench.
 #   here, between calls:  bash scripts/bench_full.sh take FILES_AT
@@ -14,7 +16,7 @@
 # EVT_BENCH_CALL_S (default 560): seconds this call may take in all; the benchmark gets what the
 # setup leaves of it, so the call ends well inside the device's 600 s.
 set -uo pipefail
-part=${1:?usage: bench_full.sh 1|2|3|4 [evt bench options] | take FILES_AT}
+part=${1:?usage: bench_full.sh 1|2|3|4|5 [evt bench options] | take FILES_AT}
 shift
 carried=out/bench-full
 

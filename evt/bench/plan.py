@@ -54,6 +54,8 @@ PARTS = {
     "2": Part(("inductor-cutlass",), "Inductor's CUTLASS backend on its subset of cases"),
     "3": Part(("max-autotune",), "the rest of max-autotune (repeat while items are left)"),
     "4": Part(("evt-max-autotune",), "evt's own max-autotune (repeat while items are left)"),
+    "5": Part(("in-turn-ops",), "evt and torch.compile in turn on the GEMM+epilogue cases "
+              "(repeat while items are left)"),
 }
 
 

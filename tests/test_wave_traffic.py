@@ -94,9 +94,10 @@ def test_wide_ping_pong_grids_take_swizzle_2():
     """The LLaMA step's own regions on the H100 (session 31, `sweep_orders_llama_step.json`), in
     128x128 ping-pong tiles, fractions of cuBLAS: 8192 x 2048 x 2048 (16 tile columns, 1.5e-3
     bytes per FLOP, under the limit) 0.76 in CUTLASS's order and 0.87 with swizzle 2, 8192 x
-    2048 x 5632 0.74-0.75 and 0.80-0.81: they take 2. Cooperative tiles, grids of fewer columns
-    (BERT's 8192 x 1024 x 4096: 8) and K <= 1024 (the compiled choice is 2 there already) keep
-    the compiled order; where the traffic rule swizzles, its swizzle wins (4 at TinyLlama's up
+    2048 x 5632 0.74-0.75 and 0.80-0.81: they take 2 (session 15: LLaMA's head, 250 columns,
+    4-5% faster with 2 than 1). Cooperative tiles, grids of fewer columns (BERT's 8192 x 1024 x
+    4096: 8, 0-4% slower with 2 in session 15) and K <= 1024 (the compiled choice is 2 there
+    already) keep the compiled order; where the traffic rule swizzles, its swizzle wins (4 at TinyLlama's up
     projection); where it cannot, 2 still applies, and the config still outruns DRAM."""
     for m, n, k in ((8192, 2048, 2048), (8192, 2048, 5632)):
         assert wt.traffic(PINGPONG, m, n, 1, SMS) < wt.LIMIT
@@ -106,6 +107,7 @@ def test_wide_ping_pong_grids_take_swizzle_2():
         assert wt.swizzle(WIDE, m, n, k, 1, SMS) == 0
         assert not wt.outruns(PINGPONG, m, n, k, 1, SMS)
     assert wt.swizzle(PINGPONG, 8192, 1024, 4096, 1, SMS) == 0
+    assert wt.swizzle(PINGPONG, 4096, 32000, 4096, 1, SMS) == 2
     assert wt.swizzle(PINGPONG, 8192, 2048, 1024, 1, SMS) == 0
     assert wt.swizzle(PINGPONG, 8192, 2048, 2048, 2, SMS) == 0  # batched
     assert wt.swizzle(PINGPONG, *TINYLLAMA_UP, 1, SMS) == 4

@@ -39,10 +39,13 @@ the limit, on grids of at least `PINGPONG_COLUMNS` tile columns (and where it ad
 the attention's output projection (8192 x 2048 x 2048, 1.5e-3 bytes per FLOP) 0.76 in
 CUTLASS's order, 0.87 with swizzle 2; the MLP's down projection with the residual and the loss,
 and RMSNorm's backward (8192 x 2048 x 5632) 0.74 -> 0.80 and 0.75 -> 0.81; with swizzle 2 SwiGLU's
-grids gained 7-18% too (4 gains more there and is what the traffic rule takes). Cooperative
-128x256 and 256x128 tiles moved by -5% to +2% with swizzle 2 at the same grids (GPT-J's up
-projection, session 20: +2% to +8%), so they keep the compiled order. No grid of fewer columns
-was timed (BERT's, GPT-2's and ViT's at K > 1024 have 6-8), so those keep it too.
+grids gained 7-18% too (4 gains more there and is what the traffic rule takes); session 15's
+sweep (`config_sweep_tile_orders.json`) had LLaMA's head (4096 x 32000 x 4096, 250 columns)
+4-5% faster with swizzle 2 than 1 (softmax statistics, cross-entropy), and the grids of 6-8
+columns at K > 1024 (BERT's and GPT-2's: 8192 x 1024 x 4096, 8192 x 768 x 3072) 0-4% slower,
+so those keep the compiled order. Cooperative 128x256 and 256x128 tiles moved by -5% to +2%
+with swizzle 2 at session 31's grids (GPT-J's up projection, session 20: +2% to +8%), so they
+keep it too.
 """
 
 from __future__ import annotations

@@ -30,31 +30,55 @@ def _dump(args: argparse.Namespace) -> int:
     from evt.errors import EvtError
     from evt.examples import EXAMPLES
     from evt.explain import explain
+    from evt.runtime import dispatch
 
     step, inputs = EXAMPLES[args.example].build(DTYPES[args.dtype], args.device)
+    dispatch.reset()  # each kernel's config chosen as in a fresh process (`dispatch.config_for`)
     report = explain(step, *inputs, draw=args.draw)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.draw:
         _draw(report, out)
     unrendered = []  # e.g. fp32 epilogues whose shared memory leaves no tile two stages
+    launches = []
     for r in report.regions:
         (out / f"{r.name}.tree.txt").write_text(ir.format_tree(r.spec))
         try:
-            source = render(r.spec, default_config(r.spec))
+            # the config the backend builds at the example's shapes: the heuristic's first at
+            # the problem of the first region sharing the kernel (one binary per signature)
+            config = dispatch.config_for(r.spec, r.problem) or default_config(r.spec)
+            source = render(r.spec, config)
         except EvtError as e:
             unrendered.append(f"no kernel source: {e}")
             continue
+        launches.append(_launch_line(r, config))
         cu = out / f"{r.name}.cu"
         cu.write_text(source)
         cmd = shlex.join(nvcc_command(cu.name, f"{r.name}.so"))
         (out / f"{r.name}.nvcc.sh").write_text(f"#!/bin/sh\n# run in {out}\n{cmd}\n")
-    table = "\n".join([str(report), *unrendered])
+    header = "kernels at the example's shapes: tile config, and the tile order on an H100/H200's 132 SMs"
+    table = "\n".join([str(report), *unrendered, *([header, *launches] if launches else [])])
     (out / "summary.txt").write_text(table + "\n")
     print(table)
     written = len(report.regions) - len(unrendered)
     print(f"wrote {written} kernels (.cu, .tree.txt, .nvcc.sh) to {out}")
     return 0
+
+
+def _launch_line(region, config) -> str:
+    """`region`'s kernel: its tile config and, where the example's shapes give its problem, the
+    problem and the order evt launches it in there (`evt.codegen.wave_traffic`)."""
+    from evt.codegen import config as cfgs
+    from evt.codegen import wave_traffic
+
+    if region.problem is None:
+        return f"  {region.name:14} {config.label:34} (no static shape: chosen at its first call)"
+    m, n, k, l = region.problem
+    s = wave_traffic.swizzle(config, m, n, k, l, cfgs.SM_COUNT, 0, ir.torch_dtype(region.spec.gemm.dtype).itemsize)
+    why = ("its waves' DRAM traffic" if wave_traffic.traffic(config, m, n, 1, cfgs.SM_COUNT) > wave_traffic.LIMIT
+           else "a wide ping-pong grid")  # fmt: skip
+    order = f"swizzle {s} ({why})" if s else "CUTLASS's raster, the kernel's own swizzle"
+    return f"  {region.name:14} {config.label:34} {'x'.join(map(str, (m, n, k, l))):22} {order}"
 
 
 def _draw(report, out: Path) -> None:

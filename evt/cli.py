@@ -76,9 +76,8 @@ def _launch_line(region, config) -> str:
     m, n, k, batch = region.problem
     size = ir.torch_dtype(region.spec.gemm.dtype).itemsize
     s = wave_traffic.swizzle(config, m, n, k, batch, cfgs.SM_COUNT, 0, size)
-    why = ("its waves' DRAM traffic" if wave_traffic.traffic(config, m, n, 1, cfgs.SM_COUNT) > wave_traffic.LIMIT
-           else "a wide ping-pong grid")  # fmt: skip
-    order = f"swizzle {s} ({why})" if s else "CUTLASS's raster, the kernel's own swizzle"
+    why = wave_traffic.reason(config, m, n, k, batch, cfgs.SM_COUNT, 0, size) if s else ""
+    order = f"swizzle {s}: {why}" if s else "CUTLASS's raster, the kernel's own swizzle"
     return f"  {region.name:14} {config.label:34} {'x'.join(map(str, region.problem)):22} {order}"
 
 

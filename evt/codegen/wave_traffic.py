@@ -116,6 +116,17 @@ def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, rast
     return 2 if wide_pingpong(cfg, M, N, K, L, sm_count) else 0
 
 
+def reason(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
+           elem_bytes: int = 2) -> str:
+    """Why `swizzle` gives `cfg` a swizzle at (M, N, K, L) (where it does: `EVT_DEBUG`'s log,
+    `evt dump`'s summary)."""
+    before = traffic(cfg, M, N, 1, sm_count, raster, elem_bytes)
+    s = swizzle(cfg, M, N, K, L, sm_count, raster, elem_bytes)
+    if before > LIMIT and traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT:
+        return f"its waves would read {before:.1e} operand bytes per FLOP from DRAM in the compiled order"
+    return f"a ping-pong grid of {PINGPONG_COLUMNS} or more tile columns"
+
+
 def wide_pingpong(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bool:
     """Whether `cfg` takes swizzle 2 as a ping-pong kernel with 128-wide tiles on a grid of at
     least `PINGPONG_COLUMNS` tile columns at K > 1024 (module doc), the traffic rule aside."""

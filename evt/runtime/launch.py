@@ -294,10 +294,7 @@ class Kernel:
         s = wave_traffic.swizzle(cfg, p.M, p.N, p.K, p.L, sms, order.raster, size)
         if not s:
             return order
-        before = wave_traffic.traffic(cfg, p.M, p.N, 1, sms, order.raster, size)
-        why = (f"its waves would read {before:.1e} operand bytes per FLOP from DRAM in the compiled order"
-               if before > wave_traffic.LIMIT else
-               f"a ping-pong grid of {wave_traffic.PINGPONG_COLUMNS} or more tile columns")  # fmt: skip
+        why = wave_traffic.reason(cfg, p.M, p.N, p.K, p.L, sms, order.raster, size)
         debug.log(1, f"region {self.spec.name}: swizzle {s} at (M, N, K, L) = "
                      f"{(p.M, p.N, p.K, p.L)}: {why} (evt.codegen.wave_traffic)")  # fmt: skip
         return replace(order, swizzle=s)

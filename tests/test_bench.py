@@ -820,6 +820,7 @@ def test_in_turn_table_gives_medians_spread_and_ratios():
             "|") in md  # fmt: skip
     assert "| 0.80 [0.70 .. 0.90] | 1.00 [0.90 .. 1.10] | 0.80 | 1.00 | 2 of 3 (p 1) |" in md
     assert "| step/gpt2 | s | wrong |" in md and "Geomean evt speedup as run: 1.20× (1 steps)" in md
+    assert "Under CUDA graphs: 1.00× (1 steps)." in md  # medians 0.5 and 0.5
     rows = dict(report.summary([r, evt]))
     assert set(rows) == {"evt"}  # in-turn has no row in the summary, nor a column anywhere
     full = markdown.render({"config": CONFIG, "env": {}, "results": [r, evt]})

@@ -222,7 +222,7 @@ def in_turn_table(results: list[dict], baseline: str = "in-turn") -> str:
         count = in_turn.rounds_faster(r, field)
         return "—" if count is None else f"{count[0]} of {count[1]} (p {count[2]:.2g})"
 
-    rows, speedups = [], []
+    rows, speedups, graph_speedups = [], [], []
     for r in sorted(recs, key=lambda r: R.SUITE_ORDER.get(r["case"], len(R.SUITE_ORDER))):
         if r["status"] != "ok":
             rows.append([r["case"], R.dims(r), R.not_timed(r)] + ["—"] * 9)
@@ -232,12 +232,14 @@ def in_turn_table(results: list[dict], baseline: str = "in-turn") -> str:
         ratios = [in_turn.ratio(r, f) for f in ("time_ms", "host_ms", "graph_ms")]
         if ratios[0]:
             speedups.append(1 / ratios[0])
+        if ratios[2]:
+            graph_speedups.append(1 / ratios[2])
         rows.append([r["case"], R.dims(r), str(rounds),
                      spread(stats, first, "time_ms"), spread(stats, second, "time_ms"),
                      R.fmt(ratios[0], 2), faster(r, "time_ms"), spread(stats, first, "host_ms"),
                      spread(stats, second, "host_ms"), R.fmt(ratios[1], 2), R.fmt(ratios[2], 2),
                      faster(r, "graph_ms")])  # fmt: skip
-    mean = R.geomean(speedups)
+    mean, graph_mean = R.geomean(speedups), R.geomean(graph_speedups)
     text = (
         f"{first} and {second} built in one process and timed in turn, round after round (the "
         "tables above time each baseline in its own process, at another moment: where the host "
@@ -248,6 +250,7 @@ def in_turn_table(results: list[dict], baseline: str = "in-turn") -> str:
         f"unlikely if neither were faster. Under CUDA graphs: each {unit}'s graphs captured once "
         "before the rounds and replayed in them (the GPU's time alone; — where no graph ran)."
         + (f" Geomean {first} speedup as run: {mean:.2f}× ({len(speedups)} {counted})." if mean else "")
+        + (f" Under CUDA graphs: {graph_mean:.2f}× ({len(graph_speedups)} {counted})." if graph_mean else "")
     )
     title = "Training steps" if steps else "GEMM+epilogue suite"
     return (f"## {title}: evt and torch.compile measured in turn (ms)\n\n" + text

@@ -44,16 +44,13 @@ def _wide_pingpong(row: dict) -> bool:
 
 
 def _launched(row: dict) -> str:
-    """The order evt launches `row`'s config in at its shape now (`launch.Kernel.resolve`'s
-    rule; 0: the kernel's compiled choice)."""
+    """The order evt launches `row`'s config in at its shape now, for a row timed in evt's order
+    (0:0; `sweeps` leaves the others out): `launch.Kernel.resolve`'s rule, 0 the kernel's
+    compiled choice."""
     from evt.codegen import wave_traffic
 
     cfg = cfgs.TileConfig.from_label(row["config"])
-    raster, _, swizzle = row.get("tile_order", "0:0").partition(":")
-    if int(swizzle):
-        return row["tile_order"]
-    s = wave_traffic.swizzle(cfg, row["m"], row["n"], row["k"], row.get("l", 1), cfgs.SM_COUNT, int(raster))
-    return f"{raster}:{s}"
+    return f"0:{wave_traffic.swizzle(cfg, row['m'], row['n'], row['k'], row.get('l', 1), cfgs.SM_COUNT)}"
 
 
 def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:

@@ -76,7 +76,7 @@ def _launch_line(region, config) -> str:
     m, n, k, batch = region.problem
     size = ir.torch_dtype(region.spec.gemm.dtype).itemsize
     s = wave_traffic.swizzle(config, m, n, k, batch, cfgs.SM_COUNT, 0, size)
-    why = wave_traffic.reason(config, m, n, k, batch, cfgs.SM_COUNT, 0, size) if s else ""
+    why = wave_traffic.reason(config, m, n, s, cfgs.SM_COUNT, 0, size) if s else ""
     order = f"swizzle {s}: {why}" if s else "CUTLASS's raster, the kernel's own swizzle"
     return f"  {region.name:14} {config.label:34} {'x'.join(map(str, region.problem)):22} {order}"
 

@@ -116,8 +116,9 @@ def test_wide_ping_pong_grids_take_swizzle_2():
     few = TileConfig(128, 128, 64, cluster_n=2, schedule="pingpong")
     assert wt.swizzle(few, *TINYLLAMA_UP, 1, SMS) == 2 and wt.outruns(few, *TINYLLAMA_UP, 1, SMS)
     # what EVT_DEBUG and evt dump say: the rule that gave the swizzle
-    assert "ping-pong grid" in wt.reason(few, *TINYLLAMA_UP, 1, SMS)
-    assert "2.9e-03 operand bytes per FLOP" in wt.reason(PINGPONG, *TINYLLAMA_UP, 1, SMS)
+    m, n, _ = TINYLLAMA_UP
+    assert "ping-pong grid" in wt.reason(few, m, n, wt.swizzle(few, *TINYLLAMA_UP, 1, SMS), SMS)
+    assert "2.9e-03 operand bytes per FLOP" in wt.reason(PINGPONG, m, n, wt.swizzle(PINGPONG, *TINYLLAMA_UP, 1, SMS), SMS)
 
 
 def test_the_raster_orders_session_15_measured():

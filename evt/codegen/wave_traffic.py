@@ -116,12 +116,11 @@ def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, rast
     return 2 if wide_pingpong(cfg, M, N, K, L, sm_count) else 0
 
 
-def reason(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
+def reason(cfg: TileConfig, M: int, N: int, s: int, sm_count: int, raster: int = 0,
            elem_bytes: int = 2) -> str:
-    """Why `swizzle` gives `cfg` a swizzle at (M, N, K, L) (where it does: `EVT_DEBUG`'s log,
-    `evt dump`'s summary)."""
+    """Why `swizzle` gave `cfg` the swizzle `s` (not 0) at M x N (`EVT_DEBUG`'s log, `evt dump`'s
+    summary)."""
     before = traffic(cfg, M, N, 1, sm_count, raster, elem_bytes)
-    s = swizzle(cfg, M, N, K, L, sm_count, raster, elem_bytes)
     if before > LIMIT and traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT:
         return f"its waves would read {before:.1e} operand bytes per FLOP from DRAM in the compiled order"
     return f"a ping-pong grid of {PINGPONG_COLUMNS} or more tile columns"

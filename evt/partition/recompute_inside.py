@@ -75,8 +75,9 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
     if len(shape) != 2 or not all(isinstance(d, int) for d in shape):
         return region  # static [M, N] GEMMs only (comparing symbolic sizes would guard on them)
     nodes = list(region.nodes)
-    loaded = set(region.inputs())
-    for a in region.inputs():
+    inputs = region.inputs()
+    loaded = set(inputs)
+    for a in inputs:
         readers = [n for n in nodes if a in n.all_input_nodes]
         if region.anchor in readers:
             continue  # a GEMM operand (or bias): no epilogue computes it

@@ -294,7 +294,7 @@ class Kernel:
         s = wave_traffic.swizzle(cfg, p.M, p.N, p.K, p.L, sms, order.raster, size)
         if not s:
             return order
-        why = wave_traffic.reason(cfg, p.M, p.N, p.K, p.L, sms, order.raster, size)
+        why = wave_traffic.reason(cfg, p.M, p.N, s, sms, order.raster, size)
         debug.log(1, f"region {self.spec.name}: swizzle {s} at (M, N, K, L) = "
                      f"{(p.M, p.N, p.K, p.L)}: {why} (evt.codegen.wave_traffic)")  # fmt: skip
         return replace(order, swizzle=s)

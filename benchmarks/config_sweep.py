@@ -22,6 +22,9 @@ put the measured winner.
         [--steps step/llama,...]   (instead of --patterns: a training step's own regions, each at
                                     its problem, every config with the heuristic's aux-load
                                     stages and epilogue subtile, as evt would build it)
+        [--bare]   (also each region's GEMM with no epilogue, D = acc stored in the operands'
+                    dtype, in the same configs and orders: how much of a fused kernel's gap to
+                    cuBLAS is its main loop's; rows marked epilogue="bare")
 """
 
 from __future__ import annotations
@@ -76,6 +79,17 @@ def capture_step(case_name: str):
         report = explain(w.target, *w.make_inputs(0))
     return [(r.spec, {"step": r.problem[:3]}) for r in report.regions
             if r.problem and r.problem[3] == 1 and not r.spec.gemm.batched]
+
+
+def bare(spec: ir.KernelSpec) -> ir.KernelSpec:
+    """`spec`'s GEMM alone, operands renumbered 0 and 1, D = acc in the operands' dtype; named
+    by its layout, so regions of one layout share a kernel."""
+    g = spec.gemm
+    gemm = dataclasses.replace(g, a=dataclasses.replace(g.a, input=0),
+                               b=dataclasses.replace(g.b, input=1))  # fmt: skip
+    layout = f"{g.a.major}{int(g.a.transposed)}{g.b.major}{int(g.b.transposed)}"
+    name = f"bare_{g.dtype}_{layout}" + ("_batched" if g.batched else "")
+    return ir.KernelSpec(name, gemm, (ir.AccFetch("acc"),), "acc", g.dtype, 2)
 
 
 def as_built(spec, cfg: cfgs.TileConfig, k: int) -> cfgs.TileConfig:
@@ -143,6 +157,8 @@ def main() -> None:
     p.add_argument("--steps", default="",
                    help="comma-separated training steps (e.g. step/llama) whose own regions are "
                         "swept at their problems, instead of --patterns")
+    p.add_argument("--bare", action="store_true",
+                   help="also each region's GEMM with no epilogue (D = acc), same configs")
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
     orders = [launch.TileOrder.from_label(o) for o in a.tile_orders.split(",")]
@@ -162,6 +178,15 @@ def main() -> None:
         regions = capture_step(step)
         specs[step] = [spec for spec, _ in regions]
         problems.update({(step, spec.name): dims for spec, dims in regions})
+    bares = set()  # the bare GEMMs' names: a region of its own, at its regions' problems
+    for name in list(specs) if a.bare else ():
+        for spec in list(specs[name]):
+            g = bare(spec)
+            if g.name not in {s.name for s in specs[name]}:
+                specs[name].append(g)
+            bares.add(g.name)
+            if (name, spec.name) in problems:  # a step's: one shape per region, named by it
+                problems.setdefault((name, g.name), {})[spec.name] = problems[(name, spec.name)]["step"]
     t0 = time.time()
     jobs = {}
     own = dict(ir.COMPUTE_OPS)
@@ -173,7 +198,8 @@ def main() -> None:
         # rendered now, so the variant's functors are in the source
         for name, regions in specs.items():
             for spec in regions:
-                step_k = problems[(name, spec.name)]["step"][2] if (name, spec.name) in problems else None
+                dims = problems.get((name, spec.name))
+                step_k = next(iter(dims.values()))[2] if dims else None
                 for cfg in configs:
                     cfg = as_built(spec, cfg, step_k) if step_k else cfg
                     if cfgs.fits(spec, cfg):
@@ -221,6 +247,7 @@ def main() -> None:
                 order = tile_order.label
                 row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
                            tile_order=order, launched=launched, functors=variant, ms=ms, mm_ms=mm,
+                           epilogue="bare" if region in bares else "full",
                            tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
                            heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
                 rows.append(row)

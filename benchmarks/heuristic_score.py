@@ -60,6 +60,8 @@ def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
         for r in json.loads(f.read_text()):
             if r.get("functors"):
                 continue  # an A/B run of another functor, not what evt renders
+            if r.get("epilogue") == "bare":
+                continue  # a region's GEMM without its epilogue (`--bare`), not a region
             if r.get("tile_order", "0:0") != "0:0":
                 continue  # another raster order / swizzle than the one evt launches
             if r["pattern"] in SFU_PATTERNS and f.parent.name < SFU_SINCE:

@@ -761,3 +761,35 @@ def test_a_step_sweep_builds_each_region_as_the_heuristic_hands_it_out():
         assert any("_sc" in label for label in built), spec.name  # every region loads aux tensors
     with pytest.raises(SystemExit, match="not a training step"):
         config_sweep.capture_step("bias_relu")
+
+
+def test_a_bare_sweep_times_each_regions_gemm_without_its_epilogue():
+    """`config_sweep.py --bare`: each region's GEMM alone (D = acc in the operands' dtype, its
+    operands renumbered 0 and 1, their layout kept) computes the product the region's GEMM
+    does; regions of one layout share one kernel (one name, one cache key)."""
+    import sys
+    from pathlib import Path
+
+    from evt.runtime import build, reference
+    from evt.testing.inputs import make_inputs
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import config_sweep
+
+    regions = [spec for spec, _ in config_sweep.capture_step("step/llama")]
+    bares = {spec.name: config_sweep.bare(spec) for spec in regions}
+    assert len({b.name for b in bares.values()}) == 2  # forward (x @ W.T) and dgrad (g @ W)
+    for spec in regions:
+        b = bares[spec.name]
+        assert [type(n) for n in b.nodes] == [ir.AccFetch] and b.d_dtype == spec.gemm.dtype
+        assert (b.gemm.a.input, b.gemm.b.input, b.num_inputs) == (0, 1, 2)
+        assert (b.gemm.a.major, b.gemm.b.major) == (spec.gemm.a.major, spec.gemm.b.major)
+        x = make_inputs(b, 96, 80, 64, seed=3)
+        a = x[0].t() if b.gemm.a.transposed else x[0]
+        w = x[1].t() if b.gemm.b.transposed else x[1]
+        (d,) = reference.run(b, x)
+        torch.testing.assert_close(d.float(), (a.float() @ w.float()).to(d.dtype).float())
+    same = [bares[s.name] for s in regions if bares[s.name].name == bares[regions[0].name].name]
+    cfg = cfgs.TileConfig(128, 128, 64, schedule="pingpong")
+    assert len({build.plan(dataclasses.replace(b, name=f"r{i}"), cfg).key
+                for i, b in enumerate(same)}) == 1  # fmt: skip

@@ -167,10 +167,11 @@ def test_dynamic_shapes_step_matches_fp32(regions, name):
     check_against_fp32(name, got, model, inputs)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "bert"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
 def test_recompute_outside_step_matches_fp32(regions, monkeypatch, name):
     """`EVT_RECOMPUTE_OUTSIDE=1` (opt-in): LayerNorm backward's regions store the bf16 dY and
-    Inductor recomputes dY * gamma; every launch is checked against the reference path
+    Inductor recomputes dY * gamma (LLaMA's RMSNorm backward: the bf16 dY * gamma, and Inductor
+    multiplies by rstd); every launch is checked against the reference path
     (`EVT_VERIFY`) and the step against fp32 eager, each tensor within what bf16 eager or the
     default route is off by. (Against bf16 eager alone BERT's MLM decoder bias gradient missed at
     these inputs, 0.0993 against 2 x 0.0487, on the H100 in sessions 9 and 11, with and without

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from evt import ir
-from tests.graphs import explain_case, train_compare
+from tests.graphs import explain, explain_case, train_compare
 
 
 @pytest.fixture(autouse=True)
@@ -63,3 +63,66 @@ def test_a_linear_then_layernorm_trains_like_eager():
     )
     errs = train_compare(model, [torch.randn(64, 32)], torch.bfloat16)
     assert max(errs.values()) < 3e-2, errs
+
+
+def rmsnorm_backward_regions():
+    """LLaMA's two RMSNorm backward regions (the statistics' per-row sum over N) at its small
+    CPU sizes."""
+    report = explain_case("step/llama")
+    return [r for r in report.regions
+            if r.side == "backward" and any(isinstance(n, ir.ColReduction) for n in r.spec.nodes)]  # fmt: skip
+
+
+def test_rmsnorm_backward_stores_the_bf16_product(monkeypatch):
+    """RMSNorm's backward widens `dY * gamma`, a bf16 product, to fp32 for `* rstd`: the region
+    stores the bf16 product instead of the fp32 one and its statistics read it rounded to bf16
+    as the stored copy is (no chain reaches the GEMM's own result here: dY sums three dgrads)."""
+    regions = rmsnorm_backward_regions()
+    assert len(regions) == 2, [r.fused for r in regions]
+    for r in regions:
+        assert r.spec.d_dtype == "bf16", ir.format_tree(r.spec)
+        assert not [n for n in r.spec.nodes if isinstance(n, ir.AuxStore) and n.dtype == "f32"]
+        rounded = [n for n in r.spec.nodes
+                   if isinstance(n, ir.Compute) and n.args == (r.spec.d,) and n.dtype == "bf16"]  # fmt: skip
+        assert len(rounded) == 1, ir.format_tree(r.spec)
+        readers = [n for n in r.spec.nodes if rounded[0].name in getattr(n, "args", ())]
+        assert readers and not [n for n in r.spec.nodes if r.spec.d in getattr(n, "args", ())
+                                and n is not rounded[0]], ir.format_tree(r.spec)  # fmt: skip
+    monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "0")
+    assert [r.spec.d_dtype for r in rmsnorm_backward_regions()] == ["f32", "f32"]
+
+
+class NormThenTwoLinears(torch.nn.Module):
+    """A Linear, LLaMA's RMSNorm, and two Linears reading the norm (as q, k and v do): the
+    norm's input gradient sums two dgrads, so the chain to `* rstd` starts at the bf16
+    `dY * gamma`, not at a GEMM's result."""
+
+    def __init__(self):
+        from evt.bench.models import RMSNorm
+
+        super().__init__()
+        self.inp, self.norm = torch.nn.Linear(32, 48), RMSNorm(48)
+        self.a, self.b = torch.nn.Linear(48, 16), torch.nn.Linear(48, 16)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        h = self.norm(self.inp(x))
+        return self.a(h) * self.b(h)
+
+
+def test_rmsnorm_after_two_readers_trains_like_eager(monkeypatch):
+    """With the bf16 `dY * gamma` stored and `* rstd` recomputed outside, the step matches bf16
+    eager; with the pass off the same region stores the fp32 product."""
+    torch.manual_seed(0)
+    model = NormThenTwoLinears().to(torch.bfloat16)
+    x = torch.randn(64, 32)
+    norm_dgrad = [r for r in explain(model, x.to(torch.bfloat16)).regions
+                  if any(isinstance(n, ir.ColReduction) for n in r.spec.nodes)]  # fmt: skip
+    assert [r.spec.d_dtype for r in norm_dgrad] == ["bf16"], [ir.format_tree(r.spec) for r in norm_dgrad]
+    errs = train_compare(model, [x], torch.bfloat16)
+    assert max(errs.values()) < 3e-2, errs
+    monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "0")
+    off = [r for r in explain(model, x.to(torch.bfloat16)).regions
+           if any(isinstance(n, ir.ColReduction) for n in r.spec.nodes)]  # fmt: skip
+    assert [r.spec.d_dtype for r in off] == ["f32"]

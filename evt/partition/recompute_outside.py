@@ -9,6 +9,14 @@ product as a stored fp32 tensor; now it reads the bf16 dY and multiplies by gamm
 (Inductor folds the chain into the kernel that reads it). Only where every outside reader is one
 Inductor folds the chain into (not a GEMM, not the graph's output); inside readers keep `u`.
 
+Where no such chain reaches the GEMM, the chain may start at another bf16/fp16 value of the
+region instead, one the graph rounds to that dtype (its only full-size input: the rest
+broadcasts). RMSNorm's backward in the dgrad GEMM is that case: LLaMA's layer computes
+`dY * gamma` in bf16 (the sum of three dgrads times the weight) and widens it to fp32 for the
+input gradient, `f32(dY * gamma) * rstd`; the region now stores the bf16 product and the outside
+multiplies by `rstd`. Its inside readers then read it rounded to bf16 as well, as eager does, so
+the statistics the kernel sums agree with the stored copy the outside reads.
+
 Opt-in (`EVT_RECOMPUTE_OUTSIDE=1`) until it is timed on a GPU. Its kernels ran in session 27: the
 GPT-2 and BERT steps matched fp32, with fewer fp32 outputs launched
 (`tests/test_gpu_models.py`). Earlier timings most likely replayed a graph compiled without the
@@ -24,7 +32,8 @@ from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction
 from evt.graph.fake import copy_nodes
-from evt.partition.narrow_outputs import NARROW, VIEWS, foldable
+from evt.graph.fold_gemm_operands import GEMM
+from evt.partition.narrow_outputs import NARROW, VIEWS, WIDEN, foldable
 from evt.partition.region import Region
 
 MAX_CHAIN = 4  # pointwise ops copied per output
@@ -41,24 +50,50 @@ def recompute_outside(graph: Graph, regions: list[Region]) -> list[Region]:
 def _recompute(graph: Graph, region: Region) -> Region:
     nodes = list(region.nodes)
     for u in region.outputs():
-        found = _chain(u, set(nodes), region.anchor)
+        inside = set(nodes)
+        found = _chain(u, inside, {region.anchor}) or _chain(u, inside, _rounded(u, inside))
         if found is None:
             continue
         chain = [n for n in nodes if n in found]  # region nodes are in graph order
+        root = next(a for n in chain for a in n.all_input_nodes if a in inside and a not in found)
         external = [x for x in u.users if x not in nodes]
         with graph.inserting_after(u):  # in graph order: every copy's inputs are copied or outside
             copies = copy_nodes(graph, chain)
         for x in external:
             x.replace_input_with(u, copies[u])
+        if root is not region.anchor:  # after the copies, which read the stored (rounded) root
+            _round_inside(graph, root, nodes)
         if not u.users:  # only the outside read it: it leaves the region and the graph
             nodes.remove(u)
             graph.erase_node(u)
     return Region(region.anchor, tuple(nodes), region.side)
 
 
-def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
-    """The region's pointwise nodes from the narrow GEMM result to `u`, or None when `u` is not
-    worth recomputing outside."""
+def _rounded(u: Node, inside: set[Node]) -> set[Node]:
+    """The region's narrow full-size values other than `u` itself: where a chain may start."""
+    shape = u.meta["val"].shape
+    return {n for n in inside - {u} if isinstance(v := n.meta.get("val"), torch.Tensor)
+            and v.dtype in NARROW and full_size(n, shape)}  # fmt: skip
+
+
+def _round_inside(graph: Graph, root: Node, nodes: list[Node]) -> None:
+    """`root`'s readers inside the region read it rounded to its dtype (the kernel holds it in
+    fp32 unrounded), as the stored copy the outside reads is."""
+    readers = [x for x in root.users if x in nodes]
+    if not readers:
+        return
+    with graph.inserting_after(root):
+        rounded = graph.call_function(WIDEN, (root, root.meta["val"].dtype))
+    rounded.meta.update({k: v for k, v in root.meta.items() if k != GEMM})
+    for x in readers:
+        x.replace_input_with(root, rounded)
+    nodes.insert(nodes.index(root) + 1, rounded)
+
+
+def _chain(u: Node, inside: set[Node], starts: set[Node]) -> list[Node] | None:
+    """The region's pointwise nodes from one narrow value of `starts` (the GEMM's result, or a
+    value the graph rounds: `_rounded`) to `u`, or None when `u` is not worth recomputing
+    outside."""
     val = u.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or is_reduction(u):
         return None
@@ -70,7 +105,7 @@ def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
         n = todo.pop()
         if n in chain:
             continue
-        if n is anchor:
+        if n in starts:
             roots.add(n)
             continue
         expr = epilogue_expr(n)
@@ -82,7 +117,10 @@ def _chain(u: Node, inside: set[Node], anchor: Node) -> list[Node] | None:
                 todo.append(a)
             elif full_size(a, val.shape):
                 return None  # an aux load the outside would read again: no gain
-    ok = roots == {anchor} and full_size(anchor, val.shape) and anchor.meta["val"].dtype in NARROW
+    if len(roots) != 1 or not chain:
+        return None
+    (root,) = roots
+    ok = full_size(root, val.shape) and root.meta["val"].dtype in NARROW
     return chain if ok else None
 
 

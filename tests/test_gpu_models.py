@@ -169,7 +169,8 @@ def test_dynamic_shapes_step_matches_fp32(regions, name):
 
 @pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
 def test_recompute_outside_step_matches_fp32(regions, monkeypatch, name):
-    """`EVT_RECOMPUTE_OUTSIDE=1` (opt-in): LayerNorm backward's regions store the bf16 dY and
+    """`evt.partition.recompute_outside` (on by default since session 32; off: the route with
+    `EVT_RECOMPUTE_OUTSIDE=0` it is judged against): LayerNorm backward's regions store the bf16 dY and
     Inductor recomputes dY * gamma (LLaMA's RMSNorm backward: the bf16 dY * gamma, and Inductor
     multiplies by rstd); every launch is checked against the reference path
     (`EVT_VERIFY`) and the step against fp32 eager, each tensor within what bf16 eager or the
@@ -180,9 +181,10 @@ def test_recompute_outside_step_matches_fp32(regions, monkeypatch, name):
     monkeypatch.setenv("EVT_VERIFY", "1")  # also keeps every launch in Python, where it is recorded
     model = make_model(name, "cuda")
     inputs = MODELS[name][1]("cuda", 5)
+    monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "0")
     route, f32_stores_route = recording_f32_stores(monkeypatch, lambda: step(model, torch.compile(model, backend="evt"), inputs))
     torch._dynamo.reset()
-    monkeypatch.setenv("EVT_RECOMPUTE_OUTSIDE", "1")
+    monkeypatch.delenv("EVT_RECOMPUTE_OUTSIDE")
     got, f32_stores = recording_f32_stores(monkeypatch, lambda: step(model, torch.compile(model, backend="evt"), inputs))
     assert dispatch.FALLBACKS == {} and dispatch.launches(), dict(dispatch.launches())
     assert f32_stores < f32_stores_route, (f32_stores, f32_stores_route)  # the pass ran: no cached graph

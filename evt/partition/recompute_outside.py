@@ -19,9 +19,10 @@ the statistics the kernel sums agree with the stored copy the outside reads.
 
 On by default since session 32 (`EVT_RECOMPUTE_OUTSIDE=0` turns it off). Timed on an H100 in
 turn with torch.compile, each setting in its own process (evt's time over compile's under CUDA
-graphs, on / off): GPT-2 0.880 / 0.893, BERT 0.923 / 0.931, LLaMA 0.982 / 0.985: at most 1.5%
-a step, never slower. The GPT-2, BERT and LLaMA steps matched fp32 with it, every launch checked
-(`tests/test_gpu_models.py`); `benchmarks/results/2026-11-27-H100-session32/`.
+graphs, on / off): GPT-2 0.880 / 0.893, BERT 0.923 / 0.931, LLaMA 0.982 / 0.985, GPT-2 with
+math attention 0.894 / 0.902, ViT 0.862 / 0.880: 0.3-2% a step, never slower. The GPT-2, BERT and
+LLaMA steps matched fp32 with it, every launch checked, and all five models' training-step tests
+passed with it on (`tests/test_gpu_models.py`); `benchmarks/results/2026-11-27-H100-session32/`.
 """
 
 from __future__ import annotations

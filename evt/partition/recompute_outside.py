@@ -82,8 +82,8 @@ def _round_inside(graph: Graph, root: Node, nodes: list[Node]) -> None:
     """`root`'s readers inside the region read it rounded to its dtype (the kernel holds it in
     fp32 unrounded), as the stored copy the outside reads is."""
     readers = [x for x in root.users if x in nodes]
-    if not readers:
-        return
+    if not readers or (root.target is WIDEN and root.args[1] == root.args[0].meta["val"].dtype):
+        return  # nothing inside reads it, or it is already a rounding (an earlier output's)
     with graph.inserting_after(root):
         rounded = graph.call_function(WIDEN, (root, root.meta["val"].dtype))
     rounded.meta.update({k: v for k, v in root.meta.items() if k != GEMM})

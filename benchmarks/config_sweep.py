@@ -251,7 +251,9 @@ def main() -> None:
                            tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
                            heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
                 rows.append(row)
-                print(f"{name:20} {shape:9} {cfg.label:30} {order:4} {row['tflops']:6.1f} TFLOP/s "
+                # a step's regions share a pattern name and their shape is "step": name the region
+                where = f"{region} ({shape})" if (name, region) in problems else shape
+                print(f"{name:20} {where:9} {cfg.label:30} {order:4} {row['tflops']:6.1f} TFLOP/s "
                       f"{row['vs_mm']:.2f}x mm  err {err:.1e}  {variant}", flush=True)  # fmt: skip
     print(f"built and timed in {time.time() - t0:.0f} s")
     summarize(rows)

@@ -99,15 +99,20 @@ def _waves(blocks_m: int, blocks_n: int, sm_count: int) -> int:
     return _ceil_div(blocks_m * blocks_n, max(1, sm_count))
 
 
+def _swizzled_waves(cfg: TileConfig, M: int, N: int, swizzle: int, sm_count: int) -> int:
+    """The waves of `cfg`'s grid at M x N, its tile counts rounded up for `swizzle`."""
+    return _waves(*_grid(cfg, M, N, swizzle)[1:], sm_count)
+
+
 def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
             elem_bytes: int = 2) -> int:
     """The swizzle evt launches `cfg`'s kernel with at (M, N, K, L): 0 (the compiled choice)
     unless the waves' traffic says otherwise, or a wide ping-pong grid takes 2 (module doc)."""
     if not _applies(cfg, M, N, K, L, sm_count):
         return 0
-    waves = _waves(*_grid(cfg, M, N, 1)[1:], sm_count)
+    waves = _swizzled_waves(cfg, M, N, 1, sm_count)
     if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) > LIMIT:
-        fixes = [(_waves(*_grid(cfg, M, N, s)[1:], sm_count), s) for s in SWIZZLES
+        fixes = [(_swizzled_waves(cfg, M, N, s, sm_count), s) for s in SWIZZLES
                  if traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT]
         # the fewest waves, then the smallest swizzle; rounding the grid up may add a few
         fixes = [(w, s) for w, s in fixes if w <= waves * (1 + EXTRA_WAVES)]
@@ -131,9 +136,10 @@ def wide_pingpong(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int
     least `PINGPONG_COLUMNS` tile columns at K > 1024 (module doc), the traffic rule aside."""
     if not (_applies(cfg, M, N, K, L, sm_count) and cfg.schedule == "pingpong" and cfg.tile_n == 128):
         return False
-    waves = _waves(*_grid(cfg, M, N, 1)[1:], sm_count)
-    return (_grid(cfg, M, N, 1)[2] >= PINGPONG_COLUMNS
-            and _waves(*_grid(cfg, M, N, 2)[1:], sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
+    _, blocks_m, blocks_n = _grid(cfg, M, N, 1)
+    waves = _waves(blocks_m, blocks_n, sm_count)
+    return (blocks_n >= PINGPONG_COLUMNS
+            and _swizzled_waves(cfg, M, N, 2, sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
 
 
 def outruns(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,

@@ -52,8 +52,7 @@ def _store_narrow(graph: Graph, region: Region) -> Region:
             continue
         narrow = c.args[0]
         with graph.inserting_before(c):
-            rounded = graph.call_function(WIDEN, (narrow, narrow.meta["val"].dtype))
-        rounded.meta.update({k: v for k, v in narrow.meta.items() if k != GEMM})
+            rounded = rounding(graph, narrow)
         c.replace_input_with(narrow, rounded)
         nodes.insert(nodes.index(c), rounded)
         with graph.inserting_after(c):
@@ -62,6 +61,19 @@ def _store_narrow(graph: Graph, region: Region) -> Region:
         for user in external:
             user.replace_input_with(c, wide)
     return Region(region.anchor, tuple(nodes), region.side)
+
+
+def rounding(graph: Graph, narrow: Node) -> Node:
+    """`narrow` rounded to its own dtype, at the graph's insertion point: a region holds its
+    values in fp32 unrounded, and a cast to the dtype a value already has rounds it there."""
+    rounded = graph.call_function(WIDEN, (narrow, narrow.meta["val"].dtype))
+    rounded.meta.update({k: v for k, v in narrow.meta.items() if k != GEMM})
+    return rounded
+
+
+def is_rounding(n: Node) -> bool:
+    """Whether `n` is a `rounding`: a cast to the dtype its input already has."""
+    return n.op == "call_function" and n.target is WIDEN and n.args[1] == n.args[0].meta["val"].dtype
 
 
 def _trim(region: Region) -> Region:

@@ -34,8 +34,7 @@ from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction
 from evt.graph.fake import copy_nodes
-from evt.graph.fold_gemm_operands import GEMM
-from evt.partition.narrow_outputs import NARROW, VIEWS, WIDEN, foldable
+from evt.partition.narrow_outputs import NARROW, VIEWS, foldable, is_rounding, rounding
 from evt.partition.region import Region
 
 MAX_CHAIN = 4  # pointwise ops copied per output
@@ -53,11 +52,11 @@ def _recompute(graph: Graph, region: Region) -> Region:
     nodes = list(region.nodes)
     for u in region.outputs():
         inside = set(nodes)
-        found = _chain(u, inside, {region.anchor}) or _chain(u, inside, _rounded(u, inside))
+        found = _chain(u, inside, {region.anchor}) or _chain(u, inside, _narrow_values(u, inside))
         if found is None:
             continue
-        chain = [n for n in nodes if n in found]  # region nodes are in graph order
-        root = next(a for n in chain for a in n.all_input_nodes if a in inside and a not in found)
+        chain = [n for n in nodes if n in found[0]]  # region nodes are in graph order
+        root = found[1]
         external = [x for x in u.users if x not in nodes]
         with graph.inserting_after(u):  # in graph order: every copy's inputs are copied or outside
             copies = copy_nodes(graph, chain)
@@ -71,7 +70,7 @@ def _recompute(graph: Graph, region: Region) -> Region:
     return Region(region.anchor, tuple(nodes), region.side)
 
 
-def _rounded(u: Node, inside: set[Node]) -> set[Node]:
+def _narrow_values(u: Node, inside: set[Node]) -> set[Node]:
     """The region's narrow full-size values other than `u` itself: where a chain may start."""
     shape = u.meta["val"].shape
     return {n for n in inside - {u} if isinstance(v := n.meta.get("val"), torch.Tensor)
@@ -82,20 +81,19 @@ def _round_inside(graph: Graph, root: Node, nodes: list[Node]) -> None:
     """`root`'s readers inside the region read it rounded to its dtype (the kernel holds it in
     fp32 unrounded), as the stored copy the outside reads is."""
     readers = [x for x in root.users if x in nodes]
-    if not readers or (root.target is WIDEN and root.args[1] == root.args[0].meta["val"].dtype):
+    if not readers or is_rounding(root):
         return  # nothing inside reads it, or it is already a rounding (an earlier output's)
     with graph.inserting_after(root):
-        rounded = graph.call_function(WIDEN, (root, root.meta["val"].dtype))
-    rounded.meta.update({k: v for k, v in root.meta.items() if k != GEMM})
+        rounded = rounding(graph, root)
     for x in readers:
         x.replace_input_with(root, rounded)
     nodes.insert(nodes.index(root) + 1, rounded)
 
 
-def _chain(u: Node, inside: set[Node], starts: set[Node]) -> list[Node] | None:
+def _chain(u: Node, inside: set[Node], starts: set[Node]) -> tuple[list[Node], Node] | None:
     """The region's pointwise nodes from one narrow value of `starts` (the GEMM's result, or a
-    value the graph rounds: `_rounded`) to `u`, or None when `u` is not worth recomputing
-    outside."""
+    value the graph rounds: `_narrow_values`) to `u`, and that value; None when `u` is not worth
+    recomputing outside."""
     val = u.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or is_reduction(u):
         return None
@@ -123,7 +121,7 @@ def _chain(u: Node, inside: set[Node], starts: set[Node]) -> list[Node] | None:
         return None
     (root,) = roots
     ok = full_size(root, val.shape) and root.meta["val"].dtype in NARROW
-    return chain if ok else None
+    return (chain, root) if ok else None
 
 
 def full_size(n: Node, shape) -> bool:

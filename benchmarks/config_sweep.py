@@ -25,6 +25,10 @@ put the measured winner.
         [--bare]   (also each region's GEMM with no epilogue, D = acc stored in the operands'
                     dtype, in the same configs and orders: how much of a fused kernel's gap to
                     cuBLAS is its main loop's; rows marked epilogue="bare")
+        [--regions b9,b4]   (only the regions whose name holds one of these)
+        [--ncu]   (no timing: each kernel, and cuBLAS's GEMM per problem, called once between
+                   cudaProfilerStart and Stop, in the printed order, for
+                   `ncu --profile-from-start off`)
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import torch
 
 from evt import ir
 from evt.bench import ops
+from evt.bench.measure import profile_once
 from evt.bench.workload import tiny
 from evt.codegen import config as cfgs
 from evt.runtime import build, launch, reference
@@ -159,6 +164,11 @@ def main() -> None:
                         "swept at their problems, instead of --patterns")
     p.add_argument("--bare", action="store_true",
                    help="also each region's GEMM with no epilogue (D = acc), same configs")
+    p.add_argument("--regions", default="",
+                   help="comma-separated parts of region names (e.g. b9,b4): only those regions")
+    p.add_argument("--ncu", action="store_true",
+                   help="no timing: one call of each kernel (and of cuBLAS's GEMM per problem) "
+                        "between cudaProfilerStart and Stop, for `ncu --profile-from-start off`")
     a = p.parse_args()
     shapes = {s: tuple(map(int, s.split("x"))) for s in filter(None, a.shapes.split(","))}
     orders = [launch.TileOrder.from_label(o) for o in a.tile_orders.split(",")]
@@ -178,6 +188,9 @@ def main() -> None:
         regions = capture_step(step)
         specs[step] = [spec for spec, _ in regions]
         problems.update({(step, spec.name): dims for spec, dims in regions})
+    wanted = [w for w in a.regions.split(",") if w]
+    for name in specs if wanted else ():
+        specs[name] = [s for s in specs[name] if any(w in s.name for w in wanted)]
     bares = set()  # the bare GEMMs' names: a region of its own, at its regions' problems
     for name in list(specs) if a.bare else ():
         for spec in list(specs[name]):
@@ -212,7 +225,7 @@ def main() -> None:
             print(f"{name} {region} {cfg.label}: build failed", flush=True)
         print(f"built {len(jobs) - len(failed)} of {len(jobs)} in {time.time() - t0:.0f} s")
         return
-    rows = []
+    rows, profiled_mm = [], set()
     for (name, region, cfg, variant), (spec, fut) in jobs.items():
         try:
             kernel = launch.Kernel(spec, launch.load(fut.result()))
@@ -233,8 +246,20 @@ def main() -> None:
                 continue
             # timed on a layer's kind of operands, checked on exact ones (`make_inputs`)
             timed = make_inputs(spec, m, n, k, seed=1, device="cuda", batch=batch, normal=True)
-            mm = time_ms(bare_mm(spec, timed))
             L = batch[0] if batch else 1
+            if a.ncu:
+                if (m, n, k, L) not in profiled_mm:
+                    profiled_mm.add((m, n, k, L))
+                    profile_once(bare_mm(spec, timed))
+                    print(f"{name:20} {region} ({shape}) cuBLAS {m}x{n}x{k}: profiled", flush=True)
+                for tile_order in orders:
+                    ordered = kernel.ordered(tile_order)
+                    err = max(_error(g.float(), w.float()) for g, w in zip(ordered(x), want))
+                    profile_once(lambda ordered=ordered, timed=timed: ordered(timed))
+                    print(f"{name:20} {region} ({shape}) {cfg.label} {tile_order.label}: "
+                          f"profiled  err {err:.1e}", flush=True)  # fmt: skip
+                continue
+            mm = time_ms(bare_mm(spec, timed))
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
             for tile_order in orders:
                 ordered = kernel.ordered(tile_order)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import subprocess
 import sys
@@ -149,7 +150,7 @@ def main() -> None:
     jobs = {(v, c.label): (variants[v], build.prefetch(variants[v], c))
             for v in chosen for c in configs if cfgs.fits(variants[v], c)}  # fmt: skip
     print(f"{len(jobs)} kernels to build", flush=True)
-    from evt.bench.measure import time_ms
+    from evt.bench.measure import profile_once, time_ms
 
     for (variant, label), (spec, fut) in jobs.items():
         try:
@@ -163,11 +164,7 @@ def main() -> None:
         err = max(((g.float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-6)).item()
                   for g, w in zip(got, want))  # fmt: skip
         if a.ncu:
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStart()
-            kernel(x)
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStop()
+            profile_once(functools.partial(kernel, x))
             print(f"{variant:8} {label:30} profiled  err {err:.1e}", flush=True)
             continue
         a_, b_ = x[spec.gemm.a.input], x[spec.gemm.b.input]

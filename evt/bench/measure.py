@@ -49,6 +49,16 @@ def time_ms(fn: Callable[[], object], device: str) -> float:
     return _wallclock_ms(fn)
 
 
+def profile_once(fn: Callable[[], object]) -> None:
+    """One call of `fn` between cudaProfilerStart and Stop, for `ncu --profile-from-start off`:
+    only its kernels are profiled."""
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def _wallclock_ms(fn, reps: int = 3) -> float:
     fn()
     times = []

@@ -162,6 +162,31 @@ def test_aux_loads_prefetched_into_l2():
         TileConfig(register_loads=2, aux_prefetch=True)
 
 
+def test_aux_loads_evict_first():
+    """`aux_evict_first`: every aux load is evt's Sm90AuxLoadEvictFirst (CUTLASS's Sm90AuxLoad
+    whose TMA loads carry L2's evict-first hint), its C++ inlined into these kernels only; same
+    shared memory; the label says it and reads back; not with register loads or a prefetch."""
+    from dataclasses import replace
+
+    spec = specs.layer_norm_backward()  # an f32 aux load
+    cfg = TileConfig(128, 128, 64, schedule="pingpong", aux_evict_first=True)
+    assert cfg.label == "128x128x64_c1x1_pingpong_ef" and TileConfig.from_label(cfg.label) == cfg
+    sc2 = replace(cfg, epi_stages_c=2, epi_n=64)
+    assert TileConfig.from_label(sc2.label) == sc2 and sc2.label.endswith("_e64_sc2_ef")
+    text, plain = render(spec, cfg), render(spec, replace(cfg, aux_evict_first=False))
+    assert "struct Sm90AuxLoadEvictFirst" in text and "Sm90AuxLoadEvictFirst" not in plain
+    assert "CacheHintSm90::EVICT_FIRST" in text and "EVICT_FIRST" not in plain
+    assert re.search(r"evt::Sm90AuxLoadEvictFirst<\n    evt_\w+_desc::Stages, evt_\w+_desc::EpilogueTile, float,", text)
+    assert "= fusion::Sm90AuxLoad<" not in text and "= fusion::Sm90AuxLoad<" in plain
+    assert "; its lines evicted from L2 first" in text
+    assert mainloop_stages(spec, cfg) == mainloop_stages(spec, replace(cfg, aux_evict_first=False))
+    assert "Sm90AuxLoadEvictFirst" not in render(specs.mlp_fc1_forward(), cfg)  # no aux load
+    assert "aux_evict_first" not in repr(TileConfig()) and "aux_evict_first=True" in repr(cfg)
+    for other in (dict(register_loads=2), dict(aux_prefetch=True)):
+        with pytest.raises(CodegenError, match="aux_evict_first"):
+            TileConfig(aux_evict_first=True, **other)
+
+
 def test_fence_free_epilogue():
     """`fence_free`: CUTLASS's collective wrapped in evt's store loop without per-subtile fences
     (inlined into these kernels only), for kernels with every output from registers and every

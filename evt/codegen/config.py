@@ -116,6 +116,11 @@ class TileConfig:
     # slower; 128x256 cooperative, not their best config: -4% to +3%), never above the best
     # config without it: the loads' DRAM latency is not what their epilogues wait for.
     aux_prefetch: bool = False
+    # Aux loads through CUTLASS's shared-memory stages whose TMA loads ask L2 to evict their lines
+    # first (`evt::Sm90AuxLoadEvictFirst`, evt_aux_evict_first.inc): an aux tile is read once,
+    # the main loop's operand panels again by the wave's other tiles. An experiment of
+    # `config_sweep.py --configs ..._ef` (session 33), not a candidate.
+    aux_evict_first: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -143,6 +148,10 @@ class TileConfig:
         if not 0 <= self.register_loads <= 8:
             raise CodegenError(f"unsupported {self}: aux loads into registers keep 1 to 8 subtiles "
                                "in flight (0: through shared memory by TMA)")  # fmt: skip
+        if self.aux_evict_first and (self.register_loads or self.aux_prefetch):
+            raise CodegenError(f"unsupported {self}: aux loads with L2's evict-first hint "
+                               "(aux_evict_first) are TMA loads without a prefetch, not "
+                               "register_loads or aux_prefetch")  # fmt: skip
         if self.aux_prefetch and self.register_loads:
             raise CodegenError(f"unsupported {self}: aux loads go into registers (register_loads) "
                                "or through shared memory with an L2 prefetch (aux_prefetch)")  # fmt: skip
@@ -190,6 +199,7 @@ class TileConfig:
             + ("_ff" if self.fence_free else "")
             + (f"_sd{self.epi_stages_d}" if self.epi_stages_d else "")
             + ("_pf" if self.aux_prefetch else "")
+            + ("_ef" if self.aux_evict_first else "")
         )
 
     @classmethod
@@ -198,18 +208,18 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff][_sdD][_pf], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff, sd, pf = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff][_sdD][_pf][_ef], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff, sd, pf, ef = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
                    "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0),
-                   bool(pr), int(rl or 0), bool(ff), int(sd or 0), bool(pf))  # fmt: skip
+                   bool(pr), int(rl or 0), bool(ff), int(sd or 0), bool(pf), bool(ef))  # fmt: skip
 
 
 _LATE_FIELDS = ("store_align", "pad_rows", "register_loads", "fence_free", "epi_stages_d",
-                "aux_prefetch")
+                "aux_prefetch", "aux_evict_first")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
 _LABEL = re.compile(
-    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?(?:_sd(\d+))?(_pf)?"
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?(?:_sd(\d+))?(_pf)?(_ef)?"
 )
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")

@@ -146,7 +146,8 @@ def _inlined(spec: KernelSpec, config: TileConfig) -> list[str]:
     loads = any(isinstance(n, AuxLoad) for n in spec.nodes)
     files = (["evt_register_loads.inc"] * bool(loads and config.register_loads)
              + ["evt_fence_free.inc"] * config.fence_free
-             + ["evt_aux_prefetch.inc"] * (loads and config.aux_prefetch))  # fmt: skip
+             + ["evt_aux_prefetch.inc"] * (loads and config.aux_prefetch)
+             + ["evt_aux_evict_first.inc"] * (loads and config.aux_evict_first))  # fmt: skip
     return [(TEMPLATES / f).read_text() for f in files]
 
 
@@ -217,6 +218,9 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
     if isinstance(n, AuxLoad) and config.aux_prefetch:
         view["prefetch"] = True
         view["comment"] += "; each tile prefetched into L2 first"
+    if isinstance(n, AuxLoad) and config.aux_evict_first:
+        view["evict_first"] = True
+        view["comment"] += "; its lines evicted from L2 first"
     if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
     if isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory

@@ -118,8 +118,11 @@ class TileConfig:
     aux_prefetch: bool = False
     # Aux loads through CUTLASS's shared-memory stages whose TMA loads ask L2 to evict their lines
     # first (`evt::Sm90AuxLoadEvictFirst`, evt_aux_evict_first.inc): an aux tile is read once,
-    # the main loop's operand panels again by the wave's other tiles. An experiment of
-    # `config_sweep.py --configs ..._ef` (session 33), not a candidate.
+    # the main loop's operand panels again by the wave's other tiles. Not a candidate: on the
+    # H100 (session 33, benchmarks/results/2026-11-27-H100-session33/) the LLaMA step's six
+    # regions ran 0-13% slower with it (two rounds), and Nsight Compute saw the SwiGLU dgrad's
+    # DRAM traffic and L2 hit rate unchanged (739 MB, 72.3%): its aux lines are not what evicts
+    # the operands. Kept as a config-sweep experiment (`_ef`).
     aux_evict_first: bool = False
 
     def __post_init__(self) -> None:

@@ -6,6 +6,7 @@ by path (`evt.codegen.nvcc.key_flags`), so an entry built here is found there wh
 and evt's headers are the same; an entry whose key differs is simply built again there.
 
     python scripts/kernel_pack.py build --only 'bias*,dgrad*'   # plan (meta capture) and build
+    python scripts/kernel_pack.py build --tests node_coverage   # a GPU test module's kernels
     python scripts/kernel_pack.py pack                          # -> .kpack/kernels.tar.xz
     device:  carry .kpack; scripts/device_env.sh unpacks every .kpack/*.tar.xz into
              $EVT_CACHE_DIR; at the end of the call
@@ -62,6 +63,34 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
         print(f"{n} kernels on max-autotune's shortlists (EVT_AUTOTUNE_TOP and one per schedule)")
 
 
+def build_tests(names: list[str]) -> None:
+    """Build the kernels GPU test modules build first (`tests/test_gpu_NAME.py`'s `captured()`:
+    its regions captured on the CPU at the GPU's sizes), each at the config the test's process
+    would pick (`dispatch.config_for`), so the device call only runs the tests."""
+    import importlib
+
+    from evt.runtime import build, dispatch, guards
+
+    sys.path.insert(0, str(ROOT))
+    futures = []
+    for name in names:
+        try:
+            module = importlib.import_module(f"tests.test_gpu_{name}")
+        except ModuleNotFoundError:
+            sys.exit(f"kernel_pack: no tests/test_gpu_{name}.py")
+        if not hasattr(module, "captured"):
+            sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has no captured(): its kernels "
+                     "are built inside its tests")  # fmt: skip
+        for seen in module.captured().values():
+            for spec, problem in seen:
+                if not guards.static_reason(spec):  # else the test's region runs unfused
+                    futures.append((spec.name, build.prefetch(spec, dispatch.config_for(spec, problem))))
+    failed = [name for name, f in futures if f.exception() is not None]
+    for name in failed:
+        print(f"kernel_pack: {name}: build failed")
+    print(f"{len(futures) - len(failed)} of {len(futures)} test kernels built")
+
+
 def carried_keys() -> set[str]:
     """The cache keys the archives in .kpack hold."""
     keys = set()
@@ -97,7 +126,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the selected cases' kernels into the local cache")
-    b.add_argument("--only", required=True, help="comma-separated globs, as evt bench --only")
+    b.add_argument("--only", default="", help="comma-separated globs, as evt bench --only")
+    b.add_argument("--tests", default="",
+                   help="comma-separated GPU test modules (models, node_coverage, nested_batch: "
+                        "tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
     b.add_argument(
@@ -111,7 +143,12 @@ def main() -> None:
     args = ap.parse_args()
     PACK.mkdir(exist_ok=True)
     if args.cmd == "build":
-        build(args.only, args.dtype, [c for c in args.configs.split(",") if c], args.autotune)
+        if not (args.only or args.tests):
+            ap.error("build needs --only (bench cases) or --tests (GPU test modules)")
+        if args.only:
+            build(args.only, args.dtype, [c for c in args.configs.split(",") if c], args.autotune)
+        if args.tests:
+            build_tests([t for t in args.tests.split(",") if t])
     else:
         pack(args.out, args.new)
 

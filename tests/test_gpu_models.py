@@ -58,12 +58,18 @@ def capture(name: str) -> list[tuple]:
     return seen
 
 
+def captured() -> dict[str, list[tuple]]:
+    """Each model's regions, captured on the CPU: what the `regions` fixture builds (also
+    `scripts/kernel_pack.py build --tests models`, which builds them without a GPU)."""
+    return {name: capture(name) for name in MODELS}
+
+
 @pytest.fixture(scope="session")
 def regions(tmp_path_factory) -> dict[str, list[tuple]]:
     """Each model's regions (from CPU captures), all their kernels built in one parallel batch."""
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    return build_all({name: capture(name) for name in MODELS})
+    return build_all(captured())
 
 
 def build_all(captured: dict[str, list[tuple]]) -> dict[str, list[tuple]]:

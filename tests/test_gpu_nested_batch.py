@@ -119,23 +119,31 @@ def test_key_grad_reads_q_in_place_like_eager(kernels, shape):
     assert verify.relative_error(got, want.to(BF16)) <= verify.TOLERANCE["bf16"]
 
 
-@pytest.fixture(scope="module")
-def model_regions(tmp_path_factory) -> dict[str, list[tuple]]:
+def captured() -> dict[tuple[str, str], list[tuple]]:
     """GPT-2's and BERT's regions with heads read in place (`EVT_NESTED_BATCH=1`, captured on the
-    CPU at the GPU sizes), and without (`0`, the route they are judged against), all their
-    kernels built in one parallel batch; returns the nested ones."""
-    from tests.test_gpu_models import build_all, capture
+    CPU at the GPU sizes), and without (`0`, the route they are judged against), keyed by (model,
+    setting): what `model_regions` builds (also `scripts/kernel_pack.py build --tests
+    nested_batch`, without a GPU)."""
+    from tests.test_gpu_models import capture
 
-    if not os.environ.get("EVT_CACHE_DIR"):
-        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    captured = {}
+    seen = {}
     with pytest.MonkeyPatch.context() as mp:
         for nested in ("1", "0"):
             mp.setenv("EVT_NESTED_BATCH", nested)
-            captured.update({(name, nested): capture(name) for name in ("gpt2", "bert")})
-    assert all(any(s.gemm.nested for s, _ in captured[name, "1"]) for name in ("gpt2", "bert"))
-    build_all(captured)
-    return {name: captured[name, "1"] for name in ("gpt2", "bert")}
+            seen.update({(name, nested): capture(name) for name in ("gpt2", "bert")})
+    assert all(any(s.gemm.nested for s, _ in seen[name, "1"]) for name in ("gpt2", "bert"))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def model_regions(tmp_path_factory) -> dict[str, list[tuple]]:
+    """The nested regions of `captured()`, all its kernels built in one parallel batch."""
+    from tests.test_gpu_models import build_all
+
+    if not os.environ.get("EVT_CACHE_DIR"):
+        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
+    regions = build_all(captured())
+    return {name: regions[name, "1"] for name in ("gpt2", "bert")}
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert"])

@@ -60,11 +60,17 @@ def capture(name: str) -> list[tuple]:
     return [(r.spec, r.problem) for r in report.regions]
 
 
+def captured() -> dict[str, list[tuple]]:
+    """Each catalog module's regions, captured on the CPU: what the `regions` fixture builds
+    (also `scripts/kernel_pack.py build --tests node_coverage`, without a GPU)."""
+    return {name: capture(name) for name in CASES}
+
+
 @pytest.fixture(scope="module")
 def regions(tmp_path_factory) -> dict[str, list[tuple]]:
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    return build_all({name: capture(name) for name in CASES})
+    return build_all(captured())
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -66,3 +66,31 @@ def test_a_packed_kernel_is_found_on_the_other_machine(machines, monkeypatch, ca
 def test_device_env_unpacks_every_carried_archive():
     text = (ROOT / "scripts" / "device_env.sh").read_text()
     assert "for pack in .kpack/*.tar.xz" in text and 'tar -xJf "$pack" -C "$EVT_CACHE_DIR"' in text
+
+
+def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatch, capsys):
+    """`build --tests NAME` builds `tests/test_gpu_NAME.py`'s `captured()` regions at the configs
+    the test's process picks, skips a region with a static reason against it, and refuses a module
+    without `captured()` or one that does not exist."""
+    import sys
+    import types
+
+    from evt.runtime import dispatch, guards
+
+    spec, refused = fc1_spec(), fc1_spec("refused")
+    module = types.ModuleType("tests.test_gpu_fake")
+    module.captured = lambda: {"one": [(spec, (256, 512, 128, 1)), (refused, (256, 512, 128, 1))]}
+    monkeypatch.setitem(sys.modules, "tests.test_gpu_fake", module)
+    monkeypatch.setitem(sys.modules, "tests.test_gpu_bare", types.ModuleType("tests.test_gpu_bare"))
+    monkeypatch.setattr(guards, "static_reason", lambda s: "refused" if s.name == "refused" else None)
+    monkeypatch.setattr(dispatch, "_configs", {})  # this process's configs: none chosen yet
+    original = build.prefetch
+    monkeypatch.setattr(build, "prefetch", lambda s, c, compile_fn=None: original(s, c, fake_compile))
+    kernel_pack.build_tests(["fake"])
+    assert "1 of 1 test kernels built" in capsys.readouterr().out
+    job = build.plan(spec, dispatch.config_for(spec, (256, 512, 128, 1)), fake_compile)
+    assert cache.lookup(job.key) is not None
+    with pytest.raises(SystemExit, match="no captured"):
+        kernel_pack.build_tests(["bare"])
+    with pytest.raises(SystemExit, match="no tests/test_gpu_missing.py"):
+        kernel_pack.build_tests(["missing"])

@@ -76,7 +76,9 @@ def build_tests(names: list[str]) -> None:
     for name in names:
         try:
             module = importlib.import_module(f"tests.test_gpu_{name}")
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as e:
+            if e.name != f"tests.test_gpu_{name}":  # the module is there; something it imports is not
+                raise
             sys.exit(f"kernel_pack: no tests/test_gpu_{name}.py")
         if not hasattr(module, "captured"):
             sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has no captured(): its kernels "

@@ -119,7 +119,7 @@ class TileConfig:
     # Aux loads through CUTLASS's shared-memory stages whose TMA loads ask L2 to evict their lines
     # first (`evt::Sm90AuxLoadEvictFirst`, evt_aux_evict_first.inc): an aux tile is read once,
     # the main loop's operand panels again by the wave's other tiles. Not a candidate: on the
-    # H100 (session 33, benchmarks/results/2026-11-27-H100-session33/) the LLaMA step's six
+    # H100 (session 33, benchmarks/results/2026-11-28-H100-session33/) the LLaMA step's six
     # regions ran 0-13% slower with it (two rounds), and Nsight Compute saw the SwiGLU dgrad's
     # DRAM traffic and L2 hit rate unchanged (739 MB, 72.3%): its aux lines are not what evicts
     # the operands. Kept as a config-sweep experiment (`_ef`).

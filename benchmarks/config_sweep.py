@@ -26,6 +26,9 @@ put the measured winner.
                     dtype, in the same configs and orders: how much of a fused kernel's gap to
                     cuBLAS is its main loop's; rows marked epilogue="bare")
         [--regions b9,b4]   (only the regions whose name holds one of these)
+        [--l2-window -,a,b]   (each kernel and cuBLAS's GEMM also timed with L2 keeping operand
+                               A's or B's lines (a CUDA access-policy window on the stream,
+                               persisting hits): whether the epilogue's traffic evicts them)
         [--ncu]   (no timing: each kernel, and cuBLAS's GEMM per problem, called once between
                    cudaProfilerStart and Stop, in the printed order, for
                    `ncu --profile-from-start off`)
@@ -34,7 +37,9 @@ put the measured winner.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import itertools
 import json
 import time
 
@@ -166,6 +171,9 @@ def main() -> None:
                    help="also each region's GEMM with no epilogue (D = acc), same configs")
     p.add_argument("--regions", default="",
                    help="comma-separated parts of region names (e.g. b9,b4): only those regions")
+    p.add_argument("--l2-window", default="-",
+                   help="comma-separated operands whose lines L2 keeps while each kernel and "
+                        "cuBLAS's GEMM are timed (a, b; -: none), each a row of its own")
     p.add_argument("--ncu", action="store_true",
                    help="no timing: one call of each kernel (and of cuBLAS's GEMM per problem) "
                         "between cudaProfilerStart and Stop, for `ncu --profile-from-start off`")
@@ -259,19 +267,25 @@ def main() -> None:
                     print(f"{name:20} {region} ({shape}) {cfg.label} {tile_order.label}: "
                           f"profiled  err {err:.1e}", flush=True)  # fmt: skip
                 continue
-            mm = time_ms(bare_mm(spec, timed))
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
-            for tile_order in orders:
+            mms = {}  # cuBLAS's time per L2 window, once per shape
+            for window, tile_order in itertools.product(a.l2_window.split(","), orders):
+                if window not in mms:
+                    with l2_window(timed, spec, window):
+                        mms[window] = time_ms(bare_mm(spec, timed))
+                mm = mms[window]
                 ordered = kernel.ordered(tile_order)
                 # the order as launched: 0:0's swizzle made explicit where evt's launch plan
                 # picks one (`wave_traffic`); 0 left: the kernel's compiled `auto_swizzle`
                 launched = kernel.resolve(tile_order, kernel.guard(timed)).label
                 got = ordered(x)  # each order checked before it is timed
                 err = max(_error(g.float(), w.float()) for g, w in zip(got, want))
-                ms = time_ms(lambda ordered=ordered, timed=timed: ordered(timed))
+                with l2_window(timed, spec, window):
+                    ms = time_ms(lambda ordered=ordered, timed=timed: ordered(timed))
                 order = tile_order.label
                 row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
                            tile_order=order, launched=launched, functors=variant, ms=ms, mm_ms=mm,
+                           l2_window=window,
                            epilogue="bare" if region in bares else "full",
                            tflops=2 * m * n * k * L / ms / 1e9, vs_mm=mm / ms, err=err,
                            heuristic_rank=rank.index(cfg.label) if cfg.label in rank else None)  # fmt: skip
@@ -279,7 +293,8 @@ def main() -> None:
                 # a step's regions share a pattern name and their shape is "step": name the region
                 where = f"{region} ({shape})" if (name, region) in problems else shape
                 print(f"{name:20} {where:9} {cfg.label:30} {order:4} {row['tflops']:6.1f} TFLOP/s "
-                      f"{row['vs_mm']:.2f}x mm  err {err:.1e}  {variant}", flush=True)  # fmt: skip
+                      f"{row['vs_mm']:.2f}x mm  err {err:.1e}  {variant}"
+                      + (f"  L2 keeps {window.upper()}" if window != "-" else ""), flush=True)  # fmt: skip
     print(f"built and timed in {time.time() - t0:.0f} s")
     summarize(rows)
     if a.json:
@@ -287,12 +302,52 @@ def main() -> None:
             json.dump(rows, f, indent=1)
 
 
+@contextlib.contextmanager
+def l2_window(x: list, spec: ir.KernelSpec, operand: str):
+    """While inside: L2 keeps operand `operand` ('a' or 'b') of `spec` in `x` as persisting lines
+    (an access-policy window on the current stream, hit ratio what the device's set-aside
+    covers); '-': nothing. Afterwards the window closes and the persisting lines are released."""
+    if operand == "-":
+        yield
+        return
+    from cuda.bindings import runtime as rt
+
+    def check(result):
+        err = result[0] if isinstance(result, tuple) else result
+        if err != rt.cudaError_t.cudaSuccess:
+            raise RuntimeError(f"--l2-window {operand}: {err}")
+        return result
+
+    t = x[{"a": spec.gemm.a, "b": spec.gemm.b}[operand].input]
+    _, prop = check(rt.cudaGetDeviceProperties(t.device.index))
+    size = min(t.numel() * t.element_size(), prop.accessPolicyMaxWindowSize)
+    kept = min(size, prop.persistingL2CacheMaxSize)
+    stream = torch.cuda.current_stream().cuda_stream
+    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
+    value = rt.cudaStreamAttrValue()
+    window = value.accessPolicyWindow
+    window.base_ptr, window.num_bytes, window.hitRatio = t.data_ptr(), size, kept / size
+    window.hitProp = rt.cudaAccessProperty.cudaAccessPropertyPersisting
+    window.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
+    check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, kept))
+    check(rt.cudaStreamSetAttribute(stream, attr, value))
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize()
+        window.num_bytes = 0
+        check(rt.cudaStreamSetAttribute(stream, attr, value))
+        check(rt.cudaCtxResetPersistingL2Cache())
+        check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0))
+
+
 def summarize(rows: list[dict]) -> None:
     """Per (pattern, shape, functor variant): the winner, the heuristic's pick and where it ranks
     the winner."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["pattern"], r["region"], r["shape"], r["functors"]), []).append(r)
+        variant = r["functors"] + (f" L2 keeps {r['l2_window']}" if r.get("l2_window", "-") != "-" else "")
+        groups.setdefault((r["pattern"], r["region"], r["shape"], variant), []).append(r)
     print("\npattern/shape               best config                    vs mm  heuristic pick"
           "                 vs mm  winner's rank")  # fmt: skip
     for (pattern, _, shape, variant), rs in groups.items():

@@ -62,6 +62,8 @@ def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
                 continue  # an A/B run of another functor, not what evt renders
             if r.get("epilogue") == "bare":
                 continue  # a region's GEMM without its epilogue (`--bare`), not a region
+            if r.get("l2_window", "-") != "-":
+                continue  # timed with L2 keeping an operand (`--l2-window`), not as evt runs
             if r.get("tile_order", "0:0") != "0:0":
                 continue  # another raster order / swizzle than the one evt launches
             if r["pattern"] in SFU_PATTERNS and f.parent.name < SFU_SINCE:

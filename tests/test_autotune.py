@@ -793,3 +793,49 @@ def test_a_bare_sweep_times_each_regions_gemm_without_its_epilogue():
     cfg = cfgs.TileConfig(128, 128, 64, schedule="pingpong")
     assert len({build.plan(dataclasses.replace(b, name=f"r{i}"), cfg).key
                 for i, b in enumerate(same)}) == 1  # fmt: skip
+
+
+def test_an_l2_window_keeps_one_operand_while_inside_and_releases_it_after(monkeypatch):
+    """`config_sweep.py --l2-window`: inside, the current stream's access-policy window covers
+    the chosen operand (persisting hits, streaming misses), the device's persisting set-aside is
+    what it can keep of it (the hit ratio the rest); after, even on an error, the window closes
+    and the persisting lines and set-aside are released; '-' touches nothing."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from cuda.bindings import runtime as rt
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import config_sweep
+
+    calls = []
+    ok = rt.cudaError_t.cudaSuccess
+    props = SimpleNamespace(accessPolicyMaxWindowSize=1 << 20, persistingL2CacheMaxSize=1 << 19)
+    monkeypatch.setattr(rt, "cudaGetDeviceProperties", lambda dev: (ok, props))
+    monkeypatch.setattr(rt, "cudaDeviceSetLimit", lambda lim, v: calls.append(("limit", v)) or (ok,))
+
+    def set_attr(stream, attr, value):
+        w = value.accessPolicyWindow
+        calls.append(("window", w.base_ptr, w.num_bytes, round(w.hitRatio, 3), w.hitProp, w.missProp))
+        return (ok,)
+    monkeypatch.setattr(rt, "cudaStreamSetAttribute", set_attr)
+    monkeypatch.setattr(rt, "cudaCtxResetPersistingL2Cache", lambda: calls.append(("reset",)) or (ok,))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=7))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    spec = specs.layer_norm_backward()
+    a_in, b_in = spec.gemm.a.input, spec.gemm.b.input
+    x = {a_in: torch.zeros(1024, 256, dtype=torch.bfloat16), b_in: torch.zeros(256, 4096, dtype=torch.bfloat16)}
+    x = [x.get(i) for i in range(max(x) + 1)]
+    with config_sweep.l2_window(x, spec, "-"):
+        pass
+    assert calls == []
+    persisting, streaming = rt.cudaAccessProperty.cudaAccessPropertyPersisting, rt.cudaAccessProperty.cudaAccessPropertyStreaming
+    with pytest.raises(RuntimeError, match="a timing failed"), config_sweep.l2_window(x, spec, "b"):
+        assert calls == [("limit", 1 << 19), ("window", x[b_in].data_ptr(), 1 << 20, 0.5, persisting, streaming)]
+        raise RuntimeError("a timing failed")
+    # B (2 MiB) is cut to the largest window (1 MiB), of which the set-aside keeps half
+    assert calls[2:] == [("window", x[b_in].data_ptr(), 0, 0.5, persisting, streaming), ("reset",), ("limit", 0)]
+    calls.clear()
+    with config_sweep.l2_window(x, spec, "a"):  # A (512 KiB): whole window, whole set-aside
+        assert calls == [("limit", 1 << 19), ("window", x[a_in].data_ptr(), 1 << 19, 1.0, persisting, streaming)]

@@ -323,7 +323,9 @@ def l2_window(x: list, spec: ir.KernelSpec, operand: str):
     size = min(t.numel() * t.element_size(), prop.accessPolicyMaxWindowSize)
     kept = min(size, prop.persistingL2CacheMaxSize)
     stream = torch.cuda.current_stream().cuda_stream
-    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
+    ids = rt.cudaStreamAttrID  # the attribute's name in cuda-bindings 13, then in older ones
+    attr = getattr(ids, "cudaLaunchAttributeAccessPolicyWindow", None)
+    attr = attr if attr is not None else ids.cudaStreamAttributeAccessPolicyWindow
     value = rt.cudaStreamAttrValue()
     window = value.accessPolicyWindow
     window.base_ptr, window.num_bytes, window.hitRatio = t.data_ptr(), size, kept / size

@@ -66,10 +66,10 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
 def build_tests(names: list[str]) -> None:
     """Build the kernels GPU test modules build first (`tests/test_gpu_NAME.py`'s `captured()`:
     its regions captured on the CPU at the GPU's sizes), each at the config the test's process
-    would pick (`dispatch.config_for`), so the device call only runs the tests."""
+    would pick (`dispatch.build_for`), so the device call only runs the tests."""
     import importlib
 
-    from evt.runtime import build, dispatch, guards
+    from evt.runtime import dispatch
 
     sys.path.insert(0, str(ROOT))
     futures = []
@@ -85,8 +85,8 @@ def build_tests(names: list[str]) -> None:
                      "are built inside its tests")  # fmt: skip
         for seen in module.captured().values():
             for spec, problem in seen:
-                if not guards.static_reason(spec):  # else the test's region runs unfused
-                    futures.append((spec.name, build.prefetch(spec, dispatch.config_for(spec, problem))))
+                future = dispatch.build_for(spec, problem)  # None: the test's region runs unfused
+                futures += [(spec.name, future)] if future is not None else []
     failed = [name for name, f in futures if f.exception() is not None]
     for name in failed:
         print(f"kernel_pack: {name}: build failed")

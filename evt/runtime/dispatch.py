@@ -86,7 +86,14 @@ def prefetch(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = No
     """Start building `spec`'s kernel in the background if this process can run it (an SM90 GPU
     and no static reason against it); the backend calls this while it lowers regions, with the
     problem shape (M, N, K, L) the graph expects, which picks the tile config."""
-    if guards.static_reason(spec) or not sm90_available():
+    return build_for(spec, problem) if sm90_available() else None
+
+
+def build_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None = None) -> Future | None:
+    """`prefetch` without asking for a GPU (nvcc needs none): the kernel this process would build
+    for `spec` at `problem`, None where a static reason stands against it
+    (`scripts/kernel_pack.py build --tests` builds a GPU test module's kernels with it)."""
+    if guards.static_reason(spec):
         return None
     return build.prefetch(spec, config_for(spec, problem), compile_fn=COMPILE_FN)
 

@@ -26,9 +26,9 @@ put the measured winner.
                     dtype, in the same configs and orders: how much of a fused kernel's gap to
                     cuBLAS is its main loop's; rows marked epilogue="bare")
         [--regions b9,b4]   (only the regions whose name holds one of these)
-        [--l2-window -,a,b]   (each kernel and cuBLAS's GEMM also timed with L2 keeping operand
-                               A's or B's lines (a CUDA access-policy window on the stream,
-                               persisting hits): whether the epilogue's traffic evicts them)
+        [--l2-window none,a,b]   (each kernel and cuBLAS's GEMM also timed with L2 keeping operand
+                                  A's or B's lines (a CUDA access-policy window on the stream,
+                                  persisting hits): whether the epilogue's traffic evicts them)
         [--ncu]   (no timing: each kernel, and cuBLAS's GEMM per problem, called once between
                    cudaProfilerStart and Stop, in the printed order, for
                    `ncu --profile-from-start off`)
@@ -177,9 +177,9 @@ def main() -> None:
                    help="also each region's GEMM with no epilogue (D = acc), same configs")
     p.add_argument("--regions", default="",
                    help="comma-separated parts of region names (e.g. b9,b4): only those regions")
-    p.add_argument("--l2-window", default="-",
+    p.add_argument("--l2-window", default="-", type=l2_windows,
                    help="comma-separated operands whose lines L2 keeps while each kernel and "
-                        "cuBLAS's GEMM are timed (a, b; -: none), each a row of its own")
+                        "cuBLAS's GEMM are timed (a, b; none), each a row of its own")
     p.add_argument("--ncu", action="store_true",
                    help="no timing: one call of each kernel (and of cuBLAS's GEMM per problem) "
                         "between cudaProfilerStart and Stop, for `ncu --profile-from-start off`")
@@ -275,7 +275,7 @@ def main() -> None:
                 continue
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
             mms = {}  # cuBLAS's time per L2 window, once per shape
-            for window, tile_order in itertools.product(a.l2_window.split(","), orders):
+            for window, tile_order in itertools.product(a.l2_window, orders):
                 if window not in mms:
                     with l2_window(timed, spec, window):
                         mms[window] = time_ms(bare_mm(spec, timed))
@@ -304,6 +304,16 @@ def main() -> None:
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def l2_windows(text: str) -> list[str]:
+    """`--l2-window`'s operands: 'a', 'b', and 'none' (also '-', how rows record it: `-,a,b`
+    would read as an option, so the command line says none)."""
+    windows = ["-" if w in ("none", "-") else w for w in text.split(",")]
+    bad = [w for w in windows if w not in ("-", "a", "b")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad)}: each window is a, b or none")
+    return windows
 
 
 @contextlib.contextmanager

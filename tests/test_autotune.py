@@ -839,3 +839,19 @@ def test_an_l2_window_keeps_one_operand_while_inside_and_releases_it_after(monke
     calls.clear()
     with config_sweep.l2_window(x, spec, "a"):  # A (512 KiB): whole window, whole set-aside
         assert calls == [("limit", 1 << 19), ("window", x[a_in].data_ptr(), 1 << 19, 1.0, persisting, streaming)]
+
+
+def test_l2_window_option_takes_none_and_refuses_other_operands():
+    """`config_sweep.py --l2-window none,a,b` parses (a leading '-' would read as an option),
+    '-' still means no window, and an operand other than a or b is refused by name."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import config_sweep
+
+    assert config_sweep.l2_windows("none,a,b") == ["-", "a", "b"]
+    assert config_sweep.l2_windows("-") == ["-"]
+    with pytest.raises(argparse.ArgumentTypeError, match="c: each window is a, b or none"):
+        config_sweep.l2_windows("a,c")

@@ -88,17 +88,51 @@ def cache_entries() -> set[str]:
     return {p.name for p in cache.root().iterdir() if len(p.name) == 64}
 
 
+def mlp_specs() -> list[ir.KernelSpec]:
+    """The bf16 MLP's four region specs, from a CPU capture."""
+    torch.manual_seed(0)
+    model = Loss().to(BF16)
+    x = torch.randn(64, DIM, dtype=BF16, requires_grad=True)  # its gradient is the 4th region
+    report = evt.explain(lambda x: model(x).backward(), x)
+    assert len(report.regions) == 4, str(report)
+    return [r.spec for r in report.regions]
+
+
+def capture_step(dtype: torch.dtype) -> list[tuple]:
+    """(spec, (M, N, K, L)) of each region of the MLP's training step in `dtype` at TOKENS,
+    captured on the CPU: the kernels a compiled step at that size builds."""
+    torch.manual_seed(0)
+    model = Loss().to(dtype)
+    x = torch.randn(TOKENS, DIM, dtype=dtype, requires_grad=True)
+    report = evt.explain(lambda x: model(x).backward(), x)
+    assert report.regions, str(report)
+    return [(r.spec, r.problem) for r in report.regions]
+
+
+def captured() -> dict[str, list[tuple]]:
+    """The kernels this module's tests build, captured on the CPU (`scripts/kernel_pack.py build
+    --tests mlp` builds them without a GPU): the `kernels` fixture's at the shape-blind default
+    config (first: a kernel's config is chosen at the first shape seen), the compiled bf16 and
+    fp16 steps' at the configs their shapes pick, and the fp32 step's TF32 forward kernels."""
+    seen = {"default": [(spec, None) for spec in mlp_specs()]}
+    seen["bf16"], seen["fp16"] = capture_step(BF16), capture_step(torch.float16)
+    precision = torch.get_float32_matmul_precision()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVT_TF32", "1")
+        torch.set_float32_matmul_precision("high")
+        try:
+            seen["tf32"] = capture_step(torch.float32)
+        finally:
+            torch.set_float32_matmul_precision(precision)
+    return seen
+
+
 @pytest.fixture(scope="session")
 def kernels(tmp_path_factory) -> list[ir.KernelSpec]:
     """The MLP's region specs (from a CPU capture), their kernels built in parallel."""
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    torch.manual_seed(0)
-    model = Loss().to(BF16)
-    x = torch.randn(64, DIM, dtype=BF16, requires_grad=True)  # its gradient is the 4th region
-    report = evt.explain(lambda x: model(x).backward(), x)
-    specs = [r.spec for r in report.regions]
-    assert len(specs) == 4, str(report)
+    specs = mlp_specs()
     for future in [build.prefetch(s) for s in specs]:
         future.result()
     return specs

@@ -12,7 +12,8 @@
 #                    Results, report, charts and the log come back in $OUT/bench.
 #   here, between calls:  bash scripts/bench_full.sh take FILES_AT
 #                    copies what a call brought back (FILES_AT/bench) into out/bench-full (ignored
-#                    by git: /out/), which the next call carries.
+#                    by git: /out/), which the next call carries; its logs are appended to the
+#                    ones already there. A new full run starts from an empty out/bench-full.
 # EVT_BENCH_CALL_S (default 560): seconds this call may take in all; the benchmark gets what the
 # setup leaves of it, so the call ends well inside the device's 600 s.
 set -uo pipefail
@@ -23,11 +24,18 @@ carried=out/bench-full
 if [ "$part" = take ]; then
   src=${1:?usage: bench_full.sh take FILES_AT}/bench
   [ -f "$src/results.json" ] || { echo "no $src/results.json: nothing to take"; exit 1; }
-  rm -rf "$carried" && mkdir -p "$carried"
+  mkdir -p "$carried" && chmod -R u+w "$carried"  # what a call brings back is read-only
+  rm -f "$carried"/*.png
   cp "$src"/results.json "$src"/report.md "$carried"/
-  cp "$src"/*.png "$src"/*.log "$carried"/ 2>/dev/null
-  chmod -R u+w "$carried"  # what a call brings back is read-only
-  echo "took $(ls "$carried" | tr '\n' ' ')into $carried: carry it in the next call"
+  cp "$src"/*.png "$carried"/ 2>/dev/null
+  for log in "$src"/*.log; do  # appended: a part run twice (resumed) keeps both calls' logs
+    [ -f "$log" ] || continue
+    { echo "=== $(basename "$log"), taken from $src at $(date -u +%FT%TZ) ==="
+      cat "$log"; [ -z "$(tail -c1 "$log")" ] || echo; } \
+      >>"$carried/$(basename "$log")"
+  done
+  chmod -R u+w "$carried"
+  echo "took $(ls "$src" | tr '\n' ' ')into $carried: carry it in the next call"
   exit 0
 fi
 

@@ -681,6 +681,18 @@ def test_bench_full_takes_a_calls_results_for_the_next(tmp_path):
     assert done.returncode == 0, done.stderr
     carried = tmp_path / "out/bench-full"
     assert sorted(p.name for p in carried.iterdir()) == ["part1.log", "report.md", "results.json"]
+    # the next call (part 1 resumed, then part 3): results replaced, logs kept and appended
+    for name, text in (("results.json", "second"), ("part1.log", "resumed"), ("part3.log", "three")):
+        (got / name).write_text(text)
+    (got / "part1.log").chmod(0o444)  # what a call brings back is read-only
+    done = subprocess.run(["bash", str(script), "take", str(tmp_path / "files")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (carried / "results.json").read_text() == "second"
+    lines = (carried / "part1.log").read_text().splitlines()
+    assert [line for line in lines if not line.startswith("=== part1.log, taken")] == ["part1.log", "resumed"]
+    assert len(lines) == 4 and lines[0].startswith("=== part1.log, taken")
+    assert (carried / "part3.log").read_text().endswith("===\nthree\n")
 
 
 def test_outputs_flattens_nested_results():

@@ -8,6 +8,7 @@ and evt's headers are the same; an entry whose key differs is simply built again
     python scripts/kernel_pack.py build --only 'bias*,dgrad*'   # plan (meta capture) and build
     python scripts/kernel_pack.py build --tests node_coverage   # a GPU test module's kernels
     python scripts/kernel_pack.py pack                          # -> .kpack/kernels.tar.xz
+    python scripts/kernel_pack.py consolidate   # .kpack's archives merged into kernels.tar.xz
     device:  carry .kpack; scripts/device_env.sh unpacks every .kpack/*.tar.xz into
              $EVT_CACHE_DIR; at the end of the call
              python3 scripts/kernel_pack.py pack --new --out $OUT/kernels-N.tar.xz
@@ -113,15 +114,60 @@ def pack(out: Path, new_only: bool) -> None:
     if not entries:
         print(f"kernel_pack: {root} holds no finished entry{' not carried' if new_only else ''}")
         return
-    tmp = out.with_suffix(".tmp")
-    with tarfile.open(tmp, "w:xz") as tar:
-        for entry in entries:
-            for name in (cache.SO, cache.CU, cache.LOG, cache.META):
-                if (entry / name).exists():
-                    tar.add(entry / name, arcname=f"{entry.name}/{name}")
-    tmp.replace(out)
+    write_archive(entries, out)
     mib = out.stat().st_size / 2**20
     print(f"{out}: {len(entries)} kernels, {mib:.1f} MiB (carry .kpack: 64 MiB with the wheels)")
+
+
+def write_archive(entries: list[Path], out: Path) -> None:
+    """One xz tar of the cache entries `entries` (folders named by key), written atomically.
+    Solid: files of one kind follow each other (every library, then every source, log and
+    record) and the dictionary spans all of them, so what kernels share (CUTLASS's code, evt's
+    templates) is stored once: session 34's 330 kernels took 12.7 MiB so against 21.9 in 21
+    archives. `tar -xJf` reads it (its memory: the dictionary, at most 512 MiB)."""
+    import lzma
+
+    from evt.runtime import cache
+
+    files = [(name, entry) for name in (cache.SO, cache.CU, cache.LOG, cache.META)
+             for entry in entries if (entry / name).exists()]  # fmt: skip
+    total = sum((entry / name).stat().st_size for name, entry in files)
+    dict_size = min(max(total, 1 << 20), 512 << 20)
+    filters = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": dict_size}]
+    tmp = out.with_suffix(".tmp")
+    with lzma.open(tmp, "wb", format=lzma.FORMAT_XZ, filters=filters) as xz:
+        with tarfile.open(fileobj=xz, mode="w") as tar:
+            for name, entry in files:
+                tar.add(entry / name, arcname=f"{entry.name}/{name}")
+    tmp.replace(out)
+
+
+def consolidate(out: Path) -> None:
+    """Merge every archive in .kpack into `out` (one solid archive, each key once) and remove the
+    merged ones once `out` holds every key they held."""
+    import tempfile
+
+    archives = sorted(a for a in PACK.glob("*.tar.xz") if a.resolve() != out.resolve())
+    if not archives:
+        print(f"kernel_pack: {PACK} holds no archive to merge")
+        return
+    before = sum(a.stat().st_size for a in archives) + (out.stat().st_size if out.exists() else 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for archive in [out, *archives] if out.exists() else archives:
+            with tarfile.open(archive) as tar:
+                tar.extractall(root, filter="data")
+        entries = sorted(p for p in root.iterdir() if p.is_dir())
+        write_archive(entries, out)
+    with tarfile.open(out) as tar:
+        held = {name.split("/")[0] for name in tar.getnames()}
+    if held != {e.name for e in entries}:
+        sys.exit(f"kernel_pack: {out} lacks keys it was given; the archives are left as they were")
+    for archive in archives:
+        archive.unlink()
+    after = out.stat().st_size
+    print(f"{out}: {len(entries)} kernels from {len(archives)} archives, "
+          f"{before / 2**20:.1f} -> {after / 2**20:.1f} MiB")  # fmt: skip
 
 
 def main() -> None:
@@ -142,6 +188,8 @@ def main() -> None:
     p = sub.add_parser("pack", help="archive the cache's finished entries")
     p.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")
     p.add_argument("--new", action="store_true", help="only entries no .kpack archive holds")
+    c = sub.add_parser("consolidate", help="merge .kpack's archives into one solid archive")
+    c.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")
     args = ap.parse_args()
     PACK.mkdir(exist_ok=True)
     if args.cmd == "build":
@@ -151,6 +199,8 @@ def main() -> None:
             build(args.only, args.dtype, [c for c in args.configs.split(",") if c], args.autotune)
         if args.tests:
             build_tests([t for t in args.tests.split(",") if t])
+    elif args.cmd == "consolidate":
+        consolidate(args.out)
     else:
         pack(args.out, args.new)
 

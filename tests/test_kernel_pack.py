@@ -94,3 +94,26 @@ def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatc
         kernel_pack.build_tests(["bare"])
     with pytest.raises(SystemExit, match="no tests/test_gpu_missing.py"):
         kernel_pack.build_tests(["missing"])
+
+
+def test_consolidate_merges_the_carried_archives_into_one(machines, monkeypatch, capsys):
+    """`consolidate` writes one archive holding each key of every carried archive once (two
+    archives that share a key), removes the merged ones, and what it writes unpacks as
+    scripts/device_env.sh unpacks it, to entries the cache finds."""
+    first = build.build(fc1_spec(), compile_fn=fake_compile).parent.name
+    kernel_pack.pack(machines / "kpack" / "kernels-1.tar.xz", new_only=False)
+    second = build.build(fc1_spec(dtype="f16"), compile_fn=fake_compile).parent.name
+    kernel_pack.pack(machines / "kpack" / "kernels-2.tar.xz", new_only=False)  # first again
+    out = machines / "kpack" / "kernels.tar.xz"
+    kernel_pack.consolidate(out)
+    assert sorted(p.name for p in (machines / "kpack").iterdir()) == ["kernels.tar.xz"]
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert len(names) == len(set(names)) == 8 and {n.split("/")[0] for n in names} == {first, second}
+    assert "2 kernels from 2 archives" in capsys.readouterr().out
+    kernel_pack.pack(machines / "kpack" / "kernels-3.tar.xz", new_only=False)
+    kernel_pack.consolidate(out)  # the consolidated archive takes in later ones
+    assert sorted(p.name for p in (machines / "kpack").iterdir()) == ["kernels.tar.xz"]
+    monkeypatch.setenv("EVT_CACHE_DIR", str(machines / "there"))
+    unpack(out, machines / "there")
+    assert cache.lookup(first) is not None and cache.lookup(second) is not None

@@ -176,7 +176,7 @@ def main() -> None:
     b = sub.add_parser("build", help="build the selected cases' kernels into the local cache")
     b.add_argument("--only", default="", help="comma-separated globs, as evt bench --only")
     b.add_argument("--tests", default="",
-                   help="comma-separated GPU test modules (models, node_coverage, nested_batch: "
+                   help="comma-separated GPU test modules (mlp, models, node_coverage, nested_batch: "
                         "tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")

@@ -60,7 +60,7 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
     if autotune:
         from evt.runtime.autotune import shortlist
 
-        n = prebuild(op_cases, dtype, print, configs=shortlist)
+        n = prebuild(cases, dtype, print, configs=shortlist)  # the steps' regions are tuned too
         print(f"{n} kernels on max-autotune's shortlists (EVT_AUTOTUNE_TOP and one per schedule)")
 
 
@@ -183,7 +183,7 @@ def main() -> None:
     b.add_argument(
         "--autotune",
         action="store_true",
-        help="add every config max-autotune would time for the op cases' regions",
+        help="add every config max-autotune would time for the selected cases' regions",
     )
     p = sub.add_parser("pack", help="archive the cache's finished entries")
     p.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")

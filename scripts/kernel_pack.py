@@ -96,11 +96,13 @@ def build_tests(names: list[str]) -> None:
 
 def carried_keys() -> set[str]:
     """The cache keys the archives in .kpack hold."""
-    keys = set()
-    for archive in PACK.glob("*.tar.xz"):
-        with tarfile.open(archive) as tar:
-            keys |= {name.split("/")[0] for name in tar.getnames()}
-    return keys
+    return set().union(*map(archive_keys, PACK.glob("*.tar.xz")))
+
+
+def archive_keys(archive: Path) -> set[str]:
+    """The cache keys (entry folders) one archive holds."""
+    with tarfile.open(archive) as tar:
+        return {name.split("/")[0] for name in tar.getnames()}
 
 
 def pack(out: Path, new_only: bool) -> None:
@@ -151,17 +153,16 @@ def consolidate(out: Path) -> None:
     if not archives:
         print(f"kernel_pack: {PACK} holds no archive to merge")
         return
-    before = sum(a.stat().st_size for a in archives) + (out.stat().st_size if out.exists() else 0)
+    sources = [out, *archives] if out.exists() else archives
+    before = sum(a.stat().st_size for a in sources)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for archive in [out, *archives] if out.exists() else archives:
+        for archive in sources:
             with tarfile.open(archive) as tar:
                 tar.extractall(root, filter="data")
         entries = sorted(p for p in root.iterdir() if p.is_dir())
         write_archive(entries, out)
-    with tarfile.open(out) as tar:
-        held = {name.split("/")[0] for name in tar.getnames()}
-    if held != {e.name for e in entries}:
+    if archive_keys(out) != {e.name for e in entries}:
         sys.exit(f"kernel_pack: {out} lacks keys it was given; the archives are left as they were")
     for archive in archives:
         archive.unlink()

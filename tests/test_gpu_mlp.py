@@ -90,20 +90,17 @@ def cache_entries() -> set[str]:
 
 def mlp_specs() -> list[ir.KernelSpec]:
     """The bf16 MLP's four region specs, from a CPU capture."""
-    torch.manual_seed(0)
-    model = Loss().to(BF16)
-    x = torch.randn(64, DIM, dtype=BF16, requires_grad=True)  # its gradient is the 4th region
-    report = evt.explain(lambda x: model(x).backward(), x)
-    assert len(report.regions) == 4, str(report)
-    return [r.spec for r in report.regions]
+    regions = capture_step(BF16, tokens=64)
+    assert len(regions) == 4, regions
+    return [spec for spec, _ in regions]
 
 
-def capture_step(dtype: torch.dtype) -> list[tuple]:
-    """(spec, (M, N, K, L)) of each region of the MLP's training step in `dtype` at TOKENS,
+def capture_step(dtype: torch.dtype, tokens: int = TOKENS) -> list[tuple]:
+    """(spec, (M, N, K, L)) of each region of the MLP's training step in `dtype` at `tokens`,
     captured on the CPU: the kernels a compiled step at that size builds."""
     torch.manual_seed(0)
     model = Loss().to(dtype)
-    x = torch.randn(TOKENS, DIM, dtype=dtype, requires_grad=True)
+    x = torch.randn(tokens, DIM, dtype=dtype, requires_grad=True)  # its gradient: the 4th region
     report = evt.explain(lambda x: model(x).backward(), x)
     assert report.regions, str(report)
     return [(r.spec, r.problem) for r in report.regions]

@@ -556,6 +556,44 @@ def test_identical_regions_compile_the_unfused_path_once(monkeypatch, tmp_path, 
     autotune.reset()
 
 
+def test_each_decision_reaches_the_benchmark_notes_once_measured_then_cached(monkeypatch, tmp_path):
+    """`evt.bench.observe.evt_autotune` records what `decide` chose for every region: the
+    heuristic's pick and its time, the chosen config's heuristic rank, the unfused path's time,
+    and whether it was measured here or read from the cache (the second identical layer)."""
+    from evt.bench import observe
+
+    _decide_on_cpu(monkeypatch, tmp_path)
+    layers = torch.nn.Sequential(LinearAct(32, 32), LinearAct(32, 32))
+    with torch.no_grad():
+        graph = capture_joint(layers, torch.randn(16, 32))
+    notes: dict = {}
+    with observe.evt_autotune(notes):
+        pipeline.fuse(graph, keep=autotune.decide)
+    first, second = notes["autotune"]
+    assert first["measured"] and not second["measured"]
+    assert first["problem"] == second["problem"] == [16, 32, 32, 1]
+    assert first["heuristic"] == first["config"] and first["rank"] == 1  # a tie: the pick, timed first
+    assert (first["heuristic_ms"], first["best_ms"], first["unfused_ms"]) == (1.0, 1.0, 0.5)
+    assert not first["fuse"] and first["unfused_by"] == "inductor" and first["candidates"] == 2
+    assert autotune._listeners == []  # removed on the way out
+    with observe.evt_autotune(notes := {}):
+        pass
+    assert notes == {}  # evt's default mode decides nothing
+
+
+def test_a_chosen_config_down_the_ranking_is_reported_with_its_rank():
+    spec = specs.ALL["mlp_fc1_forward"]()
+    problem = (8192, 3072, 768, 1)
+    ranked = [c.label for c in cfgs.heuristic(spec, *problem[:3])]
+    timings = {ranked[0]: 1.2, f"{ranked[0]}@0:2": 1.1, ranked[2]: 1.0, f"{ranked[2]}@0:4": 0.9}
+    d = autotune.choose(timings, 1.5)
+    got = autotune.outcome(spec, problem, d, measured=True)
+    assert (got["config"], got["tile_order"], got["rank"], got["fuse"]) == (ranked[2], "0:4", 3, True)
+    assert (got["heuristic"], got["heuristic_ms"], got["best_ms"]) == (ranked[0], 1.2, 0.9)
+    failed = autotune.outcome(spec, problem, autotune.choose({ranked[0]: math.inf}, 1.0), True)
+    assert failed["heuristic_ms"] is None and failed["rank"] is None and not failed["fuse"]
+
+
 def _problem(built):
     return dispatch.problem_hint(built.spec, [n.meta["val"] for n in built.inputs])
 

@@ -367,6 +367,33 @@ def test_what_evt_did_names_each_kernels_config_and_tile_order():
     assert "| 3 | — | forward aten.addmm + aten.relu |" in markdown.evt_notes([r])
 
 
+def _outcome(region, config, rank, ms, heuristic_ms, fuse=True, measured=True):
+    return {"region": region, "problem": [8192, 768, 3072, 1], "fuse": fuse, "config": config,
+            "tile_order": "0:2", "rank": rank, "candidates": 4, "heuristic": "128x128x64_c1x1",
+            "heuristic_ms": heuristic_ms, "best_ms": ms, "unfused_ms": 0.2,
+            "unfused_by": "inductor", "measured": measured}  # fmt: skip
+
+
+def test_autotune_table_ranks_the_chosen_configs_once_per_region():
+    a = _rec("dgrad_gelu/gpt2", "evt-max-autotune", ms=0.1)
+    a["notes"] = {"autotune": [_outcome("evt_b0_mm", "128x128x64_c1x1", 1, 0.10, 0.10),
+                               _outcome("evt_b1_mm", "256x128x64_c2x1", 3, 0.08, 0.10),
+                               # the warm compile's replay of the first: counted once
+                               _outcome("evt_b0_mm", "128x128x64_c1x1", 1, 0.10, 0.10,
+                                        measured=False)]}  # fmt: skip
+    b = _rec("bias/gpt2", "evt-max-autotune", ms=0.1)
+    b["notes"] = {"autotune": [_outcome("evt_f0_addmm", None, None, None, None, fuse=False)]}
+    md = markdown.autotune_table([a, b, _rec("bias/gpt2", "evt", ms=0.1)])
+    assert "3 regions decided" in md and "pick in 1 of 2 (rank 1: 1, rank 3: 1)" in md
+    assert "geomean 1.118 over 2" in md  # (1.0 * 1.25) ** 0.5
+    assert md.count("| dgrad_gelu/gpt2 |") == 2
+    assert "| 256x128x64_c2x1 (0:2) | 3 | 0.0800 | 1.250 | 0.2000 (inductor) | fused |" in md
+    assert "| bias/gpt2 | evt_f0_addmm | 8192x768x3072 | 128x128x64_c1x1: — | — | — |" in md
+    assert markdown.autotune_table([_rec("bias/gpt2", "evt", ms=0.1)]) == ""
+    assert "## evt's max-autotune" in markdown.render(
+        {"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": [a, b]})
+
+
 def test_host_time_per_region_call_counts_only_the_calls_in_between(monkeypatch):
     from evt.bench.observe import host_us_per_call
     from evt.runtime import fast

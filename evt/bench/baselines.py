@@ -66,7 +66,7 @@ class Baseline:
 
 @contextlib.contextmanager
 def evt_observe(notes: dict):
-    with observe.warnings_seen(notes), observe.evt_runtime(notes):
+    with observe.warnings_seen(notes), observe.evt_runtime(notes), observe.evt_autotune(notes):
         yield
 
 

@@ -159,6 +159,51 @@ def evt_notes(results: list[dict]) -> str:
     return "## What evt did\n\n" + note + table(head, rows) if rows else ""
 
 
+def autotune_decisions(results: list[dict]) -> list[tuple[str, dict]]:
+    """(case, outcome) of every region evt's max-autotune decided, each (case, region, problem)
+    once, the outcome its cold compile measured before any cached replay of it."""
+    seen: dict[tuple, tuple[str, dict]] = {}
+    for r in results:
+        for o in (r.get("notes") or {}).get("autotune") or []:
+            key = (r["case"], o["region"], tuple(o["problem"]))
+            if key not in seen or (o.get("measured") and not seen[key][1].get("measured")):
+                seen[key] = (r["case"], o)
+    return list(seen.values())
+
+
+def autotune_table(results: list[dict]) -> str:
+    """evt's max-autotune per region: where the heuristic ranks the config the timing chose,
+    and what the timing gained over the heuristic's pick (the default mode's kernel)."""
+    decided = autotune_decisions(results)
+    if not decided:
+        return ""
+    rows, gains, ranks = [], [], []
+    for case, o in decided:
+        gain = o["heuristic_ms"] / o["best_ms"] if o.get("heuristic_ms") and o.get("best_ms") else None
+        if o.get("rank") is not None:
+            ranks.append(o["rank"])
+        if gain is not None:
+            gains.append(gain)
+        chosen = f"{o['config']} ({o['tile_order']})" if o.get("config") else "—"
+        unfused = f"{R.fmt(o.get('unfused_ms'), 4)} ({o.get('unfused_by') or 'not timed'})"
+        verdict = "fused" if o["fuse"] else "left unfused"
+        rows.append([case, o["region"], "x".join(map(str, o["problem"][:3])),
+                     f"{o.get('heuristic') or '—'}: {R.fmt(o.get('heuristic_ms'), 4)}",
+                     chosen, str(o.get("rank") or "—"), R.fmt(o.get("best_ms"), 4),
+                     R.fmt(gain, 3), unfused, verdict + ("" if o.get("measured") else ", cached")])
+    first = sum(1 for k in ranks if k == 1)
+    spread = ", ".join(f"rank {k}: {ranks.count(k)}" for k in sorted(set(ranks)))
+    text = (f"Each region's shortlist (the heuristic's top `EVT_AUTOTUNE_TOP` and the best of "
+            f"every other schedule) timed with its epilogue in every tile order, from CUDA graph "
+            f"replays, in the item's cold compile. {len(decided)} regions decided; the config "
+            f"the timing chose was the heuristic's own pick in {first} of {len(ranks)} ({spread}). "
+            f"Gain: the heuristic's pick in evt's tile order over the chosen config and order, "
+            f"geomean {R.fmt(R.geomean(gains), 3)} over {len(gains)}.")
+    head = ["case", "region", "M x N x K", "heuristic's pick: ms", "chosen (tile order)",
+            "its heuristic rank", "ms", "gain", "unfused: ms (by)", "verdict"]
+    return "## evt's max-autotune: the configs the timing chose\n\n" + text + "\n\n" + table(head, rows)
+
+
 def clock_table(results: list[dict]) -> str:
     """Per baseline, over its GEMM cases timed under CUDA graphs: the median SM clock and mean
     board power while timed (`evt.bench.clocks`), how many of those timings ran at the power
@@ -299,6 +344,7 @@ def render(data: dict) -> str:
         clock_table(res),
         compile_table(data),
         evt_notes(res),
+        autotune_table(res),
         coverage.baselines_section(res),
         coverage.stages_table(data, table),
         problem_list(res),

@@ -73,6 +73,23 @@ def evt_runtime(notes: dict) -> Iterator[None]:
         notes["fallbacks"] = {n: reasons[n] for n in names if n in reasons and not after[n]}
 
 
+@contextlib.contextmanager
+def evt_autotune(notes: dict) -> Iterator[None]:
+    """Record max-autotune's decisions made inside (`evt.runtime.autotune.outcome`: the
+    heuristic's pick, the config the timing chose and its rank in the heuristic's order, both
+    times, the unfused path's) into `notes["autotune"]`; nothing in evt's default mode."""
+    from evt.runtime import autotune
+
+    seen: list[dict] = []
+    autotune._listeners.append(seen.append)
+    try:
+        yield
+    finally:
+        autotune._listeners.remove(seen.append)
+        if seen:
+            notes["autotune"] = seen
+
+
 def region_host_us(run: Callable[[], object]) -> float | None:
     """The C++ launch path's host time per region call over `run()`, timed (`fast.timed`): its
     own part (outputs, workspace, the kernel's launcher; the op's dispatch from Python comes on

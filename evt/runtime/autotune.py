@@ -178,7 +178,34 @@ def decide(region, built, rest: str = "inductor") -> bool:
         dispatch.set_config(spec, config_of(spec, problem, decision.config))
         dispatch.set_tile_order(spec, problem, decision.config, order_of(decision))
     debug.log(1, f"autotune {spec.name} {problem} ({took}): {describe(decision)}")
+    for listener in _listeners:
+        listener(outcome(spec, problem, decision, measured=took != "cached"))
     return decision.fuse
+
+
+def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) -> dict:
+    """What `decide` chose for `spec` at `problem`, for a report (`evt.bench.observe`): the
+    heuristic's pick and its time in evt's tile order, the chosen config's place in the
+    heuristic's ranking (1: the pick itself; None where none was chosen), its time, the
+    unfused path's, and whether this process measured it or read it from the cache."""
+    ranked = [c.label for c in heuristic(spec, *problem)]
+    pick = ranked[0] if ranked else None
+    heuristic_ms = decision.timings.get(pick, math.inf) if pick else math.inf
+    return {
+        "region": spec.name,
+        "problem": list(problem),
+        "fuse": decision.fuse,
+        "config": decision.config,
+        "tile_order": decision.tile_order or EVT_ORDER.label,
+        "rank": ranked.index(decision.config) + 1 if decision.config in ranked else None,
+        "candidates": len({split_key(k)[0] for k in decision.timings}),
+        "heuristic": pick,
+        "heuristic_ms": heuristic_ms if math.isfinite(heuristic_ms) else None,  # inf: it failed
+        "best_ms": decision.fused_ms,
+        "unfused_ms": decision.unfused_ms,
+        "unfused_by": decision.unfused_by,
+        "measured": measured,
+    }
 
 
 def order_of(decision: Decision) -> TileOrder:
@@ -199,6 +226,7 @@ def tuned_order(spec: ir.KernelSpec, problem, config: str) -> TileOrder | None:
 
 
 _decided: dict[str, Decision] = {}
+_listeners: list[Callable[[dict], None]] = []  # each called with every decision's `outcome`
 
 
 def reset() -> None:

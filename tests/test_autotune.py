@@ -575,6 +575,7 @@ def test_each_decision_reaches_the_benchmark_notes_once_measured_then_cached(mon
     assert first["heuristic"] == first["config"] and first["rank"] == 1  # a tie: the pick, timed first
     assert (first["heuristic_ms"], first["best_ms"], first["unfused_ms"]) == (1.0, 1.0, 0.5)
     assert not first["fuse"] and first["unfused_by"] == "inductor" and first["candidates"] == 2
+    assert first["timer"] == "given timer"  # `_decide_on_cpu`'s; on a GPU autotune.GRAPHS
     assert autotune._listeners == []  # removed on the way out
     with observe.evt_autotune(notes := {}):
         pass

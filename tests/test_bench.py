@@ -383,12 +383,14 @@ def test_autotune_table_ranks_the_chosen_configs_once_per_region():
                                         measured=False)]}  # fmt: skip
     b = _rec("bias/gpt2", "evt-max-autotune", ms=0.1)
     b["notes"] = {"autotune": [_outcome("evt_f0_addmm", None, None, None, None, fuse=False)]}
+    b["notes"]["autotune"][0].update(problem=[1024, 1024, 64, 96], timer="calls (...)")
     md = markdown.autotune_table([a, b, _rec("bias/gpt2", "evt", ms=0.1)])
     assert "3 regions decided" in md and "pick in 1 of 2 (rank 1: 1, rank 3: 1)" in md
     assert "geomean 1.118 over 2" in md  # (1.0 * 1.25) ** 0.5
     assert md.count("| dgrad_gelu/gpt2 |") == 2
     assert "| 256x128x64_c2x1 (0:2) | 3 | 0.0800 | 1.250 | 0.2000 (inductor) | fused |" in md
-    assert "| bias/gpt2 | evt_f0_addmm | 8192x768x3072 | 128x128x64_c1x1: — | — | — |" in md
+    assert "| bias/gpt2 | evt_f0_addmm | 1024x1024x64 (96 batches) | 128x128x64_c1x1: — | — | — |" in md
+    assert "| left unfused; timed as calls (...) |" in md and "| fused |" in md
     assert markdown.autotune_table([_rec("bias/gpt2", "evt", ms=0.1)]) == ""
     assert "## evt's max-autotune" in markdown.render(
         {"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": [a, b]})

@@ -174,6 +174,8 @@ def autotune_decisions(results: list[dict]) -> list[tuple[str, dict]]:
 def autotune_table(results: list[dict]) -> str:
     """evt's max-autotune per region: where the heuristic ranks the config the timing chose,
     and what the timing gained over the heuristic's pick (the default mode's kernel)."""
+    from evt.runtime.autotune import GRAPHS
+
     decided = autotune_decisions(results)
     if not decided:
         return ""
@@ -187,7 +189,11 @@ def autotune_table(results: list[dict]) -> str:
         chosen = f"{o['config']} ({o['tile_order']})" if o.get("config") else "—"
         unfused = f"{R.fmt(o.get('unfused_ms'), 4)} ({o.get('unfused_by') or 'not timed'})"
         verdict = "fused" if o["fuse"] else "left unfused"
-        rows.append([case, o["region"], "x".join(map(str, o["problem"][:3])),
+        if o.get("timer") and o["timer"] != GRAPHS:
+            verdict += f"; timed as {o['timer']}"
+        m, n, k, *batch = o["problem"]
+        shape = f"{m}x{n}x{k}" + (f" ({batch[0]} batches)" if batch and batch[0] != 1 else "")
+        rows.append([case, o["region"], shape,
                      f"{o.get('heuristic') or '—'}: {R.fmt(o.get('heuristic_ms'), 4)}",
                      chosen, str(o.get("rank") or "—"), R.fmt(o.get("best_ms"), 4),
                      R.fmt(gain, 3), unfused, verdict + ("" if o.get("measured") else ", cached")])
@@ -195,7 +201,7 @@ def autotune_table(results: list[dict]) -> str:
     spread = ", ".join(f"rank {k}: {ranks.count(k)}" for k in sorted(set(ranks)))
     text = (f"Each region's shortlist (the heuristic's top `EVT_AUTOTUNE_TOP` and the best of "
             f"every other schedule) timed with its epilogue in every tile order, from CUDA graph "
-            f"replays, in the item's cold compile. {len(decided)} regions decided; the config "
+            f"replays (unless the verdict says otherwise), in the item's cold compile. {len(decided)} regions decided; the config "
             f"the timing chose was the heuristic's own pick in {first} of {len(ranks)} ({spread}). "
             f"Gain: the heuristic's pick in evt's tile order over the chosen config and order, "
             f"geomean {R.fmt(R.geomean(gains), 3)} over {len(gains)}.")

@@ -204,6 +204,7 @@ def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) ->
         "best_ms": decision.fused_ms,
         "unfused_ms": decision.unfused_ms,
         "unfused_by": decision.unfused_by,
+        "timer": decision.timer,  # GRAPHS, or calls where the unfused path could not be captured
         "measured": measured,
     }
 

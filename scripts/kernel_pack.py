@@ -67,7 +67,9 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
 def build_tests(names: list[str]) -> None:
     """Build the kernels GPU test modules build first (`tests/test_gpu_NAME.py`'s `captured()`:
     its regions captured on the CPU at the GPU's sizes), each at the config the test's process
-    would pick (`dispatch.build_for`), so the device call only runs the tests."""
+    would pick (`dispatch.build_for`), so the device call only runs the tests. Each entry of
+    `captured()` starts from a fresh dispatch state, as each test does (the modules reset it per
+    test): a kernel signature seen again at another problem is built at that problem's config."""
     import importlib
 
     from evt.runtime import dispatch
@@ -85,6 +87,7 @@ def build_tests(names: list[str]) -> None:
             sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has no captured(): its kernels "
                      "are built inside its tests")  # fmt: skip
         for seen in module.captured().values():
+            dispatch.reset()
             for spec, problem in seen:
                 future = dispatch.build_for(spec, problem)  # None: the test's region runs unfused
                 futures += [(spec.name, future)] if future is not None else []
@@ -177,8 +180,8 @@ def main() -> None:
     b = sub.add_parser("build", help="build the selected cases' kernels into the local cache")
     b.add_argument("--only", default="", help="comma-separated globs, as evt bench --only")
     b.add_argument("--tests", default="",
-                   help="comma-separated GPU test modules (mlp, models, node_coverage, nested_batch: "
-                        "tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
+                   help="comma-separated GPU test modules (mlp, models, node_coverage, nested_batch, "
+                        "one_hot: tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
     b.add_argument(

@@ -15,8 +15,36 @@ from tests.test_one_hot_scatters import exact
 
 pytestmark = pytest.mark.gpu
 
+CE_SHAPES = [(1024, 50304, 256), (200, 1000, 72), (64, 2048, 64)]
+ONE_HOT_SHAPE = (512, 32000, 128)
 
-@pytest.mark.parametrize("m,n,k", [(1024, 50304, 256), (200, 1000, 72), (64, 2048, 64)])
+
+def _regions(fn, m: int, n: int, k: int) -> list[tuple]:
+    """(spec, problem) of each region `fn(x, w, t, lse)` forms at M x N x K, from a meta capture."""
+    import evt
+
+    x = torch.empty(m, k, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(n, k, device="meta", dtype=torch.bfloat16)
+    t = torch.empty(m, device="meta", dtype=torch.int64)
+    lse = torch.empty(m, device="meta")
+    dispatch.reset()
+    torch._dynamo.reset()
+    with dispatch.reference_only():
+        report = evt.explain(fn, x, w, t, lse)
+    return [(r.spec, r.problem) for r in report.regions]
+
+
+def captured() -> dict[str, list[tuple]]:
+    """The one region each test compiles, captured on the CPU at the test's sizes (`scripts/
+    kernel_pack.py build --tests one_hot` builds them without a GPU)."""
+    from tests.test_index_compares import grad_one_hot
+
+    seen = {f"ce_backward {m}x{n}x{k}": _regions(ce_backward, m, n, k) for m, n, k in CE_SHAPES}
+    seen["f_one_hot"] = _regions(grad_one_hot, *ONE_HOT_SHAPE)
+    return seen
+
+
+@pytest.mark.parametrize("m,n,k", CE_SHAPES)
 def test_ce_backward_one_kernel(monkeypatch, m, n, k):
     monkeypatch.setenv("EVT_VERIFY", "1")
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
@@ -41,7 +69,7 @@ def test_f_one_hot_gradient_one_kernel(monkeypatch):
     from tests.test_index_compares import grad_one_hot
 
     monkeypatch.setenv("EVT_VERIFY", "1")
-    m, n, k = 512, 32000, 128
+    m, n, k = ONE_HOT_SHAPE
     g = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) * k**-0.5

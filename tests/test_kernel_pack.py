@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evt.codegen import config as cfgs
 from evt.runtime import build, cache
 from scripts import kernel_pack
 from tests.runtime_fakes import FakeEmitter, fake_compile, fc1_spec
@@ -79,7 +80,9 @@ def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatc
 
     spec, refused = fc1_spec(), fc1_spec("refused")
     module = types.ModuleType("tests.test_gpu_fake")
-    module.captured = lambda: {"one": [(spec, (256, 512, 128, 1)), (refused, (256, 512, 128, 1))]}
+    big = (8192, 3072, 768, 1)  # a test of its own, where the same signature picks another config
+    module.captured = lambda: {"one": [(spec, (256, 512, 128, 1)), (refused, (256, 512, 128, 1))],
+                               "two": [(spec, big)]}  # fmt: skip
     monkeypatch.setitem(sys.modules, "tests.test_gpu_fake", module)
     monkeypatch.setitem(sys.modules, "tests.test_gpu_bare", types.ModuleType("tests.test_gpu_bare"))
     monkeypatch.setattr(guards, "static_reason", lambda s: "refused" if s.name == "refused" else None)
@@ -87,9 +90,11 @@ def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatc
     original = build.prefetch
     monkeypatch.setattr(build, "prefetch", lambda s, c, compile_fn=None: original(s, c, fake_compile))
     kernel_pack.build_tests(["fake"])
-    assert "1 of 1 test kernels built" in capsys.readouterr().out
-    job = build.plan(spec, dispatch.config_for(spec, (256, 512, 128, 1)), fake_compile)
-    assert cache.lookup(job.key) is not None
+    assert "2 of 2 test kernels built" in capsys.readouterr().out
+    picks = {cfgs.heuristic(spec, *problem[:3])[0] for problem in [(256, 512, 128, 1), big]}
+    assert len(picks) == 2, picks
+    for config in picks:
+        assert cache.lookup(build.plan(spec, config, fake_compile).key) is not None
     with pytest.raises(SystemExit, match="no captured"):
         kernel_pack.build_tests(["bare"])
     with pytest.raises(SystemExit, match="no tests/test_gpu_missing.py"):

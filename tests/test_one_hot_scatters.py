@@ -132,3 +132,14 @@ def test_a_one_hot_no_region_took_compiles_with_inductor(monkeypatch):
     assert report.regions == [] and "vetoed by the test" in report.unfused[0][2], report.unfused
     want = exact(*args)
     assert (got.double() - want).abs().max().item() <= (ce_backward(*args).double() - want).abs().max().item() + 1e-3
+
+
+def test_the_gpu_modules_regions_are_captured_on_the_cpu_one_per_test():
+    """`tests/test_gpu_one_hot.py`'s `captured()` (what `kernel_pack.py build --tests one_hot`
+    builds here): each test's one region, at the test's own problem shape."""
+    from tests import test_gpu_one_hot as gpu
+
+    seen = gpu.captured()
+    want = [(*shape, 1) for shape in [*gpu.CE_SHAPES, gpu.ONE_HOT_SHAPE]]
+    assert [len(regions) for regions in seen.values()] == [1, 1, 1, 1], seen
+    assert [problem for regions in seen.values() for _, problem in regions] == want

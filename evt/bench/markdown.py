@@ -181,7 +181,8 @@ def autotune_table(results: list[dict]) -> str:
         return ""
     rows, gains, ranks = [], [], []
     for case, o in decided:
-        gain = o["heuristic_ms"] / o["best_ms"] if o.get("heuristic_ms") and o.get("best_ms") else None
+        timed = o.get("heuristic_ms") and o.get("best_ms")
+        gain = o["heuristic_ms"] / o["best_ms"] if timed else None
         if o.get("rank") is not None:
             ranks.append(o["rank"])
         if gain is not None:
@@ -201,13 +202,15 @@ def autotune_table(results: list[dict]) -> str:
     spread = ", ".join(f"rank {k}: {ranks.count(k)}" for k in sorted(set(ranks)))
     text = (f"Each region's shortlist (the heuristic's top `EVT_AUTOTUNE_TOP` and the best of "
             f"every other schedule) timed with its epilogue in every tile order, from CUDA graph "
-            f"replays (unless the verdict says otherwise), in the item's cold compile. {len(decided)} regions decided; the config "
-            f"the timing chose was the heuristic's own pick in {first} of {len(ranks)} ({spread}). "
-            f"Gain: the heuristic's pick in evt's tile order over the chosen config and order, "
-            f"geomean {R.fmt(R.geomean(gains), 3)} over {len(gains)}.")
+            f"replays (unless the verdict says otherwise), in the item's cold compile. "
+            f"{len(decided)} regions decided; the config the timing chose was the heuristic's "
+            f"own pick in {first} of {len(ranks)} ({spread}). Gain: the heuristic's pick in "
+            f"evt's tile order over the chosen config and order, geomean "
+            f"{R.fmt(R.geomean(gains), 3)} over {len(gains)}.")
     head = ["case", "region", "M x N x K", "heuristic's pick: ms", "chosen (tile order)",
             "its heuristic rank", "ms", "gain", "unfused: ms (by)", "verdict"]
-    return "## evt's max-autotune: the configs the timing chose\n\n" + text + "\n\n" + table(head, rows)
+    title = "## evt's max-autotune: the configs the timing chose"
+    return f"{title}\n\n{text}\n\n" + table(head, rows)
 
 
 def clock_table(results: list[dict]) -> str:

@@ -150,18 +150,21 @@ for step in actions[n].split(";"):
         write("running.json", beat)
     elif verb == "hang":
         time.sleep(60)
+    elif verb == "sleep":
+        time.sleep(float(arg[0]))
     elif verb == "exit":
         sys.exit(int(arg[0]))
 """
 
 
-def _watched_stage(tmp_path, actions, limit_s=30.0, item_s=None):
+def _watched_stage(tmp_path, actions, limit_s=30.0, item_s=None, step_item_s=None):
     """Run stage eager of a 3-case plan in fake child processes acting out `actions` (one string
-    per child: `ok CASE BASELINE`, `beat CASE BASELINE`, `hang`, `exit CODE`, joined by ';')."""
+    per child: `ok CASE BASELINE`, `beat CASE BASELINE`, `sleep S`, `hang`, `exit CODE`, joined
+    by ';')."""
     p = small_plan("bias/gpt2,bias/vit,step/mlp", "eager")
     store = Store.open(tmp_path, CONFIG, resume=False)
     cmd = lambda argv: ([sys.executable, "-c", FAKE_CHILD, str(tmp_path), *actions], None)  # noqa: E731
-    isolate.run_stage("eager", [], limit_s, item_s, p, store, lambda s: None, cmd)
+    isolate.run_stage("eager", [], limit_s, item_s, p, store, lambda s: None, cmd, step_item_s)
     children = int((tmp_path / "calls").read_text())
     return {r["case"]: r for r in store.results}, children
 
@@ -174,6 +177,29 @@ def test_an_item_past_its_limit_is_timeout_and_a_fresh_child_goes_on(tmp_path):
     assert "--item-timeout 0.5 s" in recs["bias/gpt2"]["error"]
     assert recs["bias/vit"]["status"] == recs["step/mlp"]["status"] == "ok"
     assert not (tmp_path / isolate.HEARTBEAT).exists()
+
+
+def test_a_training_step_gets_its_own_item_limit(tmp_path):
+    """--step-item-timeout: a step may run past --item-timeout (here 1 s, the step hangs 2.5 s
+    and finishes) and is killed past its own limit, which its error names."""
+    acts = ["ok bias/gpt2 eager; ok bias/vit eager; beat step/mlp eager; sleep 2.5; ok step/mlp eager"]
+    recs, children = _watched_stage(tmp_path, acts, item_s=1.0, step_item_s=10.0)
+    assert children == 1 and recs["step/mlp"]["status"] == "ok"
+    acts = ["ok bias/gpt2 eager; ok bias/vit eager; beat step/mlp eager; hang"]
+    (tmp_path / "again").mkdir()
+    recs, _ = _watched_stage(tmp_path / "again", acts, item_s=10.0, step_item_s=1.0)
+    assert recs["step/mlp"]["status"] == "timeout"
+    assert "--step-item-timeout 1 s" in recs["step/mlp"]["error"]
+
+
+def test_the_stages_table_gives_the_steps_limit_where_it_differs():
+    from evt.bench import coverage
+
+    runs = [{"session": 1, "limit_s": 500, "item_s": 240, "step_item_s": 450},
+            {"session": 2, "limit_s": 500, "item_s": 240, "step_item_s": 240},
+            {"session": 3, "limit_s": 500, "item_s": 240}]  # before session 35: no step limit
+    md = coverage.stages_table({"stages": {"max-autotune": {"runs": runs}}}, markdown.table)
+    assert "| 240 (steps 450) |" in md and md.count("| 240 |") == 2
 
 
 def test_a_limit_that_fires_just_after_an_item_finished_blames_nothing(tmp_path):
@@ -682,6 +708,7 @@ def test_a_part_sets_its_baselines_and_limits(capsys):
     cli.apply_part(args)
     assert (args.baselines, args.resume) == ("inductor-cutlass", True)
     assert (args.time_budget, args.item_timeout) == (plan.PART_TIME_BUDGET_S, 240.0)
+    assert args.step_item_timeout == plan.PART_STEP_ITEM_TIMEOUT_S == 450.0
     args = p.parse_args(["--part", "3", "--time-budget", "100"])
     cli.apply_part(args)
     assert (args.baselines, args.time_budget) == ("max-autotune", 100.0)

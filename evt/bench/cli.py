@@ -66,6 +66,12 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "with --part)",
     )
     p.add_argument(
+        "--step-item-timeout",
+        type=float,
+        help="the same for a training step's measurement (default: --item-timeout; "
+        f"{plan.PART_STEP_ITEM_TIMEOUT_S:g} with --part)",
+    )
+    p.add_argument(
         "--part",
         choices=sorted(plan.PARTS),
         help="one device call's share of the full run: "
@@ -97,6 +103,7 @@ def apply_part(args: argparse.Namespace) -> None:
         args.baselines = args.baselines or ",".join(plan.PARTS[args.part].baselines)
         args.resume = True
         args.item_timeout = args.item_timeout or plan.PART_ITEM_TIMEOUT_S
+        args.step_item_timeout = args.step_item_timeout or plan.PART_STEP_ITEM_TIMEOUT_S
         args.time_budget = args.time_budget or plan.PART_TIME_BUDGET_S
     if args.quick:
         args.time_budget = args.time_budget or plan.QUICK_TIME_BUDGET_S
@@ -129,13 +136,15 @@ def run_stages(args, the_plan: plan.Plan, store: Store, out: Path, start: float)
             print(f"[{stage}] {len(todo)} not measured (stage time limit): {why}")
             continue
         t0 = time.monotonic()
-        store.stage_run(stage, started=env.now(), limit_s=round(limit), item_s=args.item_timeout)
+        store.stage_run(stage, started=env.now(), limit_s=round(limit), item_s=args.item_timeout,
+                        step_item_s=args.step_item_timeout)  # fmt: skip
         print(f"[{stage}] {len(todo)} measurements, {limit:.0f} s at most")
         if inline:
             runner.run_stage(the_plan, stage, store, args.device, dtype, deadline=t0 + limit)
         else:
             argv = child_argv(args, out, stage)
-            isolate.run_stage(stage, argv, limit, args.item_timeout, the_plan, store)
+            isolate.run_stage(stage, argv, limit, args.item_timeout, the_plan, store,
+                              step_item_s=args.step_item_timeout)  # fmt: skip
         left = len(plan.pending(the_plan, store.results, stage))
         wall = round(time.monotonic() - t0, 1)
         store.stage_run(stage, finished=env.now(), wall_s=wall, left=left)

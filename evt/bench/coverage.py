@@ -40,6 +40,13 @@ def runs(entry: dict) -> list[dict]:
     return entry.get("runs") or ([entry] if entry else [])
 
 
+def item_limits(run: dict) -> str:
+    """A stage run's per-item limit, with the training steps' where it differs."""
+    item_s, step_s = run.get("item_s"), run.get("step_item_s")
+    steps = f" (steps {R.fmt(step_s, 0)})" if step_s and step_s != item_s else ""
+    return R.fmt(item_s, 0) + steps
+
+
 def stages_table(data: dict, table) -> str:
     rows = []
     for stage, entry in data.get("stages", {}).items():
@@ -50,7 +57,7 @@ def stages_table(data: dict, table) -> str:
                     str(run.get("session", "?")),
                     str(run.get("started", "?")),
                     R.fmt(run.get("limit_s"), 0),
-                    R.fmt(run.get("item_s"), 0),
+                    item_limits(run),
                     R.fmt(run.get("wall_s"), 0),
                     str(run.get("left", "?")),
                 ]

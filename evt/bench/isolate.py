@@ -68,7 +68,23 @@ def child_command(argv: list[str]) -> tuple[list[str], dict]:
     return [sys.executable, "-m", "evt.bench", *argv], {**os.environ, "PYTHONPATH": path}
 
 
-def watch(proc: subprocess.Popen, limit_s: float, item_s: float | None, hb: Path) -> str | None:
+@dataclass(frozen=True)
+class ItemLimits:
+    """How long one item may take: `item_s` (--item-timeout), or `step_item_s`
+    (--step-item-timeout) for the training steps named in `steps`; None: no limit."""
+
+    item_s: float | None = None
+    step_item_s: float | None = None
+    steps: frozenset[str] = frozenset()
+
+    def of(self, case: str | None) -> tuple[float | None, str]:
+        """(the limit of `case`'s items, the option that sets it)."""
+        if self.step_item_s and case in self.steps:
+            return self.step_item_s, "--step-item-timeout"
+        return self.item_s, "--item-timeout"
+
+
+def watch(proc: subprocess.Popen, limit_s: float, limits: ItemLimits, hb: Path) -> str | None:
     """Wait for the child; kill it (and the compilers it started) at a limit: which one."""
     end = time.monotonic() + limit_s
     while True:
@@ -78,7 +94,8 @@ def watch(proc: subprocess.Popen, limit_s: float, item_s: float | None, hb: Path
         except subprocess.TimeoutExpired:
             pass
         b = read_beat(hb)
-        over_item = item_s and b and b["phase"] == "item" and time.time() - b["since"] > item_s
+        item_s = limits.of(b.get("case"))[0] if b else None
+        over_item = item_s and b["phase"] == "item" and time.time() - b["since"] > item_s
         if over_item or time.monotonic() >= end:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -86,12 +103,12 @@ def watch(proc: subprocess.Popen, limit_s: float, item_s: float | None, hb: Path
 
 
 def run_child(
-    cmd: list[str], env: dict | None, limit_s: float, item_s: float | None, hb: Path
+    cmd: list[str], env: dict | None, limit_s: float, limits: ItemLimits, hb: Path
 ) -> Outcome:
     hb.unlink(missing_ok=True)
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stderr=err, env=env, start_new_session=True)
-        killed = watch(proc, limit_s, item_s, hb)
+        killed = watch(proc, limit_s, limits, hb)
         err.seek(0)
         text = err.read()
     tail = text[-STDERR_TAIL:]
@@ -100,7 +117,8 @@ def run_child(
     last = read_beat(hb)
     hb.unlink(missing_ok=True)
     if killed == "item-timeout":
-        why = f"ran past --item-timeout {item_s:g} s (compile, check and timing) and was killed"
+        item_s, option = limits.of((last or {}).get("case"))
+        why = f"ran past {option} {item_s:g} s (compile, check and timing) and was killed"
     elif killed:
         why = f"the stage's time limit ({limit_s:.0f} s left) ran out while this was measured"
     elif proc.returncode:
@@ -149,8 +167,12 @@ def run_stage(
     store: Store,
     log: Callable[[str], None] = print,
     command: Callable[[list[str]], tuple[list[str], dict]] = child_command,
+    step_item_s: float | None = None,
 ) -> None:
-    """Run the stage's pending items in child processes until done or out of time."""
+    """Run the stage's pending items in child processes until done or out of time; an item may
+    take `item_s`, a training step's `step_item_s` where given."""
+    steps = frozenset(c.name for c in plan.cases if c.kind == "step")
+    limits = ItemLimits(item_s, step_item_s, steps)
     end = time.monotonic() + limit_s
     hb = store.path.parent / HEARTBEAT
     while left := pending(plan, store.results, stage):
@@ -158,7 +180,7 @@ def run_stage(
         if remaining <= 0:
             store.mark(left, "skipped", f"stage {stage}'s time limit ran out first", skip="time")
             break
-        outcome = run_child(*command(argv), remaining, item_s, hb)
+        outcome = run_child(*command(argv), remaining, limits, hb)
         store.reload()
         left = pending(plan, store.results, stage)
         if outcome.kind == "done" and not left:

@@ -45,6 +45,11 @@ class Part:
 
 PART_TIME_BUDGET_S = 480.0  # of a 600 s call: ~40 s to install wheels, ~15 s to write reports
 PART_ITEM_TIMEOUT_S = 240.0
+# A training step's cold compile under a max-autotune baseline times every GEMM's choices:
+# Inductor's max-autotune took 231 s on GPT-2's checkpointed step (session 34), evt's own ran
+# past 240 s on GPT-2's step (session 35). Steps get this much with --part; the rest of a call
+# (560 s) still fits the GEMM cases or another step.
+PART_STEP_ITEM_TIMEOUT_S = 450.0
 PARTS = {
     "1": Part(
         ("eager", "mm", "cublaslt", "sdpa", "evt", "compile", "in-turn", "max-autotune"),

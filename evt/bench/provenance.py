@@ -16,7 +16,8 @@ import torch
 
 from evt.bench import env
 
-LIMITS = ("part", "time_budget", "stage_timeout", "item_timeout", "baselines", "only", "quick")
+LIMITS = ("part", "time_budget", "stage_timeout", "item_timeout", "step_item_timeout", "baselines",
+          "only", "quick")
 
 
 def session(args: argparse.Namespace) -> dict:

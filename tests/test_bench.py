@@ -287,7 +287,7 @@ def test_a_childs_stderr_is_echoed_whole_under_evt_debug(tmp_path, monkeypatch, 
 
     monkeypatch.setenv("EVT_DEBUG", level)
     cmd = [sys.executable, "-c", f"import sys; sys.stderr.write('x' * {2 * isolate.STDERR_TAIL})"]
-    outcome = isolate.run_child(cmd, None, 60, None, tmp_path / isolate.HEARTBEAT)
+    outcome = isolate.run_child(cmd, None, 60, isolate.ItemLimits(), tmp_path / isolate.HEARTBEAT)
     assert outcome.kind == "done"
     echoed = capsys.readouterr().err.count("x")
     assert echoed == (2 if level == "1" else 1) * isolate.STDERR_TAIL

@@ -18,7 +18,8 @@ and evt's headers are the same; an entry whose key differs is simply built again
 kernels with the tile config the run would pick (`evt.bench.prebuild`), into evt's kernel cache
 (`$EVT_CACHE_DIR`, else ~/.cache/evt: outside .kpack, which travels); `--configs` adds each op
 case's kernels at other tile configs (labels, as `benchmarks/config_sweep.py --configs` takes
-them), `--autotune` at every config max-autotune would time (`evt.runtime.autotune.shortlist`).
+them); `--autotune` builds every config max-autotune would time (`evt.runtime.autotune.shortlist`,
+the heuristic's pick among them) instead, case after case in the order part 4 measures them.
 `pack` writes every finished entry of
 that cache (library, source, build log, integrity record) into one xz archive and says its size
 (about 0.2 MiB a kernel): the carried tree has a 64 MiB limit, the wheels included; `--new` leaves
@@ -50,18 +51,23 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
     if not cases:
         sys.exit(f"kernel_pack: no case matches --only {only!r}")
     print(f"{len(cases)} cases: {', '.join(c.name for c in cases)}")
-    n = prebuild(cases, dtype, print, device="meta")
-    print(f"{n} kernels at the heuristic's configs in {cache.root()}")
+    if autotune:
+        from evt.runtime.autotune import shortlist
+
+        # in the order part 4 measures them (breadth first: the first shape of every pattern,
+        # the steps, then the other shapes), each case's whole shortlist (the heuristic's pick
+        # among it) before the next's: a build cut short leaves whole cases, the first ones
+        tuned = [i.case for i in make_plan(only=only, baselines="evt-max-autotune").items]
+        n = prebuild(tuned, dtype, print, configs=shortlist)  # the steps' regions are tuned too
+        print(f"{n} kernels on max-autotune's shortlists (EVT_AUTOTUNE_TOP and one per schedule)")
+    else:
+        n = prebuild(cases, dtype, print, device="meta")
+        print(f"{n} kernels at the heuristic's configs in {cache.root()}")
     op_cases = [c for c in cases if c.kind == "op"]
     if configs:
         extra = [TileConfig.from_label(label) for label in configs]
         n = prebuild(op_cases, dtype, print, configs=lambda spec, problem: extra)
         print(f"{n} kernels at {', '.join(configs)}")
-    if autotune:
-        from evt.runtime.autotune import shortlist
-
-        n = prebuild(cases, dtype, print, configs=shortlist)  # the steps' regions are tuned too
-        print(f"{n} kernels on max-autotune's shortlists (EVT_AUTOTUNE_TOP and one per schedule)")
 
 
 def build_tests(names: list[str]) -> None:
@@ -187,7 +193,8 @@ def main() -> None:
     b.add_argument(
         "--autotune",
         action="store_true",
-        help="add every config max-autotune would time for the selected cases' regions",
+        help="build every config max-autotune would time for the selected cases' regions (the "
+        "heuristic's pick among them), case by case in the order part 4 measures them",
     )
     p = sub.add_parser("pack", help="archive the cache's finished entries")
     p.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")

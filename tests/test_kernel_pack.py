@@ -122,3 +122,19 @@ def test_consolidate_merges_the_carried_archives_into_one(machines, monkeypatch,
     monkeypatch.setenv("EVT_CACHE_DIR", str(machines / "there"))
     unpack(out, machines / "there")
     assert cache.lookup(first) is not None and cache.lookup(second) is not None
+
+
+def test_build_autotune_goes_case_by_case_in_part_4s_order(monkeypatch):
+    """`build --autotune` hands the cases to one prebuild, each with its whole shortlist, in the
+    order part 4 measures them (breadth first), so a build cut short leaves the first cases whole."""
+    from evt.bench import prebuild
+    from evt.runtime.autotune import shortlist
+
+    calls = []
+    monkeypatch.setattr(prebuild, "prebuild", lambda cases, dtype, log, **kw: calls.append(
+        ([c.name for c in cases], kw.get("configs"))) or 0)  # fmt: skip
+    kernel_pack.build("bias/gpt2,step/mlp,bias/bert", "bf16", [], autotune=True)
+    assert calls == [(["bias/bert", "step/mlp", "bias/gpt2"], shortlist)]
+    calls.clear()
+    kernel_pack.build("bias/gpt2,bias/bert", "bf16", [], autotune=False)
+    assert calls == [(["bias/bert", "bias/gpt2"], None)]

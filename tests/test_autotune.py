@@ -290,6 +290,45 @@ def test_every_candidate_is_timed_in_every_tile_order(monkeypatch):
     assert (d.config, d.tile_order, d.fuse) == (labels[-1], "0:2", True)
 
 
+def test_candidates_are_timed_in_rounds_and_keep_their_median(monkeypatch):
+    """`EVT_AUTOTUNE_ROUNDS` rounds, each timing every checked candidate once in the same order,
+    so a clock that drifts over the timing falls on all alike; each keeps its median. A
+    candidate whose timing raises in a later round is rejected (inf), not kept on its first."""
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    problem = _problem(built)
+    labels = [c.label for c in autotune.shortlist(built.spec, problem)]
+
+    def prefetch(spec, cfg, compile_fn=None):
+        done = Future()
+        done.set_result(cfg.label)
+        return done
+
+    monkeypatch.setattr(build, "prefetch", prefetch)
+    monkeypatch.setattr(launch, "load", lambda label: label)
+    monkeypatch.setattr(launch, "Kernel", _OrderedFake)
+    monkeypatch.setattr(_OrderedFake, "calls", [])
+    monkeypatch.setattr(_OrderedFake, "wrong", None)
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "")
+    monkeypatch.setenv("EVT_AUTOTUNE_ROUNDS", "3")
+    timed = []
+
+    def timer(fn):  # the clock slows as the timing goes on; the last config is the fastest
+        fn()
+        label = _OrderedFake.calls[-1][0]
+        if label == labels[1] and len(timed) >= len(labels):
+            raise RuntimeError("a launch failed in round 2")
+        timed.append(label)
+        return (0.5 if label == labels[-1] else 1.0) * (1 + 0.1 * len(timed))
+
+    timings = autotune.time_candidates(built, problem, timer, device="cpu")
+    n = len(labels)
+    assert timed[:n] == labels and timed[n:] == [x for x in labels if x != labels[1]] * 2
+    assert math.isinf(timings[labels[1]])
+    assert timings[labels[0]] == 1.0 * (1 + 0.1 * (n + 1))  # its three: 1 + 0.1 * (1, n + 1, 2n)
+    assert autotune.choose(timings, None).config == labels[-1]
+    assert list(timings) == labels  # in the order timed: a tie goes to the heuristic's rank
+
+
 def test_a_decided_tile_order_reaches_the_launch_plan(monkeypatch, tmp_path):
     """max-autotune's order applies to its config at its problem, in this process and from the
     disk cache in the next; anything else launches in evt's order."""

@@ -464,14 +464,24 @@ def test_both_sides_are_timed_from_cuda_graph_replays(monkeypatch):
     timed per call instead, and the decision says why."""
     region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
     decision, seen = _timed_by(monkeypatch, region, built, capturable=True)
-    assert seen == [("replay", "unfused"), ("replay", "kernel")]
+    # the unfused path before and after the candidates (a drifting clock falls on both sides)
+    assert seen == [("replay", "unfused"), ("replay", "kernel"), ("replay", "unfused")]
     assert decision.fuse and decision.timer == autotune.GRAPHS
     assert "timed as cuda graph replays" in autotune.describe(decision)
     decision, seen = _timed_by(monkeypatch, region, built, capturable=False)
-    assert seen == [("calls", "unfused"), ("calls", "kernel")]
+    assert seen == [("calls", "unfused"), ("calls", "kernel"), ("calls", "unfused")]
     assert not decision.fuse and (decision.fused_ms, decision.unfused_ms) == (3.0, 2.0)
     assert decision.timer == ("calls (the unfused path could not be captured: RuntimeError: "
                               "operation not permitted when stream is capturing)")  # fmt: skip
+
+
+def test_the_unfused_path_keeps_the_mean_of_its_times_before_and_after_the_candidates(monkeypatch):
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    monkeypatch.setattr(autotune, "time_candidates", _made_up_kernel_timings)  # 1.0 ms each
+    times = iter([0.8, 1.4])  # the clock slowed while the candidates were timed
+    decision = autotune.measure(region, built, _problem(built), lambda fn: (fn(), next(times))[1],
+                                device="cpu")  # fmt: skip
+    assert decision.unfused_ms == pytest.approx(1.1) and decision.fuse  # 1.0 against 1.1
 
 
 def test_candidates_are_checked_on_operands_scaled_to_unit_accumulators():

@@ -256,9 +256,10 @@ class _OrderedFake:
         return [torch.zeros_like(o) for o in out] if bad else out
 
 
-def test_every_candidate_is_timed_in_every_tile_order(monkeypatch):
-    """Each shortlisted config runs, checked, in each order (one binary: no build per order);
-    an order whose outputs differ is rejected, not chosen; the fastest pair wins."""
+def _fake_candidates(monkeypatch, wrong: int | None):
+    """`time_candidates` on the CPU: a Linear + GELU region whose shortlisted configs "build"
+    at once into `_OrderedFake`s (the `wrong`-th computes zeros in tile order 0:8); returns
+    (built, problem, the shortlist's labels, the labels built, in order)."""
     region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
     problem = _problem(built)
     labels = [c.label for c in autotune.shortlist(built.spec, problem)]
@@ -274,7 +275,14 @@ def test_every_candidate_is_timed_in_every_tile_order(monkeypatch):
     monkeypatch.setattr(launch, "load", lambda label: label)
     monkeypatch.setattr(launch, "Kernel", _OrderedFake)
     monkeypatch.setattr(_OrderedFake, "calls", [])
-    monkeypatch.setattr(_OrderedFake, "wrong", labels[0])
+    monkeypatch.setattr(_OrderedFake, "wrong", None if wrong is None else labels[wrong])
+    return built, problem, labels, built_for
+
+
+def test_every_candidate_is_timed_in_every_tile_order(monkeypatch):
+    """Each shortlisted config runs, checked, in each order (one binary: no build per order);
+    an order whose outputs differ is rejected, not chosen; the fastest pair wins."""
+    built, problem, labels, built_for = _fake_candidates(monkeypatch, wrong=0)
     monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "0:2,0:8")
 
     def timer(fn):  # 0:2 of the last config is the fastest; evt's own orders next
@@ -294,20 +302,7 @@ def test_candidates_are_timed_in_rounds_and_keep_their_median(monkeypatch):
     """`EVT_AUTOTUNE_ROUNDS` rounds, each timing every checked candidate once in the same order,
     so a clock that drifts over the timing falls on all alike; each keeps its median. A
     candidate whose timing raises in a later round is rejected (inf), not kept on its first."""
-    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
-    problem = _problem(built)
-    labels = [c.label for c in autotune.shortlist(built.spec, problem)]
-
-    def prefetch(spec, cfg, compile_fn=None):
-        done = Future()
-        done.set_result(cfg.label)
-        return done
-
-    monkeypatch.setattr(build, "prefetch", prefetch)
-    monkeypatch.setattr(launch, "load", lambda label: label)
-    monkeypatch.setattr(launch, "Kernel", _OrderedFake)
-    monkeypatch.setattr(_OrderedFake, "calls", [])
-    monkeypatch.setattr(_OrderedFake, "wrong", None)
+    built, problem, labels, _ = _fake_candidates(monkeypatch, wrong=None)
     monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "")
     monkeypatch.setenv("EVT_AUTOTUNE_ROUNDS", "3")
     timed = []

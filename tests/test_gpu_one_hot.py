@@ -21,7 +21,7 @@ ONE_HOT_SHAPE = (512, 32000, 128)
 
 def _regions(fn, m: int, n: int, k: int) -> list[tuple]:
     """(spec, problem) of each region `fn(x, w, t, lse)` forms at M x N x K, from a meta capture."""
-    import evt
+    from tests.graphs import explain
 
     x = torch.empty(m, k, device="meta", dtype=torch.bfloat16)
     w = torch.empty(n, k, device="meta", dtype=torch.bfloat16)
@@ -30,7 +30,7 @@ def _regions(fn, m: int, n: int, k: int) -> list[tuple]:
     dispatch.reset()
     torch._dynamo.reset()
     with dispatch.reference_only():
-        report = evt.explain(fn, x, w, t, lse)
+        report = explain(fn, x, w, t, lse)
     return [(r.spec, r.problem) for r in report.regions]
 
 

@@ -2,7 +2,9 @@
 injected, nothing here measures speed)."""
 
 import dataclasses
+import json
 import math
+import types
 from concurrent.futures import Future
 
 import pytest
@@ -362,6 +364,46 @@ def test_decision_cache_round_trip(monkeypatch, tmp_path):
     assert "left unfused" in autotune.describe(back)
 
 
+def test_a_measured_decision_records_the_seconds_of_its_phases(monkeypatch, tmp_path):
+    """`measure` adds the wall seconds of each phase to the decision: the unfused path's compile,
+    waiting for (and loading) the shortlist's kernels, checking each against the reference, the
+    timed rounds with the unfused path's timings; they are cached with it, `describe` (the
+    `EVT_DEBUG=1` line) says them, and a decision cached before them still loads."""
+    built, problem, labels, _ = _fake_candidates(monkeypatch, wrong=None)
+    region = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))[0]
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "0:2")
+    monkeypatch.setenv("EVT_AUTOTUNE_ROUNDS", "3")
+    now = [0.0]  # a clock of autotune's own, moved by each phase's work by a distinct step
+    monkeypatch.setattr(autotune, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
+    def step(seconds, fn):
+        def stepped(*args, **kwargs):
+            now[0] += seconds
+            return fn(*args, **kwargs)
+        return stepped
+
+    monkeypatch.setattr(unfused, "runner", step(100.0, unfused.runner))  # Inductor compiles
+    monkeypatch.setattr(launch, "load", step(10.0, launch.load))  # each config's build
+    monkeypatch.setattr(_OrderedFake, "__call__", step(1.0, _OrderedFake.__call__))  # each run
+    decision = autotune.measure(region, built, problem, step(0.5, lambda fn: (fn(), 1.0)[1]),
+                                device="cpu")  # fmt: skip
+    n = len(labels)  # each config: 2 orders, each checked once, then timed in 3 rounds
+    assert decision.seconds == {"unfused_compile": 100.0, "builds": 10.0 * n, "checks": 2.0 * n,
+                                "timing": 2 * 0.5 + 2 * n * 3 * 1.5}  # fmt: skip
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    autotune.store("k", decision)
+    assert autotune.load("k") == decision
+    assert f"; took unfused compile 100.0 s, builds {10.0 * n:.1f} s, checks" in autotune.describe(decision)
+    spec = built.spec
+    assert autotune.outcome(spec, problem, decision, measured=True)["seconds"] == decision.seconds
+    assert autotune.outcome(spec, problem, decision, measured=False)["seconds"] == {}
+    old = json.loads((tmp_path / "autotune" / "k.json").read_text())
+    del old["seconds"]  # cached before the phases were recorded
+    (tmp_path / "autotune" / "k.json").write_text(json.dumps(old))
+    back = autotune.load("k")
+    assert back == dataclasses.replace(decision, seconds={}) and "took" not in autotune.describe(back)
+
+
 def test_veto_leaves_region_in_graph_with_reason():
     graph = capture_joint(MLP(32, 64), torch.randn(16, 32, requires_grad=True))
     report = pipeline.fuse(graph, check=True, keep=lambda region, built: region.side == "backward")
@@ -394,7 +436,7 @@ def test_region_module_computes_what_the_nodes_do():
     assert len(seen) >= 5 and any(SOFTMAX_SUM in targets for targets in seen)
 
 
-def _made_up_kernel_timings(built, problem, timer, device) -> dict[str, float]:
+def _made_up_kernel_timings(built, problem, timer, device, phases=None) -> dict[str, float]:
     """1.0 ms for each of the heuristic's first two configs (no kernel is built)."""
     return {c.label: 1.0 for c in cfgs.heuristic(built.spec, *problem)[:2]}
 
@@ -435,7 +477,7 @@ def _timed_by(monkeypatch, region, built, capturable: bool):
     """`autotune.measure` with its own timer choice, CUDA graphs and timers replaced by fakes that
     record what each timed: (decision, [(timer, what)])."""
     monkeypatch.setattr(autotune, "time_candidates",
-                        lambda b, p, timer, device: {"cfg": timer("kernel")})  # fmt: skip
+                        lambda b, p, timer, device, phases: {"cfg": timer("kernel")})  # fmt: skip
     seen = []
 
     def replay_ms(fn):
@@ -575,6 +617,7 @@ def test_identical_regions_compile_the_unfused_path_once(monkeypatch, tmp_path, 
     assert len(regions) == 2 and not report.regions and len(compiles) == 1
     decided = [line for line in capsys.readouterr().err.splitlines() if "[evt] autotune" in line]
     assert len(decided) == 2 and "(decided in " in decided[0] and "(cached)" in decided[1], decided
+    assert "; took unfused compile " in decided[0] and "took" not in decided[1]  # phases' seconds
     keys = {autotune.decision_key(b.spec, _problem(b)) for _, b in regions}
     (key,) = keys
     assert autotune.load(key).unfused_by == "inductor"
@@ -620,6 +663,7 @@ def test_each_decision_reaches_the_benchmark_notes_once_measured_then_cached(mon
     assert (first["heuristic_ms"], first["best_ms"], first["unfused_ms"]) == (1.0, 1.0, 0.5)
     assert not first["fuse"] and first["unfused_by"] == "inductor" and first["candidates"] == 2
     assert first["timer"] == "given timer"  # `_decide_on_cpu`'s; on a GPU autotune.GRAPHS
+    assert list(first["seconds"]) == list(autotune.PHASES) and second["seconds"] == {}
     assert autotune._listeners == []  # removed on the way out
     with observe.evt_autotune(notes := {}):
         pass
@@ -652,7 +696,7 @@ def test_every_regions_candidates_start_building_before_the_first_is_timed(monke
     monkeypatch.setattr(build, "prefetch", lambda spec, cfg=None, compile_fn=None: events.append(
         ("build", spec.name, cfg.label)) or Future())  # fmt: skip
 
-    def timed(built, problem, timer, device):
+    def timed(built, problem, timer, device, phases=None):
         events.append(("time", built.spec.name, None))
         return _made_up_kernel_timings(built, problem, timer, device)
 

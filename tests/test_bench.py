@@ -422,6 +422,32 @@ def test_autotune_table_ranks_the_chosen_configs_once_per_region():
         {"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": [a, b]})
 
 
+def test_autotune_table_says_where_each_measured_decisions_time_went():
+    """Each measured decision's wall seconds per phase (the unfused path's compile, the builds
+    waited for, the checks, the timing) and their totals; — for a decision read from the cache
+    or recorded before the phases were, and neither counted."""
+    a = _rec("dgrad_gelu/gpt2", "evt-max-autotune", ms=0.1)
+    phases = {"unfused_compile": 41.23, "builds": 3.0, "checks": 0.4, "timing": 2.1}
+    a["notes"] = {"autotune": [_outcome("evt_b0_mm", "128x128x64_c1x1", 1, 0.10, 0.10),
+                               _outcome("evt_b1_mm", "256x128x64_c2x1", 3, 0.08, 0.10),
+                               _outcome("evt_b2_mm", "256x128x64_c2x1", 3, 0.08, 0.10)]}  # fmt: skip
+    a["notes"]["autotune"][0]["seconds"] = phases
+    a["notes"]["autotune"][1]["seconds"] = {**phases, "unfused_compile": 10.0}
+    # read from the cache (`outcome` gives it none): seconds it carried would be another run's
+    a["notes"]["autotune"][2].update(measured=False, seconds=phases)
+    old = _rec("bias/gpt2", "evt-max-autotune", ms=0.1)  # recorded before the phases were
+    old["notes"] = {"autotune": [_outcome("evt_f0_addmm", None, None, None, None, fuse=False)]}
+    md = markdown.autotune_table([a, old])
+    assert "| s: unfused compile / builds / checks / timing |" in md
+    assert "| 0.2000 (inductor) | fused | 41.2 / 3.0 / 0.4 / 2.1 |" in md
+    assert "| 0.2000 (inductor) | fused | 10.0 / 3.0 / 0.4 / 2.1 |" in md
+    assert "| fused, cached | — |" in md and "| left unfused | — |" in md
+    assert ("Measured decisions that recorded their phases' wall seconds (2) spent 51.2 s "
+            "compiling their unfused paths, 6.0 s waiting for their kernels' builds, 0.8 s "
+            "checking the candidates against the reference and 4.2 s timing") in md
+    assert "wall seconds" not in markdown.autotune_table([old])  # no totals of nothing
+
+
 def test_host_time_per_region_call_counts_only_the_calls_in_between(monkeypatch):
     from evt.bench.observe import host_us_per_call
     from evt.runtime import fast

@@ -173,13 +173,15 @@ def autotune_decisions(results: list[dict]) -> list[tuple[str, dict]]:
 
 def autotune_table(results: list[dict]) -> str:
     """evt's max-autotune per region: where the heuristic ranks the config the timing chose,
-    and what the timing gained over the heuristic's pick (the default mode's kernel)."""
-    from evt.runtime.autotune import GRAPHS
+    what the timing gained over the heuristic's pick (the default mode's kernel), and where a
+    measured decision's time went (`Decision.seconds`; — in results recorded before it)."""
+    from evt.runtime.autotune import GRAPHS, PHASES
 
     decided = autotune_decisions(results)
     if not decided:
         return ""
     rows, gains, ranks = [], [], []
+    spent = [phases for _, o in decided if (phases := phase_seconds(o))]
     for case, o in decided:
         timed = o.get("heuristic_ms") and o.get("best_ms")
         gain = o["heuristic_ms"] / o["best_ms"] if timed else None
@@ -197,7 +199,8 @@ def autotune_table(results: list[dict]) -> str:
         rows.append([case, o["region"], shape,
                      f"{o.get('heuristic') or '—'}: {R.fmt(o.get('heuristic_ms'), 4)}",
                      chosen, str(o.get("rank") or "—"), R.fmt(o.get("best_ms"), 4),
-                     R.fmt(gain, 3), unfused, verdict + ("" if o.get("measured") else ", cached")])
+                     R.fmt(gain, 3), unfused, verdict + ("" if o.get("measured") else ", cached"),
+                     " / ".join(f"{x:.1f}" for x in phase_seconds(o).values()) or "—"])
     first = sum(1 for k in ranks if k == 1)
     spread = ", ".join(f"rank {k}: {ranks.count(k)}" for k in sorted(set(ranks)))
     text = (f"Each region's shortlist (the heuristic's top `EVT_AUTOTUNE_TOP` and the best of "
@@ -207,10 +210,27 @@ def autotune_table(results: list[dict]) -> str:
             f"own pick in {first} of {len(ranks)} ({spread}). Gain: the heuristic's pick in "
             f"evt's tile order over the chosen config and order, geomean "
             f"{R.fmt(R.geomean(gains), 3)} over {len(gains)}.")
+    if spent:
+        total = {p: sum(s[p] for s in spent) for p in PHASES}
+        text += (f" Measured decisions that recorded their phases' wall seconds ({len(spent)}) "
+                 f"spent {total['unfused_compile']:.1f} s compiling their unfused paths, "
+                 f"{total['builds']:.1f} s waiting for their kernels' builds, "
+                 f"{total['checks']:.1f} s checking the candidates against the reference and "
+                 f"{total['timing']:.1f} s timing (— where cached, or recorded before they were).")
     head = ["case", "region", "M x N x K", "heuristic's pick: ms", "chosen (tile order)",
-            "its heuristic rank", "ms", "gain", "unfused: ms (by)", "verdict"]
+            "its heuristic rank", "ms", "gain", "unfused: ms (by)", "verdict",
+            "s: unfused compile / builds / checks / timing"]
     title = "## evt's max-autotune: the configs the timing chose"
     return f"{title}\n\n{text}\n\n" + table(head, rows)
+
+
+def phase_seconds(o: dict) -> dict[str, float]:
+    """A measured decision's wall seconds per phase (`evt.runtime.autotune.PHASES`, in order);
+    empty where it was read from the cache or recorded before `outcome` had them."""
+    from evt.runtime.autotune import PHASES
+
+    seconds = o.get("seconds") or {}
+    return {p: float(seconds.get(p, 0.0)) for p in PHASES} if o.get("measured") and seconds else {}
 
 
 def clock_table(results: list[dict]) -> str:

@@ -36,7 +36,9 @@ canonical signature, the problem shape, the GPU's name, evt's and torch's versio
 hash of its sources, `evt.sources`: a decision timed against older kernels or another heuristic is
 timed again) and the cache's schema, and kept in memory, so identical layers and later runs reuse them; a decision is measured
 again where the unfused path it was timed against is not the one asked for now (another route or
-Inductor mode), or where it was not timed (symbolic shapes) and now can be. `EVT_DEBUG=1` prints each decision. Cost: the kernels' builds and, per distinct
+Inductor mode), or where it was not timed (symbolic shapes) and now can be. `EVT_DEBUG=1` prints each decision. A measured decision records the wall seconds of its
+phases (`Decision.seconds`: the unfused path's compile, waiting for the kernels' builds, the
+checks, the timing). Cost: the kernels' builds and, per distinct
 region, one Inductor compile of its unfused path (about 2-5 s; longer under Inductor's
 max-autotune, which times GEMM choices of its own). Without an SM90 GPU, or where a size has no
 hint, nothing is measured and regions are lowered as in the default mode. Where a shape is
@@ -90,6 +92,14 @@ class Decision:
     unfused_by: str = ""  # what ran when `unfused_ms` was timed ("" if it was not)
     tile_order: str = ""  # the chosen tile order's label ("": evt's, 0:0)
     timer: str = ""  # how both sides were timed (`pick_timer`)
+    # wall seconds of `measure`'s phases (`PHASES`); empty in a decision cached before them
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+# `Decision.seconds`' keys: building the unfused path (`unfused.runner`: Inductor's compile),
+# waiting for the shortlist's kernels and loading them, running each candidate once against the
+# reference (and computing it), the timed rounds of the candidates and the unfused path's timings
+PHASES = ("unfused_compile", "builds", "checks", "timing")
 
 
 def top_k() -> int:
@@ -181,7 +191,8 @@ def decide(region, built, rest: str = "inductor") -> bool:
     if decision.fuse and decision.config:
         dispatch.set_config(spec, config_of(spec, problem, decision.config))
         dispatch.set_tile_order(spec, problem, decision.config, order_of(decision))
-    debug.log(1, f"autotune {spec.name} {problem} ({took}): {describe(decision)}")
+    shown = decision if took != "cached" else replace(decision, seconds={})  # spent by another
+    debug.log(1, f"autotune {spec.name} {problem} ({took}): {describe(shown)}")
     for listener in _listeners:
         listener(outcome(spec, problem, decision, measured=took != "cached"))
     return decision.fuse
@@ -191,7 +202,8 @@ def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) ->
     """What `decide` chose for `spec` at `problem`, for a report (`evt.bench.observe`): the
     heuristic's pick and its time in evt's tile order, the chosen config's place in the
     heuristic's ranking (1: the pick itself; None where none was chosen), its time, the
-    unfused path's, and whether this process measured it or read it from the cache."""
+    unfused path's, whether this process measured it or read it from the cache, and the seconds
+    of its phases (`Decision.seconds`; empty where read from the cache: this process spent none)."""
     ranked = [c.label for c in heuristic(spec, *problem)]
     pick = ranked[0] if ranked else None
     heuristic_ms = decision.timings.get(pick, math.inf) if pick else math.inf
@@ -210,6 +222,7 @@ def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) ->
         "unfused_by": decision.unfused_by,
         "timer": decision.timer,  # GRAPHS, or calls where the unfused path could not be captured
         "measured": measured,
+        "seconds": dict(decision.seconds) if measured else {},
     }
 
 
@@ -245,7 +258,8 @@ def describe(d: Decision) -> str:
     verdict = f"fused with {d.config} in tile order {order}" if d.fuse else "left unfused"
     timed = f"({d.unfused_by}) {d.unfused_ms:.4f} ms" if d.unfused_ms is not None else "n/a"
     how = f"; timed as {d.timer}" if d.timer else ""
-    return f"{verdict} ({d.reason}); unfused {timed}; {times}{how}"
+    took = ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in d.seconds.items())
+    return f"{verdict} ({d.reason}); unfused {timed}; {times}{how}" + (f"; took {took}" if took else "")
 
 
 def config_of(spec: ir.KernelSpec, problem, label: str) -> TileConfig:
@@ -261,18 +275,34 @@ def measure(
     """Time the candidates and the unfused path (see the module docstring) with `timer`, by
     default from CUDA graph replays (`pick_timer`). The unfused path is timed before the
     candidates and again after them, and keeps the mean of the two: a clock that drifts while
-    the candidates are timed (`time_candidates`) falls on both sides alike."""
+    the candidates are timed (`time_candidates`) falls on both sides alike. The decision records
+    the wall seconds of each of `PHASES`."""
+    phases: dict[str, float] = {}
+    start = time.monotonic()
     runner = unfused.runner(region, baseline, device)
+    start = _spent(phases, "unfused_compile", start)
     unfused_ms, how = None, "given timer"
     if timer is None:
         timer, how, unfused_ms = pick_timer(runner)
     if runner is not None and unfused_ms is None:
         unfused_ms = timer(runner.run)
-    timings = time_candidates(built, problem, timer, device)
+    _spent(phases, "timing", start)
+    timings = time_candidates(built, problem, timer, device, phases=phases)
+    start = time.monotonic()
     if runner is not None:
         unfused_ms = (unfused_ms + timer(runner.run)) / 2
+    _spent(phases, "timing", start)
     decision = choose(timings, unfused_ms)
-    return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "", timer=how)
+    seconds = {p: round(phases.get(p, 0.0), 2) for p in PHASES}
+    return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "", timer=how,
+                   seconds=seconds)  # fmt: skip
+
+
+def _spent(phases: dict[str, float], phase: str, since: float) -> float:
+    """Add the wall seconds since `since` to `phases[phase]`; returns now."""
+    now = time.monotonic()
+    phases[phase] = phases.get(phase, 0.0) + now - since
+    return now
 
 
 def pick_timer(runner: unfused.Runner | None) -> tuple[Timer, str, float | None]:
@@ -299,7 +329,9 @@ def rounds() -> int:
     return max(1, int(os.environ.get("EVT_AUTOTUNE_ROUNDS", "3")))
 
 
-def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[str, float]:
+def time_candidates(
+    built, problem, timer: Timer, device: str = "cuda", phases: dict[str, float] | None = None
+) -> dict[str, float]:
     """`timing_key(config, order)` -> ms of the `shortlist`'s kernels in each of `tile_orders()`
     (inf: failed or wrong): every candidate checked, then timed once per round for `rounds()`
     rounds, and its median kept. Timed one after another, each once, a candidate's time carries
@@ -307,13 +339,18 @@ def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[
     H100 the first candidate timed for LLaMA's cross-entropy backward read 1.39 ms and all 19
     after it 1.47-1.85 ms (session 19), and the 1.20x that session 35's timing found for
     another config of GPT-2's did not show in the case's own time. In rounds, a drift falls on
-    every candidate alike."""
+    every candidate alike. The wall seconds of "builds", "checks" and "timing" (`PHASES`) are
+    added to `phases`."""
+    phases = {} if phases is None else phases
+    start = time.monotonic()
     spec = built.spec
     orders = tile_orders()
     candidates = shortlist(spec, problem)
     jobs = {cfg.label: build.prefetch(spec, cfg, compile_fn=dispatch.COMPILE_FN) for cfg in candidates}
+    start = _spent(phases, "builds", start)
     inputs = candidate_inputs(built, problem, device)
     want = reference.run(spec, inputs)
+    start = _spent(phases, "checks", start)
     timings: dict[str, float] = {}
     checked: dict[str, Callable[[], object]] = {}
     for label, job in jobs.items():
@@ -323,6 +360,8 @@ def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[
             debug.log(1, f"autotune {spec.name}: config {label} rejected: {e}")
             timings.update({timing_key(label, order): math.inf for order in orders})
             continue
+        finally:
+            start = _spent(phases, "builds", start)
         for order in orders:
             key = timing_key(label, order)
             try:
@@ -333,6 +372,7 @@ def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[
             except Exception as e:  # noqa: BLE001
                 debug.log(1, f"autotune {spec.name}: config {key} rejected: {e}")
                 timings[key] = math.inf
+        start = _spent(phases, "checks", start)
     samples: dict[str, list[float]] = {key: [] for key in checked}
     for _ in range(rounds()):
         for key, run in checked.items():
@@ -345,6 +385,7 @@ def time_candidates(built, problem, timer: Timer, device: str = "cuda") -> dict[
                 timings[key] = math.inf
     for key, times in samples.items():
         timings.setdefault(key, statistics.median(times))
+    _spent(phases, "timing", start)
     return {key: timings[key] for key in (timing_key(c.label, o) for c in candidates for o in orders)}
 
 

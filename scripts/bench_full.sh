@@ -9,17 +9,23 @@
 #                    max-autotune), 5 (evt and torch.compile in turn on the GEMM cases; repeat
 #                    while items are left). Carry .whl, and
 #                    out/bench-full from the second call on: the results so far, continued here.
-#                    Results, report, charts and the log come back in $OUT/bench.
+#                    Results, report, charts and the log come back in $OUT/bench, and the
+#                    kernels the call built (none of the carried .kpack archives holds them: a
+#                    region torch's version there traces otherwise) in $OUT/bench/$BUILT. A call
+#                    gets at most 8 files back: a call script adds at most one of its own.
 #   here, between calls:  bash scripts/bench_full.sh take FILES_AT
 #                    copies what a call brought back (FILES_AT/bench) into out/bench-full (ignored
 #                    by git: /out/), which the next call carries; its logs are appended to the
-#                    ones already there. A new full run starts from an empty out/bench-full.
+#                    ones already there; the kernels it built go into .kpack as the next
+#                    kernels-N.tar.xz, so no later call builds them again. A new full run starts
+#                    from an empty out/bench-full.
 # EVT_BENCH_CALL_S (default 560): seconds this call may take in all; the benchmark gets what the
 # setup leaves of it, so the call ends well inside the device's 600 s.
 set -uo pipefail
 part=${1:?usage: bench_full.sh 1|2|3|4|5 [evt bench options] | take FILES_AT}
 shift
 carried=out/bench-full
+BUILT=kernels-built.tar.xz
 
 if [ "$part" = take ]; then
   src=${1:?usage: bench_full.sh take FILES_AT}/bench
@@ -35,7 +41,13 @@ if [ "$part" = take ]; then
       >>"$carried/$(basename "$log")"
   done
   chmod -R u+w "$carried"
-  echo "took $(ls "$src" | tr '\n' ' ')into $carried: carry it in the next call"
+  if [ -f "$src/$BUILT" ]; then  # numbered after the last archive, as kernel_pack.py's are
+    last=$(ls .kpack 2>/dev/null | sed -n 's/^kernels-\([0-9]*\)\.tar\.xz$/\1/p' | sort -n | tail -1)
+    next=.kpack/kernels-$(( ${last:-0} + 1 )).tar.xz
+    mkdir -p .kpack && cp "$src/$BUILT" "$next" && chmod u+w "$next"
+    echo "the kernels the call built: $next"
+  fi
+  echo "took $(ls "$src" | grep -vx "$BUILT" | tr '\n' ' ')into $carried: carry it in the next call"
   exit 0
 fi
 
@@ -50,8 +62,9 @@ fi
   || echo "warning: no .git and EVT_BENCH_GIT_COMMIT unset: records will name no commit"
 . scripts/device_env.sh
 export PYTHONUNBUFFERED=1
-budget=$(( ${EVT_BENCH_CALL_S:-560} - SECONDS - 15 ))  # 15 s: python and torch start
+budget=$(( ${EVT_BENCH_CALL_S:-560} - SECONDS - 45 ))  # python and torch start, the pack below
 echo "part $part: $budget s for the benchmark (setup took $SECONDS s)"
 python3 -m evt.bench --part "$part" --out "$res" --time-budget "$budget" "$@" 2>&1 \
   | tee "$res/part$part.log"
+timeout 30 python3 scripts/kernel_pack.py pack --new --out "$res/$BUILT" 2>&1 | tail -1
 rm -f "$res"/*.tmp* "$res"/running.json

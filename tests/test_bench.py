@@ -763,9 +763,15 @@ def test_bench_full_takes_a_calls_results_for_the_next(tmp_path):
     assert done.returncode == 0, done.stderr
     carried = tmp_path / "out/bench-full"
     assert sorted(p.name for p in carried.iterdir()) == ["part1.log", "report.md", "results.json"]
-    # the next call (part 1 resumed, then part 3): results replaced, logs kept and appended
-    for name, text in (("results.json", "second"), ("part1.log", "resumed"), ("part3.log", "three")):
+    assert not (tmp_path / ".kpack").exists()  # the call built no kernel
+    # the next call (part 1 resumed, then part 3): results replaced, logs kept and appended, the
+    # kernels it built numbered after the carried archives
+    for name, text in (("results.json", "second"), ("part1.log", "resumed"), ("part3.log", "three"),
+                       ("kernels-built.tar.xz", "built")):  # fmt: skip
         (got / name).write_text(text)
+    (tmp_path / ".kpack").mkdir()
+    for n in (2, 10):
+        (tmp_path / f".kpack/kernels-{n}.tar.xz").write_text(str(n))
     (got / "part1.log").chmod(0o444)  # what a call brings back is read-only
     done = subprocess.run(["bash", str(script), "take", str(tmp_path / "files")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -775,6 +781,8 @@ def test_bench_full_takes_a_calls_results_for_the_next(tmp_path):
     assert [line for line in lines if not line.startswith("=== part1.log, taken")] == ["part1.log", "resumed"]
     assert len(lines) == 4 and lines[0].startswith("=== part1.log, taken")
     assert (carried / "part3.log").read_text().endswith("===\nthree\n")
+    assert (tmp_path / ".kpack/kernels-11.tar.xz").read_text() == "built"
+    assert not (carried / "kernels-built.tar.xz").exists()
 
 
 def test_outputs_flattens_nested_results():

@@ -982,3 +982,62 @@ def test_l2_window_option_takes_none_and_refuses_other_operands():
     assert config_sweep.l2_windows("-") == ["-"]
     with pytest.raises(argparse.ArgumentTypeError, match="c: each window is a, b or none"):
         config_sweep.l2_windows("a,c")
+
+
+def test_a_compile_that_measures_regions_says_so_region_by_region(monkeypatch, tmp_path, capsys):
+    """max-autotune's measurements take minutes (Inductor compiles each region's unfused path):
+    from the second distinct region of a compile on, each measured one gets a line on stderr
+    (`progress.DECISIONS`), a cached one none; `EVT_PROGRESS=0` hides them, and one region shows
+    none unless `EVT_PROGRESS=1`."""
+    from evt.runtime import progress
+
+    _decide_on_cpu(monkeypatch, tmp_path)
+    monkeypatch.setattr(build, "prefetch", lambda *args, **kwargs: Future())
+    monkeypatch.setattr(autotune, "time_candidates", _made_up_kernel_timings)
+
+    def compile_(model, setting=None):
+        if setting is None:
+            monkeypatch.delenv("EVT_PROGRESS", raising=False)
+        else:
+            monkeypatch.setenv("EVT_PROGRESS", setting)
+        with torch.no_grad():
+            graph = capture_joint(model, torch.randn(16, 32))
+        pipeline.fuse(graph, keep=autotune.decide, prepare=autotune.prefetch)
+        return [line for line in capsys.readouterr().err.splitlines() if "evt: max-autotune" in line]
+
+    # four layers, three distinct regions (the last two layers are the same)
+    model = torch.nn.Sequential(LinearAct(32, 64, "relu"), LinearAct(64, 32, "gelu"),
+                                LinearAct(32, 32, "gelu"), LinearAct(32, 32, "gelu"))  # fmt: skip
+    lines = compile_(model)
+    assert lines[0].startswith("evt: max-autotune: measuring 3 regions"), lines
+    assert [line.split(":")[1] for line in lines[1:]] == [" max-autotune 1/3", " max-autotune 2/3",
+                                                         " max-autotune 3/3"]  # fmt: skip
+    assert all("left unfused (slower than unfused)" in line and "of it Inductor compiling" in line
+               for line in lines[1:])  # fmt: skip
+    assert compile_(model) == []  # decided: nothing measured, nothing said
+    autotune.reset()
+    (tmp_path / "autotune").rename(tmp_path / "decided")  # measure again, quietly
+    assert compile_(model, "0") == []
+    autotune.reset()
+    (tmp_path / "autotune").rename(tmp_path / "decided-2")
+    one = torch.nn.Sequential(LinearAct(32, 32, "gelu"))
+    assert compile_(one) == []
+    autotune.reset()
+    (tmp_path / "autotune").rename(tmp_path / "decided-3")
+    shown = compile_(one, "1")
+    assert len(shown) == 2 and shown[1].startswith("evt: max-autotune 1/1: ")
+    autotune.reset()
+    assert progress.DECISIONS.total == 1
+
+
+def test_a_measured_decisions_line_says_what_was_chosen_and_what_it_took():
+    spec = specs.ALL["mlp_fc1_forward"]()
+    fused = autotune.Decision(True, "128x128x64_c1x1_pingpong", 0.05, 0.08, tile_order="0:2",
+                              seconds={"unfused_compile": 25.4, "builds": 0.1, "checks": 0.1,
+                                       "timing": 3.0})  # fmt: skip
+    assert autotune.summary(spec, (8192, 3072, 768, 1), fused) == (
+        f"{spec.name} at 8192x3072x768x1: fused with 128x128x64_c1x1_pingpong in tile order 0:2, "
+        "1.60x faster than unfused; 28.6 s, 25.4 s of it Inductor compiling the unfused path")
+    slower = autotune.choose({"128x128x64_c1x1_pingpong": 0.09}, 0.08)
+    assert autotune.summary(spec, (64, 64, 64, 1), slower) == (
+        f"{spec.name} at 64x64x64x1: left unfused (slower than unfused)")

@@ -36,7 +36,9 @@ canonical signature, the problem shape, the GPU's name, evt's and torch's versio
 hash of its sources, `evt.sources`: a decision timed against older kernels or another heuristic is
 timed again) and the cache's schema, and kept in memory, so identical layers and later runs reuse them; a decision is measured
 again where the unfused path it was timed against is not the one asked for now (another route or
-Inductor mode), or where it was not timed (symbolic shapes) and now can be. `EVT_DEBUG=1` prints each decision. A measured decision records the wall seconds of its
+Inductor mode), or where it was not timed (symbolic shapes) and now can be. `EVT_DEBUG=1` prints each decision;
+where a compile measures two regions or more, each measured one also gets a line on stderr as
+it is decided (`progress.DECISIONS`, `EVT_PROGRESS`), since they take minutes in all. A measured decision records the wall seconds of its
 phases (`Decision.seconds`: the unfused path's compile, waiting for the kernels' builds, the
 checks, the timing). Cost: the kernels' builds and, per distinct
 region, one Inductor compile of its unfused path (about 2-5 s; longer under Inductor's
@@ -65,7 +67,7 @@ import evt
 from evt import debug, ir
 from evt.codegen.config import TileConfig, heuristic
 from evt.errors import LaunchError
-from evt.runtime import build, dispatch, guards, launch, reference, timing, unfused
+from evt.runtime import build, dispatch, guards, launch, progress, reference, timing, unfused
 from evt.runtime import cache as kernel_cache
 from evt.runtime.launch import EVT_ORDER, TileOrder
 from evt.runtime.timing import random_like
@@ -162,14 +164,18 @@ def prefetch(regions, rest: str = "inductor") -> None:
     """`lower_regions`' `prepare` hook: start building the shortlists of every region to be
     measured, all at once, before the first is timed. Built region by region, each decision
     waited for its own few kernels while the other cores idled (BERT's training step: 6 regions,
-    60-75 s each, 357 s cold on the 16-core H100 machine)."""
+    60-75 s each, 357 s cold on the 16-core H100 machine). Counts the distinct regions to be
+    measured for the progress lines (`progress.DECISIONS`)."""
+    todo = set()
     for region, built in regions:
         problem = _problem(built)
-        if problem is None or _measured(region, decision_key(built.spec, problem),
-                                        unfused.baseline(rest)):  # fmt: skip
+        key = None if problem is None else decision_key(built.spec, problem)
+        if key is None or key in todo or _measured(region, key, unfused.baseline(rest)):
             continue
+        todo.add(key)
         for cfg in shortlist(built.spec, problem):
             build.prefetch(built.spec, cfg, compile_fn=dispatch.COMPILE_FN)
+    progress.DECISIONS.begin(len(todo))
 
 
 def decide(region, built, rest: str = "inductor") -> bool:
@@ -193,9 +199,28 @@ def decide(region, built, rest: str = "inductor") -> bool:
         dispatch.set_tile_order(spec, problem, decision.config, order_of(decision))
     shown = decision if took != "cached" else replace(decision, seconds={})  # spent by another
     debug.log(1, f"autotune {spec.name} {problem} ({took}): {describe(shown)}")
+    if took != "cached":
+        progress.DECISIONS.step(summary(spec, problem, decision))
     for listener in _listeners:
         listener(outcome(spec, problem, decision, measured=took != "cached"))
     return decision.fuse
+
+
+def summary(spec: ir.KernelSpec, problem, d: Decision) -> str:
+    """One line for a measured decision's progress line: what was chosen, by how much it beat
+    the unfused path, and what the measurement took (the part of it Inductor's compile took)."""
+    if d.fuse and d.config:
+        order = f" in tile order {d.tile_order}" if d.tile_order else ""
+        faster = (f", {d.unfused_ms / d.fused_ms:.2f}x faster than unfused"
+                  if d.unfused_ms and d.fused_ms else "")  # fmt: skip
+        chosen = f"fused with {d.config}{order}{faster}"
+    else:
+        chosen = f"left unfused ({d.reason})"
+    took = ""
+    if d.seconds:
+        took = (f"; {sum(d.seconds.values()):.1f} s, {d.seconds.get('unfused_compile', 0.0):.1f} s "
+                "of it Inductor compiling the unfused path")  # fmt: skip
+    return f"{spec.name} at {'x'.join(str(x) for x in problem)}: {chosen}{took}"
 
 
 def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) -> dict:

@@ -1,4 +1,5 @@
-"""Progress of background kernel builds, on stderr.
+"""Progress of background kernel builds, and of max-autotune's measurements (`Decisions`), on
+stderr.
 
 A batch is the kernels that compile at the same time (it ends when none is left). A batch of one
 shows nothing; from the second kernel on, the batch is shown: on a terminal as one line that
@@ -113,3 +114,45 @@ def _tqdm(stream: TextIO) -> Any:
 
 
 PROGRESS = Progress()
+
+
+class Decisions:
+    """max-autotune's measured decisions (`evt.runtime.autotune`), one line each on stderr. Each
+    measured region waits for Inductor to compile its unfused path (9-32 s a region under
+    Inductor's max-autotune on the H200, session 36) and times its candidates, so a training step
+    otherwise sits silent for minutes (GPT-2's: 248 s). Shown as kernel builds are: a batch (the
+    regions one compile measures, counted by `begin`) of one shows nothing unless `EVT_PROGRESS=1`;
+    `EVT_PROGRESS=0` hides it."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self._stream = stream
+        self.total = self.done = 0
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stderr
+
+    def begin(self, total: int) -> None:
+        """A compile is about to measure `total` distinct regions."""
+        self.total, self.done = total, 0
+        if total and self._show():
+            self._print(f"evt: max-autotune: measuring {total} region{'s' * (total != 1)} (each: its "
+                        "unfused path compiled by Inductor, its candidate kernels timed)")  # fmt: skip
+
+    def step(self, text: str) -> None:
+        """One region was measured: `text` says what was chosen and what it took."""
+        self.done += 1
+        self.total = max(self.total, self.done)  # measured without `begin` (no prepare hook)
+        if self._show():
+            self._print(f"evt: max-autotune {self.done}/{self.total}: {text}")
+
+    def _show(self) -> bool:
+        setting = os.environ.get("EVT_PROGRESS", "")
+        return setting != "0" and (self.total >= 2 or setting == "1")
+
+    def _print(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a closed stderr must not fail a compile
+            print(line, file=self.stream, flush=True)
+
+
+DECISIONS = Decisions()

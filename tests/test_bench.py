@@ -939,3 +939,26 @@ def test_step_cases_divide_the_batch():
         assert c.dims == (full[c.name].dims[0] // 8, *full[c.name].dims[1:])
     assert all(c.dims[0] == 1 for c in plan.step_cases("step/*", 10**6))
     assert plan.step_cases("bias/*") == []  # GEMM cases are not steps
+
+
+def test_calls_held_beyond_their_host_and_gpu_times_are_listed_with_the_geomean_without_them():
+    """An as-run time well above both the host time and the CUDA-graph time (session 36: five
+    evt cases at 1.26-1.51x) is listed, and evt's as-run fraction of the bare GEMM is given
+    without the cases listed for evt or mm; a host-paced call (as run ≈ its host time) is not."""
+
+    def rec(case, baseline, ms, host, graph):
+        r = _rec(case, baseline, ms=ms)
+        r.update(host_ms=host, graph_ms=graph, finished="2026-11-28T09:27:01+00:00")
+        return r
+
+    results = [rec("a/x", "mm", 1.0, 0.1, 1.0), rec("a/x", "evt", 1.25, 0.2, 0.9),  # held: 1.25 > 1.15 x 0.9
+               rec("b/x", "mm", 1.0, 0.1, 1.0), rec("b/x", "evt", 1.1, 1.05, 0.9),  # host-paced
+               rec("c/x", "mm", 2.0, 0.1, 2.0), rec("c/x", "evt", 2.0, 0.2, 1.8)]  # fmt: skip
+    md = markdown.held_table(results)
+    assert "| a/x | evt | 1.2500 | 0.2000 | 0.9000 | 1.39 | 09:27:01 |" in md
+    assert "b/x" not in md and "c/x" not in md
+    # evt ÷ mm as run: a 0.80, b 0.909, c 1.0; without a: sqrt(0.909 * 1.0)
+    assert "is 0.95 (2 cases; 0.90 with them)" in md
+    assert markdown.held_table(results[2:]) == ""
+    assert "Timed as run, slower than their host and GPU times explain" in markdown.render(
+        {"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": results})

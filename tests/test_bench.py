@@ -122,6 +122,11 @@ def test_rerun_skips_finished_stages(tmp_path, capsys):
     assert run([*argv, "--resume"]) == 0
     assert "[eager] nothing left to measure: skipped" in capsys.readouterr().out
     assert json.loads((tmp_path / "results.json").read_text())["results"] == first
+    assert run([*argv, "--resume", "--redo"]) == 0  # measured again, ok as it was
+    assert "--redo: 1 results queued again" in capsys.readouterr().out
+    again = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [(r["case"], r["status"]) for r in again] == [("bias/gpt2", "ok")]
+    assert again[0]["finished"] >= first[0]["finished"] and again[0]["session"] > first[0]["session"]
 
 
 # -- time limits: a child process per stage, watched by its parent ------------------------------
@@ -750,6 +755,19 @@ def test_retry_queues_failures_again(tmp_path):
     assert [r["status"] for r in store.results] == ["ok", *["skipped"] * 3, "wrong"]
     assert store.results[2]["skip_reason"] == "queued by --retry"
     assert store.results[2]["error"] == "was timeout: E"
+
+
+def test_redo_queues_the_selected_results_again_ok_ones_too(tmp_path):
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    for n, status in enumerate(("ok", "n/a", "wrong", "skipped")):
+        store.add({"case": f"c{n}", "baseline": "b", "status": status, "error": None,
+                   "time_ms": 0.2, "graph_ms": 0.1})  # fmt: skip
+    store.add({"case": "c0", "baseline": "other", "status": "ok", "error": None})
+    assert store.requeue({(f"c{n}", "b") for n in range(4)}, redo=True) == 3
+    assert [r["status"] for r in store.results] == ["skipped"] * 4 + ["ok"]  # not selected: kept
+    assert store.results[0]["skip_reason"] == "queued by --redo"
+    assert store.results[0]["error"] == "was ok: 0.2 ms as run, 0.1 ms under CUDA graphs"
+    assert store.results[1]["error"] == "was n/a: None"
 
 
 def test_bench_full_takes_a_calls_results_for_the_next(tmp_path):

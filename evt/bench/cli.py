@@ -37,6 +37,10 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda")
     p.add_argument("--resume", action="store_true", help="continue the results in --out")
     p.add_argument("--retry", action="store_true", help="with --resume: measure n/a ones again")
+    p.add_argument("--redo", action="store_true",
+                   help="with --resume: measure the selected items again, ok ones too (narrow "
+                        "them with --only and --baselines; e.g. the report's cases timed as run "
+                        "slower than their host and GPU times explain)")  # fmt: skip
     p.add_argument("--small", action="store_true", help="tiny shapes (CPU smoke runs, tests)")
     p.add_argument("--list", action="store_true", help="print the plan and exit")
     p.add_argument("--stage", choices=STAGES, help="run only this stage, in this process")
@@ -190,6 +194,9 @@ def main(args: argparse.Namespace) -> int:
     if args.retry:
         n = store.requeue({i.key for i in the_plan.items})
         print(f"--retry: {n} n/a, timeout and fallback results queued again")
+    if args.redo:
+        n = store.requeue({i.key for i in the_plan.items}, redo=True)
+        print(f"--redo: {n} results queued again")
     run_stages(args, the_plan, store, out, start)
     if not args.stage:
         write_reports(out, store)

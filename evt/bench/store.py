@@ -76,6 +76,7 @@ FINAL = ("ok", "wrong", "n/a", "timeout", "fallback")
 SKIP_REASONS = {
     "time": "stage time limit",  # its stage (or the run's --time-budget) ran out first
     "retry": "queued by --retry",
+    "redo": "queued by --redo",
 }
 
 
@@ -167,14 +168,19 @@ class Store:
             self.add(new_record(item, dtype, **fields), save=False)
         self.save()
 
-    def requeue(self, keys: set[tuple[str, str]]) -> int:
-        """Mark the records among `keys` that failed (n/a, timeout, fallback) skipped, so the
-        run measures them again."""
+    def requeue(self, keys: set[tuple[str, str]], redo: bool = False) -> int:
+        """Mark the records among `keys` that failed (n/a, timeout, fallback), or with `redo`
+        every final one (ok and wrong too), skipped, so the run measures them again; the error
+        field says what each was."""
+        statuses = FINAL if redo else ("n/a", "timeout", "fallback")
         n = 0
         for r in self.results:
-            if (r["case"], r["baseline"]) in keys and r["status"] in ("n/a", "timeout", "fallback"):
+            if (r["case"], r["baseline"]) in keys and r["status"] in statuses:
                 was = f"{r['status']}: {r.get('error')}"
-                r.update(status="skipped", skip_reason=SKIP_REASONS["retry"], error=f"was {was}")
+                if r["status"] == "ok":
+                    was = f"ok: {r.get('time_ms')} ms as run, {r.get('graph_ms')} ms under CUDA graphs"
+                reason = SKIP_REASONS["redo" if redo else "retry"]
+                r.update(status="skipped", skip_reason=reason, error=f"was {was}")
                 n += 1
         self.save()
         return n

@@ -1041,3 +1041,40 @@ def test_a_measured_decisions_line_says_what_was_chosen_and_what_it_took():
     slower = autotune.choose({"128x128x64_c1x1_pingpong": 0.09}, 0.08)
     assert autotune.summary(spec, (64, 64, 64, 1), slower) == (
         f"{spec.name} at 64x64x64x1: left unfused (slower than unfused)")
+
+
+def test_a_region_whose_measurement_fails_is_lowered_as_the_default_mode_lowers_it(
+    monkeypatch, tmp_path, capsys
+):
+    """An exception while measuring one region (out of memory for its candidates' inputs, say)
+    warns once naming the region, lowers it with the heuristic's config as the default mode
+    would, caches nothing, and leaves the other regions' decisions alone. Before, it reached the
+    backend, which left the whole graph unfused."""
+    from evt.bench import observe
+
+    _decide_on_cpu(monkeypatch, tmp_path)
+    real = autotune.measure  # `_decide_on_cpu`'s: on the CPU, 1.0 ms kernels, 0.5 ms unfused
+
+    def measure(region, built, problem, **kwargs):
+        if built.spec.name.startswith("evt_f1"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(region, built, problem, **kwargs)
+
+    monkeypatch.setattr(autotune, "measure", measure)
+    model = torch.nn.Sequential(LinearAct(32, 64, "relu"), LinearAct(64, 32, "gelu"))
+    with torch.no_grad():
+        graph = capture_joint(model, torch.randn(16, 32))
+    notes: dict = {}
+    with pytest.warns(UserWarning) as caught, observe.evt_autotune(notes):
+        report = pipeline.fuse(graph, keep=autotune.decide, prepare=autotune.prefetch)
+    said = [str(w.message) for w in caught if "could not measure" in str(w.message)]
+    assert len(said) == 1 and "region evt_f1_" in said[0] and "OutOfMemoryError" in said[0]
+    # the failed one lowered (no config set: dispatch picks the heuristic's), the other measured
+    # and left unfused (its made-up 1.0 ms kernels lose to the 0.5 ms unfused path)
+    assert [r.spec.name[:6] for r in report.regions] == ["evt_f1"]
+    first, second = notes["autotune"]
+    assert first["fuse"] is False and second["fuse"] is True and second["config"] is None
+    assert second["reason"].startswith("not measured: OutOfMemoryError")
+    assert len(list((tmp_path / "autotune").glob("*.json"))) == 1  # only the measured one
+    assert "lowered with the heuristic's config (not measured: OutOfMemoryError" in capsys.readouterr().err
+    autotune.reset()

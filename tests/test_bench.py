@@ -451,6 +451,12 @@ def test_autotune_table_says_where_each_measured_decisions_time_went():
             "compiling their unfused paths, 6.0 s waiting for their kernels' builds, 0.8 s "
             "checking the candidates against the reference and 4.2 s timing") in md
     assert "wall seconds" not in markdown.autotune_table([old])  # no totals of nothing
+    # a region whose measurement raised: lowered with the heuristic's config, and says why
+    failed = _outcome("evt_f1_addmm", None, None, None, None)
+    failed.update(unfused_ms=None, unfused_by="", reason="not measured: OutOfMemoryError: CUDA")
+    old["notes"]["autotune"].append(failed)
+    assert ("| — (not timed) | fused with the heuristic's config, not measured: "
+            "OutOfMemoryError: CUDA | — |") in markdown.autotune_table([old])
 
 
 def test_host_time_per_region_call_counts_only_the_calls_in_between(monkeypatch):

@@ -192,6 +192,8 @@ def autotune_table(results: list[dict]) -> str:
         chosen = f"{o['config']} ({o['tile_order']})" if o.get("config") else "—"
         unfused = f"{R.fmt(o.get('unfused_ms'), 4)} ({o.get('unfused_by') or 'not timed'})"
         verdict = "fused" if o["fuse"] else "left unfused"
+        if (o.get("reason") or "").startswith("not measured"):  # `autotune._unmeasured`
+            verdict = f"fused with the heuristic's config, {o['reason']}"
         if o.get("timer") and o["timer"] != GRAPHS:
             verdict += f"; timed as {o['timer']}"
         m, n, k, *batch = o["problem"]

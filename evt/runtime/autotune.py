@@ -45,7 +45,10 @@ region, one Inductor compile of its unfused path (about 2-5 s; longer under Indu
 max-autotune, which times GEMM choices of its own). Without an SM90 GPU, or where a size has no
 hint, nothing is measured and regions are lowered as in the default mode. Where a shape is
 symbolic the kernels are timed on its hint but the unfused path is not (it would be compiled
-for a shape that may never run): the fastest kernel is kept, unchecked.
+for a shape that may never run): the fastest kernel is kept, unchecked. A region whose
+measurement raises (out of memory for its candidates' inputs, say) is lowered as the default
+mode lowers it, with one warning naming it and the reason, and nothing cached (`_unmeasured`);
+the other regions' decisions stand.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -189,10 +193,13 @@ def decide(region, built, rest: str = "inductor") -> bool:
     decision, took = _measured(region, key, wanted), "cached"
     if decision is None:
         start = time.monotonic()
-        with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
-            decision = measure(region, built, problem, baseline=wanted)
-        store(key, decision)
-        took = f"decided in {time.monotonic() - start:.1f} s: builds, the unfused path, timing"
+        try:
+            with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
+                decision = measure(region, built, problem, baseline=wanted)
+            store(key, decision)
+            took = f"decided in {time.monotonic() - start:.1f} s: builds, the unfused path, timing"
+        except Exception as e:  # noqa: BLE001 - one region's failed measurement must not unfuse the graph
+            decision, took = _unmeasured(spec, problem, e), "not measured"
     _decided[key] = decision  # an identical region later in this process is not measured again
     if decision.fuse and decision.config:
         dispatch.set_config(spec, config_of(spec, problem, decision.config))
@@ -206,10 +213,27 @@ def decide(region, built, rest: str = "inductor") -> bool:
     return decision.fuse
 
 
+def _unmeasured(spec: ir.KernelSpec, problem, e: Exception) -> Decision:
+    """The decision for a region whose measurement raised (out of memory for its candidates'
+    inputs, a reference path that failed, ...): lowered as the default mode lowers it (the
+    heuristic's config, no check against the unfused path), with one warning naming the region
+    and the reason; not cached, so a later compile measures it again. Before, the exception
+    reached the backend, which left the whole graph unfused."""
+    why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    warnings.warn(f"evt: max-autotune could not measure region {spec.name} at {problem} ({why}); "
+                  "it is lowered as in the default mode, with the heuristic's config and no "
+                  "check against its unfused path", stacklevel=3)  # fmt: skip
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # what an out-of-memory measurement left cached
+    return Decision(True, None, None, None, reason=f"not measured: {why}")
+
+
 def summary(spec: ir.KernelSpec, problem, d: Decision) -> str:
     """One line for a measured decision's progress line: what was chosen, by how much it beat
     the unfused path, and what the measurement took (the part of it Inductor's compile took)."""
-    if d.fuse and d.config:
+    if d.fuse and not d.config:
+        chosen = f"lowered with the heuristic's config ({d.reason})"
+    elif d.fuse:
         order = f" in tile order {d.tile_order}" if d.tile_order else ""
         faster = (f", {d.unfused_ms / d.fused_ms:.2f}x faster than unfused"
                   if d.unfused_ms and d.fused_ms else "")  # fmt: skip
@@ -248,6 +272,7 @@ def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) ->
         "timer": decision.timer,  # GRAPHS, or calls where the unfused path could not be captured
         "measured": measured,
         "seconds": dict(decision.seconds) if measured else {},
+        "reason": decision.reason,
     }
 
 
@@ -281,6 +306,8 @@ def describe(d: Decision) -> str:
     times = ", ".join(f"{k} {v:.4f} ms" for k, v in d.timings.items())
     order = d.tile_order or EVT_ORDER.label
     verdict = f"fused with {d.config} in tile order {order}" if d.fuse else "left unfused"
+    if d.fuse and not d.config:
+        verdict = "lowered with the heuristic's config"
     timed = f"({d.unfused_by}) {d.unfused_ms:.4f} ms" if d.unfused_ms is not None else "n/a"
     how = f"; timed as {d.timer}" if d.timer else ""
     took = ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in d.seconds.items())

@@ -300,6 +300,32 @@ def test_every_candidate_is_timed_in_every_tile_order(monkeypatch):
     assert (d.config, d.tile_order, d.fuse) == (labels[-1], "0:2", True)
 
 
+def test_a_candidate_that_cannot_be_planned_is_rejected_not_the_region(monkeypatch, tmp_path):
+    """A shortlisted config whose kernel cannot even be rendered (`build.plan` raises) is timed
+    as failed; the others are timed as usual."""
+    from evt.errors import CodegenError
+
+    built, problem, labels, built_for = _fake_candidates(monkeypatch, wrong=None)
+    fake = build.prefetch
+
+    def prefetch(spec, cfg, compile_fn=None):
+        if cfg.label == labels[0]:
+            raise CodegenError(f"evt: cannot render region {spec.name}: no")
+        return fake(spec, cfg, compile_fn)
+
+    monkeypatch.setattr(build, "prefetch", prefetch)
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "")
+    timings = autotune.time_candidates(built, problem, lambda fn: fn() and 1.0, device="cpu")
+    assert math.isinf(timings[labels[0]]) and all(math.isfinite(timings[c]) for c in labels[1:])
+    # the prepare hook starts the others' builds and skips it too
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dispatch, "sm90_available", lambda: True)
+    monkeypatch.setattr(autotune.guards, "static_reason", lambda spec: None)
+    built_for.clear()
+    autotune.prefetch([(None, built)])
+    assert built_for == labels[1:]
+
+
 def test_candidates_are_timed_in_rounds_and_keep_their_median(monkeypatch):
     """`EVT_AUTOTUNE_ROUNDS` rounds, each timing every checked candidate once in the same order,
     so a clock that drifts over the timing falls on all alike; each keeps its median. A

@@ -178,7 +178,7 @@ def prefetch(regions, rest: str = "inductor") -> None:
             continue
         todo.add(key)
         for cfg in shortlist(built.spec, problem):
-            build.prefetch(built.spec, cfg, compile_fn=dispatch.COMPILE_FN)
+            _submit(built.spec, cfg)  # one that fails here is rejected by `time_candidates`
     progress.DECISIONS.begin(len(todo))
 
 
@@ -398,7 +398,7 @@ def time_candidates(
     spec = built.spec
     orders = tile_orders()
     candidates = shortlist(spec, problem)
-    jobs = {cfg.label: build.prefetch(spec, cfg, compile_fn=dispatch.COMPILE_FN) for cfg in candidates}
+    jobs = {cfg.label: _submit(spec, cfg) for cfg in candidates}
     start = _spent(phases, "builds", start)
     inputs = candidate_inputs(built, problem, device)
     want = reference.run(spec, inputs)
@@ -407,6 +407,8 @@ def time_candidates(
     checked: dict[str, Callable[[], object]] = {}
     for label, job in jobs.items():
         try:
+            if isinstance(job, Exception):
+                raise job
             kernel = launch.Kernel(spec, launch.load(job.result()))
         except Exception as e:  # noqa: BLE001 - a failed candidate is just not chosen
             debug.log(1, f"autotune {spec.name}: config {label} rejected: {e}")
@@ -439,6 +441,15 @@ def time_candidates(
         timings.setdefault(key, statistics.median(times))
     _spent(phases, "timing", start)
     return {key: timings[key] for key in (timing_key(c.label, o) for c in candidates for o in orders)}
+
+
+def _submit(spec: ir.KernelSpec, cfg: TileConfig):
+    """The build job of `spec` at `cfg`, or the exception that kept it from being planned (a
+    config its epilogue cannot render): that candidate is rejected, not the region."""
+    try:
+        return build.prefetch(spec, cfg, compile_fn=dispatch.COMPILE_FN)
+    except Exception as e:  # noqa: BLE001
+        return e
 
 
 def candidate_inputs(built, problem, device: str = "cuda") -> list[torch.Tensor]:

@@ -1104,3 +1104,18 @@ def test_a_region_whose_measurement_fails_is_lowered_as_the_default_mode_lowers_
     assert len(list((tmp_path / "autotune").glob("*.json"))) == 1  # only the measured one
     assert "lowered with the heuristic's config (not measured: OutOfMemoryError" in capsys.readouterr().err
     autotune.reset()
+
+
+def test_a_decision_the_cache_cannot_keep_still_holds_in_this_process(monkeypatch, tmp_path):
+    """A read-only or full cache folder loses the decision for later processes only."""
+    _decide_on_cpu(monkeypatch, tmp_path)
+
+    def full(key, decision):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(autotune, "store", full)
+    region, built = _first_region(LinearAct(32, 32), torch.randn(16, 32))
+    assert autotune.decide(region, built) is False  # measured: the unfused path (0.5 ms) wins
+    key = autotune.decision_key(built.spec, _problem(built))
+    assert autotune._decided[key].unfused_ms == 0.5 and autotune.load(key) is None
+    autotune.reset()

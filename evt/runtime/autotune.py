@@ -196,10 +196,14 @@ def decide(region, built, rest: str = "inductor") -> bool:
         try:
             with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
                 decision = measure(region, built, problem, baseline=wanted)
-            store(key, decision)
-            took = f"decided in {time.monotonic() - start:.1f} s: builds, the unfused path, timing"
         except Exception as e:  # noqa: BLE001 - one region's failed measurement must not unfuse the graph
             decision, took = _unmeasured(spec, problem, e), "not measured"
+        else:
+            took = f"decided in {time.monotonic() - start:.1f} s: builds, the unfused path, timing"
+            try:
+                store(key, decision)
+            except OSError as e:  # a read-only or full cache: this process still has it
+                debug.log(1, f"autotune {spec.name}: decision not cached ({e})")
     _decided[key] = decision  # an identical region later in this process is not measured again
     if decision.fuse and decision.config:
         dispatch.set_config(spec, config_of(spec, problem, decision.config))

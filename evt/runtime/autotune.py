@@ -157,6 +157,8 @@ def _measured(region, key: str, wanted: str) -> Decision | None:
     is missing, was timed against another unfused path than `wanted`, or could not time the
     unfused path that now can be."""
     decision = _decided.get(key) or load(key)
+    if decision is not None and decision.reason.startswith(NOT_MEASURED):
+        return decision  # this process's (never on disk): its identical regions do not fail again
     if decision is None or decision.baseline != wanted:
         return None
     if not decision.unfused_by and unfused.timeable(region):
@@ -229,7 +231,10 @@ def _unmeasured(spec: ir.KernelSpec, problem, e: Exception) -> Decision:
                   "check against its unfused path", stacklevel=3)  # fmt: skip
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # what an out-of-memory measurement left cached
-    return Decision(True, None, None, None, reason=f"not measured: {why}")
+    return Decision(True, None, None, None, reason=f"{NOT_MEASURED}: {why}")
+
+
+NOT_MEASURED = "not measured"  # the reason of `_unmeasured`'s decisions
 
 
 def summary(spec: ir.KernelSpec, problem, d: Decision) -> str:

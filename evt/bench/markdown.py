@@ -264,9 +264,9 @@ def clock_table(results: list[dict]) -> str:
     )
 
 
-# An as-run time above both the call's host time and its CUDA-graph time by more than this: held
-# by something outside the call (session 36, an H200: five evt cases timed one after another
-# read 1.26-1.51x the larger of the two; every case before and after them read about it).
+# An as-run time above both the call's host time and its CUDA-graph time by more than this: the
+# two did not overlap, or something else held the call (session 36, an H200: five evt cases
+# timed one after another read 1.26-1.51x the larger of the two, up to about their sum).
 HELD = 1.15
 
 
@@ -298,10 +298,13 @@ def held_table(results: list[dict]) -> str:
                f"with them)." if flagged and kept else "")  # fmt: skip
     head = ["case", "baseline", "as run (ms)", "host (ms)", "under CUDA graphs (ms)",
             "as run ÷ the larger", "finished (UTC)"]  # fmt: skip
-    text = (f"A call timed as run takes about the larger of its host time and its GPU time; these "
-            f"took more than {HELD}x that larger one, so something neither shows held them (the "
-            "host busy elsewhere, another process, a wait inside the call). Their as-run numbers are kept in every table above, "
-            "marked nowhere else: measure them again before reading them." + without)
+    text = (f"A call timed as run takes about the larger of its host time and its GPU time when the "
+            f"two overlap; these took more than {HELD}x that larger one. Up to their sum, the host "
+            "work ran before the GPU work instead of beside it (`triton.do_bench` clears L2 "
+            "between calls; a call whose kernels start late in its host path waits for it); "
+            "beyond it, something neither time shows held them. Their as-run numbers are kept in "
+            "every table above, marked nowhere else: measure them again (`--redo`) before "
+            "reading them." + without)
     return "## Timed as run, slower than their host and GPU times explain\n\n" + text + "\n\n" + table(head, rows)
 
 

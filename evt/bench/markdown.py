@@ -180,9 +180,11 @@ def autotune_table(results: list[dict]) -> str:
     decided = autotune_decisions(results)
     if not decided:
         return ""
-    rows, gains, ranks = [], [], []
-    spent = [phases for _, o in decided if (phases := phase_seconds(o))]
+    rows, gains, ranks, spent = [], [], [], []
     for case, o in decided:
+        phases = phase_seconds(o)
+        if phases:
+            spent.append(phases)
         timed = o.get("heuristic_ms") and o.get("best_ms")
         gain = o["heuristic_ms"] / o["best_ms"] if timed else None
         if o.get("rank") is not None:
@@ -202,7 +204,7 @@ def autotune_table(results: list[dict]) -> str:
                      f"{o.get('heuristic') or '—'}: {R.fmt(o.get('heuristic_ms'), 4)}",
                      chosen, str(o.get("rank") or "—"), R.fmt(o.get("best_ms"), 4),
                      R.fmt(gain, 3), unfused, verdict + ("" if o.get("measured") else ", cached"),
-                     " / ".join(f"{x:.1f}" for x in phase_seconds(o).values()) or "—"])
+                     " / ".join(f"{x:.1f}" for x in phases.values()) or "—"])
     first = sum(1 for k in ranks if k == 1)
     spread = ", ".join(f"rank {k}: {ranks.count(k)}" for k in sorted(set(ranks)))
     text = (f"Each region's shortlist (the heuristic's top `EVT_AUTOTUNE_TOP` and the best of "

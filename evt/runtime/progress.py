@@ -60,10 +60,7 @@ class Progress:
             fn(*args)
 
     def _show(self) -> bool:
-        setting = os.environ.get("EVT_PROGRESS", "")
-        if setting == "0":
-            return False
-        return self._shown or self.total >= 2 or setting == "1"
+        return self._shown or _shown_for(self.total)
 
     def _draw(self, last: str) -> None:
         self._shown = True
@@ -96,6 +93,13 @@ class Progress:
     def _elapsed(self) -> str:
         s = int(time.monotonic() - self.start)
         return f"{s // 60}m{s % 60:02d}s"
+
+
+def _shown_for(count: int) -> bool:
+    """Whether a batch of `count` (kernels, or measured regions) is shown: `EVT_PROGRESS=0`
+    never, `EVT_PROGRESS=1` always, else from the second on."""
+    setting = os.environ.get("EVT_PROGRESS", "")
+    return setting != "0" and (count >= 2 or setting == "1")
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -147,12 +151,10 @@ class Decisions:
             self._print(f"evt: max-autotune {self.done}/{self.total}: {text}")
 
     def _show(self) -> bool:
-        setting = os.environ.get("EVT_PROGRESS", "")
-        return setting != "0" and (self.total >= 2 or setting == "1")
+        return _shown_for(self.total)
 
     def _print(self, line: str) -> None:
-        with contextlib.suppress(OSError, ValueError):  # a closed stderr must not fail a compile
-            print(line, file=self.stream, flush=True)
+        Progress._safely(lambda: print(line, file=self.stream, flush=True))
 
 
 DECISIONS = Decisions()

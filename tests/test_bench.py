@@ -492,6 +492,19 @@ def test_ratios_geomean_and_markdown():
     assert "**C / evt**: wrong: output 0: relative error 9" in md
 
 
+def test_cublaslt_is_compared_per_pattern_with_both_fractions_of_the_gemm():
+    """The issue's cuBLASLt target is set on some epilogues only: the report gives each pattern's
+    geomeans apart (a pattern cuBLASLt has no epilogue for has no row)."""
+    results = []
+    for case, mm, lt, evt in (("p/a", 1.0, 2.0, 1.0), ("p/b", 1.0, 1.0, 2.0), ("q/a", 1.0, None, 1.5)):
+        for baseline, ms in (("mm", mm), ("cublaslt", lt), ("evt", evt)):
+            if ms:
+                results.append(_rec(case, baseline, ms=ms) | {"graph_ms": ms})
+    md = markdown.by_pattern(results)
+    assert "| p | 2 | 1.00 | 1.00 | 0.71 | 0.71 |" in md
+    assert "| q |" not in md
+
+
 def test_cuda_graph_times_have_their_own_ratios():
     """`graph_ms` (calls replayed from CUDA graphs) gets its own geomeans and table; a record
     without one (capture failed, or a CPU run) counts in neither."""

@@ -72,6 +72,27 @@ def summary_table(results: list[dict]) -> str:
     )
 
 
+def by_pattern(results: list[dict], peer: str = "cublaslt") -> str:
+    """evt against `peer` per pattern (geomeans over its shapes), as run and under CUDA graphs,
+    with both fractions of the bare GEMM under graphs: the cuBLASLt target of issue #7 is set on
+    the bias, ReLU and tanh-GELU epilogues, its training epilogues (the saved pre-activation,
+    GELU's backward) are compared apart."""
+    groups = dict.fromkeys(r["case"].split("/")[0] for r in R.cases_in(results, "op"))
+    rows = []
+    for g in groups:
+        mine = [r for r in results if r["kind"] == "op" and r["case"].split("/")[0] == g]
+        cols = [R.speedup(mine, "evt", peer), R.speedup(mine, "evt", peer, field="graph_ms"),
+                R.speedup(mine, peer, "mm", field="graph_ms"), R.speedup(mine, "evt", "mm", field="graph_ms")]  # fmt: skip
+        if cols[0] or cols[1]:
+            n = max(map(len, cols))
+            rows.append([g, str(n)] + [R.fmt(R.geomean(c.values()), 2) for c in cols])
+    if not rows:
+        return ""
+    head = ["pattern", "cases", f"evt speedup over {peer}", "the same under CUDA graphs",
+            f"{peer}'s fraction of mm under graphs", "evt's fraction of mm under graphs"]  # fmt: skip
+    return f"## evt against {peer}, by pattern (geometric means over its shapes)\n\n" + table(head, rows)
+
+
 def per_case(
     results: list[dict],
     kind: str,
@@ -385,6 +406,7 @@ def render(data: dict) -> str:
     parts = [
         heading(data),
         summary_table(res),
+        by_pattern(res),
         coverage.coverage_table(res, wanted, table),
         per_case(
             res, "op", "tflops", "GEMM+epilogue suite: TFLOP/s, and evt's speedup", 1, 1, True,

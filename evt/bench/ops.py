@@ -94,7 +94,18 @@ PATTERNS: dict[str, Pattern] = {
     "bias_gelu": _pattern(P.bias_gelu, linear),
     "bias_gelu_tanh": _pattern(P.bias_gelu_tanh, linear, cublaslt=P.lt_bias_gelu_tanh),
     "bias_gelu_aux": _pattern(P.bias_gelu_aux, linear),
+    "bias_gelu_tanh_aux": _pattern(P.bias_gelu_tanh_aux, linear, cublaslt=P.lt_bias_gelu_tanh_aux),
     "dgrad_gelu": _pattern(P.dgrad_gelu, dgrad, P.gemm_dgrad, FFN_UP),
+    "dgrad_gelu_tanh": _pattern(
+        P.dgrad_gelu_tanh, dgrad, P.gemm_dgrad, FFN_UP, cublaslt=P.lt_dgrad_gelu_tanh
+    ),
+    "dgrad_gelu_tanh_bias_grad": _pattern(
+        P.dgrad_gelu_tanh_bias_grad,
+        dgrad,
+        P.gemm_dgrad,
+        FFN_UP,
+        cublaslt=P.lt_dgrad_gelu_tanh_bias_grad,
+    ),
     "dgrad_bias_grad": _pattern(
         P.dgrad_bias_grad, lambda *a: dgrad(*a, aux=False), P.gemm_dgrad, FFN_DOWN
     ),

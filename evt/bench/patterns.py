@@ -3,13 +3,16 @@
 Every pattern's main GEMM produces an M x N output from a reduction over K (see `evt.bench.ops`
 for the inputs and shapes). `gemm_*` are the same GEMMs without the epilogue: the speed-of-light
 column. `lt_*` and `sdpa_attention` are the peers' hand-fused versions (cuBLASLt epilogues via
-`torch._addmm_activation` / `addmm`, and `F.scaled_dot_product_attention`).
+`torch._addmm_activation` / `addmm` and, for those torch does not expose, `evt.bench.cublaslt`;
+and `F.scaled_dot_product_attention`).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from evt.bench import cublaslt
 
 aten = torch.ops.aten
 
@@ -37,6 +40,23 @@ def bias_gelu_aux(x, w, b):
     """The training forward: GELU's output and its pre-activation, saved for the backward."""
     h = F.linear(x, w, b)
     return F.gelu(h), h
+
+
+def bias_gelu_tanh_aux(x, w, b):
+    """GPT-2's training forward: the tanh-approximated GELU and its pre-activation, saved."""
+    h = F.linear(x, w, b)
+    return F.gelu(h, approximate="tanh"), h
+
+
+def dgrad_gelu_tanh(dy, w, h):
+    """The tanh-approximated GELU's backward in the data-gradient GEMM: (dy @ w) * GELU'(h)."""
+    return aten.gelu_backward(dy @ w, h, approximate="tanh")
+
+
+def dgrad_gelu_tanh_bias_grad(dy, w, h):
+    """The same and the GELU's input's bias gradient (that Linear's bias, summed over M)."""
+    g = aten.gelu_backward(dy @ w, h, approximate="tanh")
+    return g, g.sum(0)
 
 
 def dgrad_gelu(dy, w, h):
@@ -139,6 +159,20 @@ def lt_bias_relu(x, w, b):
 
 def lt_bias_gelu_tanh(x, w, b):
     return torch._addmm_activation(b, x, w.t(), use_gelu=True)
+
+
+def lt_bias_gelu_tanh_aux(x, w, b):
+    h = torch.empty((x.shape[0], w.shape[0]), dtype=x.dtype, device=x.device)
+    return cublaslt.matmul(x, w.t(), "gelu_aux_bias", bias=b, aux=h), h
+
+
+def lt_dgrad_gelu_tanh(dy, w, h):
+    return cublaslt.matmul(dy, w, "dgelu", aux=h)
+
+
+def lt_dgrad_gelu_tanh_bias_grad(dy, w, h):
+    db = torch.empty(w.shape[1], dtype=dy.dtype, device=dy.device)
+    return cublaslt.matmul(dy, w, "dgelu_bgrad", bias=db, aux=h), db
 
 
 def sdpa_attention(q, k, v):

@@ -503,6 +503,10 @@ def test_cublaslt_is_compared_per_pattern_with_both_fractions_of_the_gemm():
     md = markdown.by_pattern(results)
     assert "| p | 2 | 1.00 | 1.00 | 0.71 | 0.71 |" in md
     assert "| q |" not in md
+    assert "issue #7's target" not in md  # none of its patterns measured
+    target = [r | {"case": "bias_relu/" + r["case"]} for r in results if r["case"].startswith("p/")]
+    md = markdown.by_pattern(results + target)
+    assert "| issue #7's target: bias, bias_relu, bias_gelu_tanh | 2 | 1.00 |" in md
 
 
 def test_cuda_graph_times_have_their_own_ratios():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from evt.bench import coverage, in_turn, provenance
+from evt.bench import coverage, in_turn, ops, provenance
 from evt.bench import report as R
 
 MIB = 1 / 2**20
@@ -77,15 +77,17 @@ def by_pattern(results: list[dict], peer: str = "cublaslt") -> str:
     with both fractions of the bare GEMM under graphs: the cuBLASLt target of issue #7 is set on
     the bias, ReLU and tanh-GELU epilogues, its training epilogues (the saved pre-activation,
     GELU's backward) are compared apart."""
-    groups = dict.fromkeys(r["case"].split("/")[0] for r in R.cases_in(results, "op"))
+    groups = {g: (g,) for g in dict.fromkeys(r["case"].split("/")[0] for r in R.cases_in(results, "op"))}
+    if peer == "cublaslt":
+        groups["issue #7's target: " + ", ".join(ops.CUBLASLT_TARGET)] = ops.CUBLASLT_TARGET
     rows = []
-    for g in groups:
-        mine = [r for r in results if r["kind"] == "op" and r["case"].split("/")[0] == g]
+    for name, members in groups.items():
+        mine = [r for r in results if r["kind"] == "op" and r["case"].split("/")[0] in members]
         cols = [R.speedup(mine, "evt", peer), R.speedup(mine, "evt", peer, field="graph_ms"),
                 R.speedup(mine, peer, "mm", field="graph_ms"), R.speedup(mine, "evt", "mm", field="graph_ms")]  # fmt: skip
         if cols[0] or cols[1]:
             n = max(map(len, cols))
-            rows.append([g, str(n)] + [R.fmt(R.geomean(c.values()), 2) for c in cols])
+            rows.append([name, str(n)] + [R.fmt(R.geomean(c.values()), 2) for c in cols])
     if not rows:
         return ""
     head = ["pattern", "cases", f"evt speedup over {peer}", "the same under CUDA graphs",

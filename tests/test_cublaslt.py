@@ -34,6 +34,9 @@ def test_matmul_refuses_unknown_epilogues_and_cpu_tensors_with_what_it_takes():
         cublaslt.matmul(a, b, "relu_aux")
     with pytest.raises(cublaslt.CublasLtError, match="CUDA"):
         cublaslt.matmul(a, b, "dgelu")
+    if torch.cuda.is_available():
+        with pytest.raises(cublaslt.CublasLtError, match="M x K @ K x N"):
+            cublaslt.matmul(a.cuda(), a.cuda(), "dgelu")
 
 
 def _close(got, want, what):

@@ -180,9 +180,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, epilogue: str, *, bias: torch.Tenso
     pre-activation) or read (dgelu*)."""
     if epilogue not in EPILOGUES:
         raise CublasLtError(f"epilogue {epilogue!r}: one of {sorted(EPILOGUES)}")
-    if a.dtype != b.dtype or a.dtype not in CUDA_DTYPES or not a.is_cuda:
-        raise CublasLtError(f"operands {a.dtype}/{b.dtype} on {a.device}: CUDA, one of "
-                            f"{sorted(map(str, CUDA_DTYPES))}")  # fmt: skip
+    if a.dtype != b.dtype or a.dtype not in CUDA_DTYPES or not a.is_cuda or b.device != a.device:
+        raise CublasLtError(f"operands {a.dtype}/{b.dtype} on {a.device}/{b.device}: one CUDA "
+                            f"device, one of {sorted(map(str, CUDA_DTYPES))}")  # fmt: skip
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise CublasLtError(f"operands {tuple(a.shape)} @ {tuple(b.shape)}: M x K @ K x N wanted")
     (m, k), n = a.shape, b.shape[1]
     for name, t, shape in (("aux", aux, (m, n)), ("bias", bias, (n,)), ("out", out, (m, n))):
         if t is not None and (tuple(t.shape) != shape or not t.is_contiguous() or t.dtype != a.dtype):

@@ -28,6 +28,16 @@ def test_operand_refuses_a_layout_with_no_contiguous_dimension():
         cublaslt.operand((64, 32), (64, 2))
 
 
+def test_the_algorithm_count_is_read_from_the_environment(monkeypatch):
+    assert cublaslt.algorithms_wanted() == 1
+    monkeypatch.setenv("EVT_CUBLASLT_ALGOS", "8")
+    assert cublaslt.algorithms_wanted() == 8
+    for bad in ("0", "many", "-2"):
+        monkeypatch.setenv("EVT_CUBLASLT_ALGOS", bad)
+        with pytest.raises(cublaslt.CublasLtError, match="a count of algorithms"):
+            cublaslt.algorithms_wanted()
+
+
 def test_matmul_refuses_unknown_epilogues_and_cpu_tensors_with_what_it_takes():
     a, b = torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(8, 16, dtype=torch.bfloat16)
     with pytest.raises(cublaslt.CublasLtError, match="one of"):
@@ -70,5 +80,25 @@ def test_the_three_epilogues_match_float64(m, n, k):
     _close(cublaslt.matmul(dy, w2, "dgelu", aux=pre, out=nan(m, n)), want, "dgelu")
     out, db = nan(m, n), nan(n)
     cublaslt.matmul(dy, w2, "dgelu_bgrad", bias=db, aux=pre, out=out)
+    _close(out, want, "dgelu_bgrad: D")
+    _close(db, want.sum(0), "dgelu_bgrad: the bias gradient")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_fastest_of_the_heuristics_first_algorithms_computes_the_same(monkeypatch):
+    """EVT_CUBLASLT_ALGOS=4: the heuristic's first four timed, the fastest kept (a shape of its
+    own: plans are cached per problem)."""
+    monkeypatch.setenv("EVT_CUBLASLT_ALGOS", "4")
+    monkeypatch.setenv("EVT_DEBUG", "1")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    m, n, k = 768, 512, 320
+    dy = torch.randn(m, k, generator=g, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(k, n, generator=g, device="cuda", dtype=torch.bfloat16) * k**-0.5).to(torch.bfloat16)
+    pre = torch.randn(m, n, generator=g, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    db = torch.full((n,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cublaslt.matmul(dy, w, "dgelu_bgrad", bias=db, aux=pre, out=out)
+    want = P.dgrad_gelu_tanh(dy.double(), w.double(), pre.double())
     _close(out, want, "dgelu_bgrad: D")
     _close(db, want.sum(0), "dgelu_bgrad: the bias gradient")

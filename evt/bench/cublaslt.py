@@ -10,7 +10,9 @@ tanh form: the patterns they stand in for ask for it (`evt.bench.patterns`).
 cuBLASLt is column-major; a row-major product D = a @ b (M x N) is computed as its transpose,
 Dᵀ = bᵀ aᵀ (N x M column-major, the same memory). `operand` maps a row-major operand to the
 column-major view cuBLASLt reads, `Plan` caches the descriptors and the heuristic's algorithm
-for one problem (the host work per call is then a few attribute sets and the launch).
+for one problem (the host work per call is then a few attribute sets and the launch). The
+algorithm is the heuristic's first, as torch's own cuBLASLt calls take it;
+`EVT_CUBLASLT_ALGOS=N` times its first N once and keeps the fastest.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from evt import debug
 
 # cublasLt.h / cublas_api.h / library_types.h (CUDA 12 and 13)
 EPILOGUES = {"gelu_aux_bias": 164, "dgelu": 192, "dgelu_bgrad": 208}
@@ -150,26 +156,62 @@ class Plan:
         a, b, d = _layout(t, ra, ca, lda), _layout(t, rb, cb, ldb), _layout(t, n, m, n)
         return cls(desc, a, b, d, f"{epilogue}, {m}x{n}x{k}, {dtype}", device)
 
-    def pick(self) -> _HeuristicResult:
-        """The heuristic's first algorithm, asked once the epilogue's pointers are set (it reads
-        their alignment from them)."""
-        if self.algo is None:
-            lib = _lib()
-            pref = ctypes.c_void_p()
-            _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
-            _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, PREF_MAX_WORKSPACE_BYTES,
-                 ctypes.c_uint64(WORKSPACE_BYTES))  # fmt: skip
-            result, found = _HeuristicResult(), ctypes.c_int(0)
-            try:
-                _check(lib.cublasLtMatmulAlgoGetHeuristic(_handle(self.device), self.desc, self.a, self.b, self.d,
-                                                          self.d, pref, 1, ctypes.byref(result), ctypes.byref(found)),
-                       f"cublasLtMatmulAlgoGetHeuristic ({self.what})")  # fmt: skip
-            finally:
-                lib.cublasLtMatmulPreferenceDestroy(pref)
-            if found.value < 1:
-                raise CublasLtError(f"cuBLASLt has no algorithm for {self.what}")
-            self.algo = result
+    def pick(self, launch: Callable[[_HeuristicResult], None]) -> _HeuristicResult:
+        """The algorithm, asked once the epilogue's pointers are set (the heuristic reads their
+        alignment from them): the heuristic's first, as torch's own cuBLASLt calls take it, or
+        with `EVT_CUBLASLT_ALGOS=N` the fastest of its first N, each timed by `launch` (10
+        calls between CUDA events after 2), printed at EVT_DEBUG=1. Not while a CUDA graph is
+        being captured: there the first."""
+        if self.algo is not None:
+            return self.algo
+        lib, wanted = _lib(), algorithms_wanted()
+        if torch.cuda.is_current_stream_capturing():
+            wanted = 1
+        pref = ctypes.c_void_p()
+        _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
+        _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, PREF_MAX_WORKSPACE_BYTES,
+             ctypes.c_uint64(WORKSPACE_BYTES))  # fmt: skip
+        results, found = (_HeuristicResult * wanted)(), ctypes.c_int(0)
+        try:
+            _check(lib.cublasLtMatmulAlgoGetHeuristic(_handle(self.device), self.desc, self.a, self.b, self.d,
+                                                      self.d, pref, wanted, results, ctypes.byref(found)),
+                   f"cublasLtMatmulAlgoGetHeuristic ({self.what})")  # fmt: skip
+        finally:
+            lib.cublasLtMatmulPreferenceDestroy(pref)
+        usable = [r for r in results[: found.value] if r.state == 0]
+        if not usable:
+            raise CublasLtError(f"cuBLASLt has no algorithm for {self.what}")
+        if len(usable) == 1:
+            self.algo = usable[0]
+            return self.algo
+        times = [_time(launch, r) for r in usable]
+        best = min(range(len(usable)), key=times.__getitem__)
+        debug.log(1, f"evt.bench.cublaslt: {self.what}: the heuristic's algorithm {best + 1} of "
+                     f"{len(usable)}, {times[best]:.4f} ms (its first: {times[0]:.4f} ms)")  # fmt: skip
+        self.algo = usable[best]
         return self.algo
+
+
+def algorithms_wanted() -> int:
+    """EVT_CUBLASLT_ALGOS: how many of the heuristic's algorithms to time (1, the default: its
+    first, untimed)."""
+    text = os.environ.get("EVT_CUBLASLT_ALGOS", "1").strip() or "1"
+    if not text.isdigit() or int(text) < 1:
+        raise CublasLtError(f"EVT_CUBLASLT_ALGOS={text!r}: a count of algorithms (1 or more) wanted")
+    return int(text)
+
+
+def _time(launch: Callable[[_HeuristicResult], None], algo: _HeuristicResult, calls: int = 10) -> float:
+    """Mean ms of `calls` launches with `algo`, after two."""
+    for _ in range(2):
+        launch(algo)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        launch(algo)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, epilogue: str, *, bias: torch.Tensor | None = None,
@@ -196,14 +238,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, epilogue: str, *, bias: torch.Tenso
     for attr, t in ((DESC_BIAS_POINTER, bias), (DESC_AUX_POINTER, aux)):
         _set(setter, plan.desc, attr, ctypes.c_void_p(t.data_ptr() if t is not None else 0))
     d = torch.empty((m, n), dtype=a.dtype, device=a.device) if out is None else out
-    algo = plan.pick()
     alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
     ws = _workspace(device)
     stream = ctypes.c_void_p(torch.cuda.current_stream(a.device).cuda_stream)
-    _check(lib.cublasLtMatmul(_handle(device), plan.desc, ctypes.byref(alpha), ctypes.c_void_p(b.data_ptr()),
-                              plan.a, ctypes.c_void_p(a.data_ptr()), plan.b, ctypes.byref(beta),
-                              ctypes.c_void_p(d.data_ptr()), plan.d, ctypes.c_void_p(d.data_ptr()), plan.d,
-                              ctypes.byref(algo), ctypes.c_void_p(ws.data_ptr()),
-                              ctypes.c_size_t(WORKSPACE_BYTES), stream),
-           f"cublasLtMatmul ({plan.what})")  # fmt: skip
+
+    def launch(algo: _HeuristicResult) -> None:
+        _check(lib.cublasLtMatmul(_handle(device), plan.desc, ctypes.byref(alpha), ctypes.c_void_p(b.data_ptr()),
+                                  plan.a, ctypes.c_void_p(a.data_ptr()), plan.b, ctypes.byref(beta),
+                                  ctypes.c_void_p(d.data_ptr()), plan.d, ctypes.c_void_p(d.data_ptr()), plan.d,
+                                  ctypes.byref(algo), ctypes.c_void_p(ws.data_ptr()),
+                                  ctypes.c_size_t(WORKSPACE_BYTES), stream),
+               f"cublasLtMatmul ({plan.what})")  # fmt: skip
+
+    launch(plan.pick(launch))
     return d

@@ -785,6 +785,30 @@ struct Sm90RowReductionDeferred
       });
     }
 
+    // CUTLASS's visit checks every element against the problem's bounds (two compares each); a
+    // tile inside the problem adds its values unchecked, as the statistics push theirs: the same
+    // additions in the same order, so the same partials.
+    template <typename ElementAccumulator, typename ElementInput, int FragmentSize>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAccumulator, FragmentSize> const& frg_acc,
+                              int epi_v, int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, FragmentSize> const& frg_input) {
+      using namespace cute;
+      auto const& residue_cRow = get<12>(this->args_tuple);
+      if ((EVT_STATISTICS_CHECKED_PATHS &&
+           not elem_less(make_coord(kTileM - 1, kTileN - 1), residue_cRow)) ||
+          this->params.ptr_row == nullptr) {
+        return Parent::visit(frg_acc, epi_v, epi_m, epi_n, frg_input);
+      }
+      Tensor tCrRow_mn = get<1>(this->args_tuple)(_, _, _, epi_m, epi_n);
+      ReduceFn<float> reduce_input{};
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < FragmentSize; ++i) {
+        float& partial = tCrRow_mn(epi_v * FragmentSize + i);
+        partial = reduce_input(partial, float(frg_input[i]));
+      }
+      return frg_input;
+    }
+
     template <class STensor, class SyncFn, class VTensor>
     CUTLASS_DEVICE void reduce(STensor&& smem_buffer, SyncFn const& sync_fn, int epi_m, int epi_n,
                                bool is_last_iteration, VTensor visit_results) {
@@ -903,6 +927,8 @@ template <class Stat, class CtaTileShapeMNK, class ElementOutput>
 struct Sm90ScalarStatistic {
   using Partial = typename Stat::Partial;
   static_assert(Stat::kOutputs == 1);
+  static constexpr int kTileM = decltype(cute::size<0>(CtaTileShapeMNK{}))::value;
+  static constexpr int kTileN = decltype(cute::size<1>(CtaTileShapeMNK{}))::value;
 
   struct SharedStorage {};
 
@@ -997,6 +1023,14 @@ struct Sm90ScalarStatistic {
       using namespace cute;
       cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> convert;
       cutlass::Array<float, FragmentSize> x = convert(frg_input);
+      // A tile inside the problem pushes without a bounds check per element (two compares each)
+      if (!EVT_STATISTICS_CHECKED_PATHS || elem_less(make_coord(kTileM - 1, kTileN - 1), residue_cD)) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < FragmentSize; ++i) {
+          Stat::push(value, x[i]);
+        }
+        return frg_input;
+      }
       Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < FragmentSize; ++i) {

@@ -48,6 +48,15 @@ CUTLASS_HOST_DEVICE int64_t flat_batch(Coord const& l, Shape const& L) {
   }
 }
 
+// Whether a tile's elements may skip their bounds checks (two compares each): the tile lies wholly
+// inside the problem (its last coordinate is below the residue), or the checked paths are compiled
+// out (EVT_STATISTICS_CHECKED_PATHS=0, for counting instructions).
+template <int TileM, int TileN, class Residue>
+CUTLASS_DEVICE bool tile_inside(Residue const& residue) {
+  return !EVT_STATISTICS_CHECKED_PATHS ||
+         cute::elem_less(cute::make_coord(TileM - 1, TileN - 1), residue);
+}
+
 }  // namespace detail
 
 CUTLASS_DEVICE bool is_inf(float x) { return fabsf(x) == INFINITY; }
@@ -493,8 +502,8 @@ struct Sm90RowStatistics {
                                bool is_last_iteration, VTensor) {
       using namespace cute;
       Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
-      // A tile inside the problem pushes without a bounds check per element (2 compares each)
-      if (!EVT_STATISTICS_CHECKED_PATHS || elem_less(make_coord(kTileM - 1, kTileN - 1), residue_cD)) {
+      // A tile inside the problem pushes without a bounds check per element
+      if (detail::tile_inside<kTileM, kTileN>(residue_cD)) {
         Stat::push_subtile(tCrRow(_, _, _, epi_m, epi_n), tCrBuf, [](int) { return true; });
       } else {
         Stat::push_subtile(tCrRow(_, _, _, epi_m, epi_n), tCrBuf,
@@ -794,9 +803,7 @@ struct Sm90RowReductionDeferred
                               cutlass::Array<ElementInput, FragmentSize> const& frg_input) {
       using namespace cute;
       auto const& residue_cRow = get<12>(this->args_tuple);
-      if ((EVT_STATISTICS_CHECKED_PATHS &&
-           not elem_less(make_coord(kTileM - 1, kTileN - 1), residue_cRow)) ||
-          this->params.ptr_row == nullptr) {
+      if (not detail::tile_inside<kTileM, kTileN>(residue_cRow) || this->params.ptr_row == nullptr) {
         return Parent::visit(frg_acc, epi_v, epi_m, epi_n, frg_input);
       }
       Tensor tCrRow_mn = get<1>(this->args_tuple)(_, _, _, epi_m, epi_n);
@@ -1023,8 +1030,8 @@ struct Sm90ScalarStatistic {
       using namespace cute;
       cutlass::NumericArrayConverter<float, ElementInput, FragmentSize> convert;
       cutlass::Array<float, FragmentSize> x = convert(frg_input);
-      // A tile inside the problem pushes without a bounds check per element (two compares each)
-      if (!EVT_STATISTICS_CHECKED_PATHS || elem_less(make_coord(kTileM - 1, kTileN - 1), residue_cD)) {
+      // A tile inside the problem pushes without a bounds check per element
+      if (detail::tile_inside<kTileM, kTileN>(residue_cD)) {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < FragmentSize; ++i) {
           Stat::push(value, x[i]);

@@ -9,6 +9,7 @@ and evt's headers are the same; an entry whose key differs is simply built again
     python scripts/kernel_pack.py build --tests node_coverage   # a GPU test module's kernels
     python scripts/kernel_pack.py pack                          # -> .kpack/kernels.tar.xz
     python scripts/kernel_pack.py consolidate   # .kpack's archives merged into kernels.tar.xz
+    python scripts/kernel_pack.py consolidate --drop-stale   # ... less the entries no run finds
     device:  carry .kpack; scripts/device_env.sh unpacks every .kpack/*.tar.xz into
              $EVT_CACHE_DIR; at the end of the call
              python3 scripts/kernel_pack.py pack --new --out $OUT/kernels-N.tar.xz
@@ -153,9 +154,38 @@ def write_archive(entries: list[Path], out: Path) -> None:
     tmp.replace(out)
 
 
-def consolidate(out: Path) -> None:
+def is_current(entry: Path, compile_fn=None) -> bool:
+    """Whether this checkout computes the cache entry's key again from its record (the region's
+    spec and tile config, `evt.runtime.build.compile_job`'s meta) and the toolchain (`compile_fn`:
+    nvcc's by default): False once a header it includes, the renderer, evt's version or the
+    toolchain changed since it was built, so that no run looks it up any more. An entry with no
+    such record counts as current (kept)."""
+    import ast
+    import json
+    import re
+
+    from evt import ir
+    from evt.codegen.config import TileConfig
+    from evt.runtime import build, cache
+
+    meta_file = entry / cache.META
+    if not meta_file.exists():
+        return True
+    meta = json.loads(meta_file.read_text())
+    fields = re.fullmatch(r"TileConfig\((.*)\)", meta.get("config", ""))
+    if "spec" not in meta or fields is None:
+        return True
+    kwargs = {k: ast.literal_eval(v) for k, v in re.findall(r"(\w+)=('[^']*'|[^,]+)", fields[1])}
+    config = TileConfig(**kwargs)
+    if repr(config) != meta["config"]:  # a field the pattern misread: do not judge it
+        return True
+    return build.plan(ir.from_json(meta["spec"]), config, compile_fn).key == entry.name
+
+
+def consolidate(out: Path, drop_stale: bool = False, compile_fn=None) -> None:
     """Merge every archive in .kpack into `out` (one solid archive, each key once) and remove the
-    merged ones once `out` holds every key they held."""
+    merged ones once `out` holds every key they held; with `drop_stale`, less the entries
+    `is_current` finds stale (built with `compile_fn`, nvcc by default)."""
     import tempfile
 
     archives = sorted(a for a in PACK.glob("*.tar.xz") if a.resolve() != out.resolve())
@@ -170,13 +200,16 @@ def consolidate(out: Path) -> None:
             with tarfile.open(archive) as tar:
                 tar.extractall(root, filter="data")
         entries = sorted(p for p in root.iterdir() if p.is_dir())
+        stale = [e for e in entries if drop_stale and not is_current(e, compile_fn)]
+        entries = [e for e in entries if e not in stale]
         write_archive(entries, out)
     if archive_keys(out) != {e.name for e in entries}:
         sys.exit(f"kernel_pack: {out} lacks keys it was given; the archives are left as they were")
     for archive in archives:
         archive.unlink()
     after = out.stat().st_size
-    print(f"{out}: {len(entries)} kernels from {len(archives)} archives, "
+    dropped = f", {len(stale)} stale left out" if drop_stale else ""
+    print(f"{out}: {len(entries)} kernels from {len(archives)} archives{dropped}, "
           f"{before / 2**20:.1f} -> {after / 2**20:.1f} MiB")  # fmt: skip
 
 
@@ -201,6 +234,9 @@ def main() -> None:
     p.add_argument("--new", action="store_true", help="only entries no .kpack archive holds")
     c = sub.add_parser("consolidate", help="merge .kpack's archives into one solid archive")
     c.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")
+    c.add_argument("--drop-stale", action="store_true",
+                   help="leave out the entries whose key this checkout no longer computes (a "
+                        "header, the renderer or the toolchain changed since they were built)")  # fmt: skip
     args = ap.parse_args()
     PACK.mkdir(exist_ok=True)
     if args.cmd == "build":
@@ -211,7 +247,7 @@ def main() -> None:
         if args.tests:
             build_tests([t for t in args.tests.split(",") if t])
     elif args.cmd == "consolidate":
-        consolidate(args.out)
+        consolidate(args.out, args.drop_stale)
     else:
         pack(args.out, args.new)
 

@@ -138,3 +138,30 @@ def test_build_autotune_goes_case_by_case_in_part_4s_order(monkeypatch):
     calls.clear()
     kernel_pack.build("bias/gpt2,bias/bert", "bf16", [], autotune=False)
     assert calls == [(["bias/bert", "bias/gpt2"], None)]
+
+
+def test_consolidate_drop_stale_leaves_out_what_no_run_finds(machines, monkeypatch, capsys):
+    """`consolidate --drop-stale` keeps an entry only where this checkout computes its key again
+    from its record: after the renderer changes (as a header edit would), the entries built before
+    are left out and the one built after is kept, and it is found after unpacking."""
+    config = cfgs.TileConfig.from_label("128x128x64_c1x1_pingpong")
+    old = [build.build(fc1_spec(dtype=d), config, compile_fn=fake_compile).parent.name
+           for d in ("bf16", "f16")]  # fmt: skip
+    kernel_pack.pack(machines / "kpack" / "kernels-1.tar.xz", new_only=False)
+    out = machines / "kpack" / "kernels.tar.xz"
+    kernel_pack.consolidate(out, drop_stale=True, compile_fn=fake_compile)
+    assert kernel_pack.archive_keys(out) == set(old)  # nothing changed yet: nothing stale
+    render = FakeEmitter.render
+    monkeypatch.setattr(FakeEmitter, "render", staticmethod(lambda s, c: render(s, c) + "// v2\n"))
+    monkeypatch.setattr(build, "_futures", {})
+    new = build.build(fc1_spec(), config, compile_fn=fake_compile).parent.name
+    assert new not in old
+    kernel_pack.pack(machines / "kpack" / "kernels-2.tar.xz", new_only=True)
+    capsys.readouterr()
+    kernel_pack.consolidate(out, drop_stale=True, compile_fn=fake_compile)
+    assert kernel_pack.archive_keys(out) == {new}
+    assert "1 kernels from 1 archives, 2 stale left out" in capsys.readouterr().out
+    assert sorted(p.name for p in (machines / "kpack").iterdir()) == ["kernels.tar.xz"]
+    monkeypatch.setenv("EVT_CACHE_DIR", str(machines / "there"))
+    unpack(out, machines / "there")
+    assert cache.lookup(new) is not None

@@ -26,10 +26,11 @@ PROGRAM = r"""
 int main() {
   for (int i = 0; i <= 40002; ++i) {
     float z = i < 40001 ? -10.0f + i * 5e-4f : (i == 40001 ? -0.0f : 0.0f);  // then both zeros
-    std::printf("%.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
+    std::printf("%.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
                 evt::GeluBackward<float>{}(1.0f, z), evt::Sigmoid<float>{}(2.0f * z),
                 evt::Silu<float>{}(2.0f * z), evt::Exp<float>{}(2.0f * z),
-                evt::GeluForBf16<float>{}(z), evt::GeluForF16<float>{}(z));
+                evt::GeluForBf16<float>{}(z), evt::GeluForF16<float>{}(z),
+                evt::GeluTanh<float>{}(z), evt::GeluTanhBackward<float>{}(1.0f, z));
   }
 }
 """
@@ -136,6 +137,36 @@ def test_exp_sigmoid_and_silu_through_exp2_match_float64(values):
     assert ((silu - want).abs() / want.abs().clamp_min(1e-30)).max() < 3e-6
 
 
+def test_tanh_gelu_and_its_backward_match_torchs_in_float64(values):
+    """The tanh-approximated GELU (torch's approximate="tanh") and its derivative, with the
+    constants folded so that each step of the backward is one multiply or multiply-add: against
+    torch's float64 formulas within float32's rounding of them (the host takes libm's tanhf where
+    the device takes tanh.approx.f32), and no less accurate than torch's own float32 ones."""
+    z, gelu, grad = values[:, 0], values[:, 8], values[:, 9]
+    want = F.gelu(z, approximate="tanh")
+    rel = (gelu - want).abs() / want.abs().clamp_min(1e-30)
+    assert rel[z > -2].max() < 2e-6  # below, 0.5 (z + z t) cancels, as torch's float32 does
+    assert (gelu - want).abs().max() < 2e-6
+    x = z.clone().requires_grad_()
+    F.gelu(x, approximate="tanh").sum().backward()
+    err = (grad - x.grad).abs()
+    x32 = z.float().requires_grad_()
+    F.gelu(x32, approximate="tanh").sum().backward()
+    torch_err = (x32.grad.double() - x.grad).abs()
+    assert err.max() < 1e-6 and err.max() <= 2 * torch_err.max(), (err.max(), torch_err.max())
+
+
+def test_tanh_gelu_backward_is_one_tanh_and_nine_multiply_adds(tmp_path):
+    """grad * gelu_tanh'(z) in PTX: one tanh.approx.f32 and nine float multiplies and
+    multiply-adds, grad's included (the same formula in CUTLASS's dGELU order took 12 and an add:
+    an epilogue at K <= 1024 waits for each)."""
+    ops = float_ops(tmp_path, "GeluTanhBackward", "a[threadIdx.x], b[threadIdx.x]")
+    assert ops.count("tanh.approx.f32") == 1
+    assert ops.count("fma.rn.f32") == 5 and ops.count("mul.f32") == 4
+    # the rest: -t, which ptxas folds into its FFMA's operand (SASS: 4 FMUL and 5 FFMA)
+    assert [op for op in ops if op not in ("tanh.approx.f32", "fma.rn.f32", "mul.f32")] == ["neg.f32"]
+
+
 SFU_KERNEL = r"""
 #include "evt_functors.h"
 __global__ void apply(float const* a, float const* b, float* out) {
@@ -157,14 +188,24 @@ def test_special_functions_take_the_sfu_once_each(tmp_path, functor, args, ex2, 
     those wrappers cost more than the functions (session 13: 20-35% of the exact GELU's and
     softmax's epilogue instructions). GELU's backward shares its exp with the normal tail; the
     whole exact GELU backward stays within 25 float instructions (PTX, before ptxas)."""
-    cu = tmp_path / "k.cu"
-    cu.write_text(SFU_KERNEL.replace("FUNCTOR", functor).replace("ARGS", args))
-    flags = [f for f in nvcc_flags() if f.startswith(("-I", "-std", "--expt", "-gencode"))]
-    subprocess.run([nvcc_path(), *flags, "-ptx", "-o", str(tmp_path / "k.ptx"), str(cu)],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
-    ptx = (tmp_path / "k.ptx").read_text()
-    ops = [line.split()[0] for line in ptx.splitlines() if line.strip()[:1].isalpha()]
+    ops = ptx_ops(tmp_path, functor, args)
     assert ops.count("ex2.approx.ftz.f32") == ex2 and ops.count("rcp.approx.ftz.f32") == rcp
     assert not [op for op in ops if op.startswith(("div.", "ex2.approx.f32", "lg2."))], ops
-    arithmetic = [op for op in ops if op.endswith(".f32") and not op.startswith(("mov", "ld", "st"))]
-    assert len(arithmetic) <= 25, arithmetic
+    assert len(float_ops(tmp_path, functor, args, ops)) <= 25
+
+
+def ptx_ops(tmp_path: Path, functor: str, args: str) -> list[str]:
+    """The PTX instructions (opcodes) of a kernel applying `evt::FUNCTOR<float>` to `args`."""
+    cu = tmp_path / f"{functor}.cu"
+    cu.write_text(SFU_KERNEL.replace("FUNCTOR", functor).replace("ARGS", args))
+    flags = [f for f in nvcc_flags() if f.startswith(("-I", "-std", "--expt", "-gencode"))]
+    ptx = cu.with_suffix(".ptx")
+    subprocess.run([nvcc_path(), *flags, "-ptx", "-o", str(ptx), str(cu)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    return [line.split()[0] for line in ptx.read_text().splitlines() if line.strip()[:1].isalpha()]
+
+
+def float_ops(tmp_path: Path, functor: str, args: str, ops: list[str] | None = None) -> list[str]:
+    """Its float32 arithmetic (moves, loads and stores left out)."""
+    ops = ptx_ops(tmp_path, functor, args) if ops is None else ops
+    return [op for op in ops if op.endswith(".f32") and not op.startswith(("mov", "ld", "st"))]

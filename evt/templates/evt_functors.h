@@ -204,12 +204,16 @@ EVT_ELEMENTWISE(GeluTanh,
                 0.5f * (z + z * tanh_approx(z * (0.7978845608028654f + 0.0356774081f * z * z))),
                 float z)
 
-// grad * d/dz gelu_tanh(z), the derivative of the tanh-approximated GELU, as CUTLASS's dGELU
-// computes it (same argument order), with tanh_approx.
+// grad * d/dz gelu_tanh(z), the derivative of the tanh-approximated GELU, with tanh_approx:
+//   t = tanh(k0 (z + k1 z^3)),  d/dz = 0.5 (1 + t) + z (1 - t^2) (k0 / 2) (1 + 3 k1 z^2),
+// the constants folded (k0 k1, k0 / 2, 3 k0 k1 / 2) so that each step is one FMUL or FFMA: 4 FMUL
+// and 5 FFMA an element against 8 and 4 plus an FADD in CUTLASS's dGELU order, the same values
+// to fp32 rounding.
 CUTLASS_HOST_DEVICE float gelu_tanh_grad(float z) {
-  float const t = tanh_approx(0.7978845608028654f * z * (1.0f + 0.044715f * z * z));
-  return 0.5f * z * ((1.0f - t * t) * (0.7978845608028654f + 0.1070322243f * z * z)) +
-         0.5f * (1.0f + t);
+  float const z2 = z * z;
+  float const t = tanh_approx(z * fmaf(0.0356774081f, z2, 0.7978845608028654f));
+  float const slope = fmaf(0.0535161122f, z2, 0.3989422804014327f);  // (k0 / 2) (1 + 3 k1 z^2)
+  return fmaf(z * fmaf(-t, t, 1.0f), slope, fmaf(0.5f, t, 0.5f));
 }
 EVT_ELEMENTWISE(GeluTanhBackward, grad * gelu_tanh_grad(z), float grad, float z)
 

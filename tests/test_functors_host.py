@@ -26,11 +26,12 @@ PROGRAM = r"""
 int main() {
   for (int i = 0; i <= 40002; ++i) {
     float z = i < 40001 ? -10.0f + i * 5e-4f : (i == 40001 ? -0.0f : 0.0f);  // then both zeros
-    std::printf("%.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
+    std::printf("%.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
                 evt::GeluBackward<float>{}(1.0f, z), evt::Sigmoid<float>{}(2.0f * z),
                 evt::Silu<float>{}(2.0f * z), evt::Exp<float>{}(2.0f * z),
                 evt::GeluForBf16<float>{}(z), evt::GeluForF16<float>{}(z),
-                evt::GeluTanh<float>{}(z), evt::GeluTanhBackward<float>{}(1.0f, z));
+                evt::GeluTanh<float>{}(z), evt::GeluTanhBackward<float>{}(1.0f, z),
+                evt::SiluBackward<float>{}(1.0f, 2.0f * z));
   }
 }
 """
@@ -128,13 +129,17 @@ def test_exact_gelu_backward_matches_float64(values):
 
 def test_exp_sigmoid_and_silu_through_exp2_match_float64(values):
     """exp(x) as exp2(x log2 e), as Triton's exp: the rounding of x log2 e adds |x| 1e-7 to the
-    relative error (here |x| <= 20); sigmoid and SiLU take it and the SFU reciprocal."""
+    relative error (here |x| <= 20); sigmoid, SiLU and SiLU's backward take it and the SFU
+    reciprocal."""
     x = 2 * values[:, 0]
     sig, silu, exp = values[:, 3], values[:, 4], values[:, 5]
     assert ((exp - torch.exp(x)) / torch.exp(x)).abs().max() < 3e-6
     assert ((sig - torch.sigmoid(x)) / torch.sigmoid(x)).abs().max() < 3e-6
     want = x * torch.sigmoid(x)
     assert ((silu - want).abs() / want.abs().clamp_min(1e-30)).max() < 3e-6
+    x64 = x.clone().requires_grad_()
+    F.silu(x64).sum().backward()  # torch's silu_backward
+    assert (values[:, 10] - x64.grad).abs().max() < 3e-6  # it crosses 0 at x = -1.28: absolute
 
 
 def test_tanh_gelu_and_its_backward_match_torchs_in_float64(values):

@@ -74,6 +74,12 @@ def _phases(path: Path) -> dict[str, float]:
 def sass(binary: Path) -> list[str] | None:
     """The SASS instructions in `binary` (addresses, encodings and names dropped); None without
     cuobjdump and nvdisasm (the nvidia-cuda-cuobjdump and -nvdisasm wheels have them)."""
+    functions = sass_functions(binary)
+    return None if functions is None else [i for code in functions.values() for i in code]
+
+
+def sass_functions(binary: Path) -> dict[str, list[str]] | None:
+    """`sass(binary)` by kernel function (its mangled name, as cuobjdump prints it)."""
     tool = shutil.which("cuobjdump")
     with contextlib.suppress(ImportError):
         import cuda.pathfinder
@@ -83,9 +89,19 @@ def sass(binary: Path) -> list[str] | None:
         return None
     env = {**os.environ, "PATH": f"{os.environ.get('PATH', '')}:{Path(tool).parent}"}  # nvdisasm
     text = subprocess.run([tool, "-sass", str(binary)], capture_output=True, text=True, env=env)
-    code = [ln.split(";")[0].split("*/", 1)[-1].strip() for ln in text.stdout.splitlines()
-            if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]  # fmt: skip
-    return code or None
+    return parse_sass(text.stdout)
+
+
+def parse_sass(text: str) -> dict[str, list[str]] | None:
+    """cuobjdump -sass's listing by function: each instruction without address or encoding."""
+    functions: dict[str, list[str]] = {}
+    code: list[str] = []
+    for ln in text.splitlines():
+        if m := re.match(r"\s+Function : (\S+)", ln):
+            code = functions.setdefault(m[1], [])
+        elif re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln):
+            code.append(ln.split(";")[0].split("*/", 1)[-1].strip())
+    return {name: c for name, c in functions.items() if c} or None
 
 
 def main() -> None:

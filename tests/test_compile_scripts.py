@@ -54,3 +54,24 @@ def test_the_nvrtc_shim_lets_nvrtc_bind_a_const_cute_tuple(tmp_path):
     log = b" " * size
     nvrtc.nvrtcGetProgramLog(prog, log)
     assert result[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")[-2000:]
+
+
+def test_parse_sass_keeps_each_kernel_functions_instructions_apart():
+    """A deferred reduction's library holds the GEMM and its finishing job: their SASS counts
+    (scripts/sass_count.py) must not add up into one kernel's."""
+    listing = """
+\tcode for sm_90a
+\t\tFunction : _ZN3evt6detail17finish_all_kernelEv
+\t.headerflags\t@"EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                    /* 0x00000a00ff017b82 */
+                                                                               /* 0x000fe20000000800 */
+        /*0010*/              @!P0 FADD R2, R2, R3 ;                            /* 0x0000000302028221 */
+\t\t..........
+
+\t\tFunction : _ZN7cutlass13device_kernelEv
+        /*0000*/                   MUFU.TANH R4, R5 ;                         /* 0x0000000500047308 */
+"""
+    functions = compile_time.parse_sass(listing)
+    assert functions == {"_ZN3evt6detail17finish_all_kernelEv": ["LDC R1, c[0x0][0x28]", "@!P0 FADD R2, R2, R3"],
+                         "_ZN7cutlass13device_kernelEv": ["MUFU.TANH R4, R5"]}  # fmt: skip
+    assert compile_time.parse_sass("no listing") is None

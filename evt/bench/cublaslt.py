@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from evt import debug
+from evt.runtime import timing
 
 # cublasLt.h / cublas_api.h / library_types.h (CUDA 12 and 13)
 EPILOGUES = {"gelu_aux_bias": 164, "dgelu": 192, "dgelu_bgrad": 208}
@@ -159,9 +160,9 @@ class Plan:
     def pick(self, launch: Callable[[_HeuristicResult], None]) -> _HeuristicResult:
         """The algorithm, asked once the epilogue's pointers are set (the heuristic reads their
         alignment from them): the heuristic's first, as torch's own cuBLASLt calls take it, or
-        with `EVT_CUBLASLT_ALGOS=N` the fastest of its first N, each timed by `launch` (10
-        calls between CUDA events after 2), printed at EVT_DEBUG=1. Not while a CUDA graph is
-        being captured: there the first."""
+        with `EVT_CUBLASLT_ALGOS=N` the fastest of its first N, each timed through `launch`
+        (`evt.runtime.timing.cuda_time_ms`: the median of 10 calls after 2), printed at
+        EVT_DEBUG=1. Not while a CUDA graph is being captured: there the first."""
         if self.algo is not None:
             return self.algo
         lib, wanted = _lib(), algorithms_wanted()
@@ -184,7 +185,7 @@ class Plan:
         if len(usable) == 1:
             self.algo = usable[0]
             return self.algo
-        times = [_time(launch, r) for r in usable]
+        times = [timing.cuda_time_ms(lambda r=r: launch(r), warmup=2, reps=10) for r in usable]
         best = min(range(len(usable)), key=times.__getitem__)
         debug.log(1, f"evt.bench.cublaslt: {self.what}: the heuristic's algorithm {best + 1} of "
                      f"{len(usable)}, {times[best]:.4f} ms (its first: {times[0]:.4f} ms)")  # fmt: skip
@@ -199,19 +200,6 @@ def algorithms_wanted() -> int:
     if not text.isdigit() or int(text) < 1:
         raise CublasLtError(f"EVT_CUBLASLT_ALGOS={text!r}: a count of algorithms (1 or more) wanted")
     return int(text)
-
-
-def _time(launch: Callable[[_HeuristicResult], None], algo: _HeuristicResult, calls: int = 10) -> float:
-    """Mean ms of `calls` launches with `algo`, after two."""
-    for _ in range(2):
-        launch(algo)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        launch(algo)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, epilogue: str, *, bias: torch.Tensor | None = None,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -791,6 +792,29 @@ def test_redo_queues_the_selected_results_again_ok_ones_too(tmp_path):
     assert store.results[0]["skip_reason"] == "queued by --redo"
     assert store.results[0]["error"] == "was ok: 0.2 ms as run, 0.1 ms under CUDA graphs"
     assert store.results[1]["error"] == "was n/a: None"
+
+
+def test_a_redo_not_reached_keeps_the_result_it_had(tmp_path):
+    """--redo queues ok results again; one its stage's time limit leaves unmeasured gets its
+    old record back (the session and commit that measured it), not "not measured"."""
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    for n in range(3):
+        store.add({"case": f"c{n}", "baseline": "b", "status": "ok", "error": None,
+                   "time_ms": 0.2 + n, "session": 0, "commit": "abc"})  # fmt: skip
+    assert store.requeue({(f"c{n}", "b") for n in range(3)}, redo=True) == 3
+    items = [SimpleNamespace(case=SimpleNamespace(name=f"c{n}", kind="gemm", group="g", shape="s",
+                                                  dims=(1, 1, 1)), baseline="b", stage="evt")
+             for n in range(3)]  # fmt: skip
+    store.mark(items[:1], "n/a", "boom")  # measured again and failed: that is the result now
+    store.mark(items[1:2], "skipped", "not reached", skip="time")
+    again = Store.open(tmp_path, CONFIG, resume=True)
+    by_case = {r["case"]: r for r in again.results}
+    assert by_case["c0"]["status"] == "n/a" and by_case["c0"]["error"] == "boom"
+    assert by_case["c1"]["status"] == "ok" and by_case["c1"]["time_ms"] == 1.2
+    assert (by_case["c1"]["session"], by_case["c1"]["commit"]) == (0, "abc")
+    assert by_case["c2"]["status"] == "skipped" and by_case["c2"]["replaced"]["time_ms"] == 2.2
+    store.mark(items[2:], "skipped", "not reached", skip="time")  # a later call runs out too
+    assert store.record("c2", "b")["status"] == "ok"
 
 
 def test_bench_full_takes_a_calls_results_for_the_next(tmp_path):

@@ -63,6 +63,7 @@ RECORD_FIELDS = (
     "finished",
     "session",  # index into the file's sessions: who measured it
     "commit",  # the git commit of evt it was measured at (that session's)
+    "replaced",  # a record --redo queued again: the one it held, back if it is not measured
 )
 STATUSES = {
     "ok": "checked right, then timed",
@@ -164,14 +165,23 @@ class Store:
         dtype = self.data["config"]["dtype"]
         reason = SKIP_REASONS[skip] if skip else None
         for item in items:
+            old = self.record(item.case.name, item.baseline)
+            if skip == "time" and old is not None and old.get("replaced"):
+                self.add(old["replaced"], save=False)  # a --redo not reached keeps what it had
+                continue
             fields = dict(status=status, error=error, skip_reason=reason, finished=env.now())
             self.add(new_record(item, dtype, **fields), save=False)
         self.save()
 
+    def record(self, case: str, baseline: str) -> dict | None:
+        return next((r for r in self.results if (r["case"], r["baseline"]) == (case, baseline)), None)
+
     def requeue(self, keys: set[tuple[str, str]], redo: bool = False) -> int:
         """Mark the records among `keys` that failed (n/a, timeout, fallback), or with `redo`
         every final one (ok and wrong too), skipped, so the run measures them again; the error
-        field says what each was."""
+        field says what each was. A record queued by `redo` keeps the one it held (`replaced`):
+        marked not measured for lack of time, it gets that back, so a --redo that runs out of
+        time loses nothing."""
         statuses = FINAL if redo else ("n/a", "timeout", "fallback")
         n = 0
         for r in self.results:
@@ -180,6 +190,8 @@ class Store:
                 if r["status"] == "ok":
                     was = f"ok: {r.get('time_ms')} ms as run, {r.get('graph_ms')} ms under CUDA graphs"
                 reason = SKIP_REASONS["redo" if redo else "retry"]
+                if redo:
+                    r["replaced"] = {k: v for k, v in r.items() if k != "replaced"}
                 r.update(status="skipped", skip_reason=reason, error=f"was {was}")
                 n += 1
         self.save()

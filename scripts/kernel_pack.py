@@ -7,6 +7,7 @@ and evt's headers are the same; an entry whose key differs is simply built again
 
     python scripts/kernel_pack.py build --only 'bias*,dgrad*'   # plan (meta capture) and build
     python scripts/kernel_pack.py build --tests node_coverage   # a GPU test module's kernels
+    python scripts/kernel_pack.py build --tests fuzz            # the fuzzer's seeds (28 kernels)
     python scripts/kernel_pack.py pack                          # -> .kpack/kernels.tar.xz
     python scripts/kernel_pack.py consolidate   # .kpack's archives merged into kernels.tar.xz
     python scripts/kernel_pack.py consolidate --drop-stale   # ... less the entries no run finds
@@ -74,7 +75,8 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
 def build_tests(names: list[str]) -> None:
     """Build the kernels GPU test modules build first (`tests/test_gpu_NAME.py`'s `captured()`:
     its regions captured on the CPU at the GPU's sizes), each at the config the test's process
-    would pick (`dispatch.build_for`), so the device call only runs the tests. Each entry of
+    would pick (`dispatch.build_for`), or its `prebuilt_specs()` at their default config (the
+    fuzzer's), so the device call only runs the tests. Each entry of
     `captured()` starts from a fresh dispatch state, as each test does (the modules reset it per
     test): a kernel signature seen again at another problem is built at that problem's config."""
     import importlib
@@ -90,9 +92,14 @@ def build_tests(names: list[str]) -> None:
             if e.name != f"tests.test_gpu_{name}":  # the module is there; something it imports is not
                 raise
             sys.exit(f"kernel_pack: no tests/test_gpu_{name}.py")
+        if hasattr(module, "prebuilt_specs"):  # specs its tests build at their default config
+            from evt.runtime import build
+
+            futures += [(spec.name, build.prefetch(spec, None)) for spec in module.prebuilt_specs()]
+            continue
         if not hasattr(module, "captured"):
-            sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has no captured(): its kernels "
-                     "are built inside its tests")  # fmt: skip
+            sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has neither captured() nor "
+                     "prebuilt_specs(): its kernels are built inside its tests")  # fmt: skip
         for seen in module.captured().values():
             dispatch.reset()
             for spec, problem in seen:
@@ -220,7 +227,7 @@ def main() -> None:
     b.add_argument("--only", default="", help="comma-separated globs, as evt bench --only")
     b.add_argument("--tests", default="",
                    help="comma-separated GPU test modules (mlp, models, node_coverage, nested_batch, "
-                        "one_hot: tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
+                        "one_hot, fuzz: tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
     b.add_argument(

@@ -37,6 +37,13 @@ def generated(tmp_path_factory, request) -> dict[int, ir.KernelSpec]:
     return out
 
 
+def prebuilt_specs() -> list[ir.KernelSpec]:
+    """Every spec this module builds (`scripts/kernel_pack.py build --tests fuzz` builds them
+    ahead of a device call)."""
+    regressions = [ir.from_json(json.loads(p.read_text())["spec"]) for p in REGRESSIONS]
+    return [*(fuzz.generate(s) for s in SEEDS), *regressions]
+
+
 def selected_seeds(request) -> list[int]:
     """The seeds of this module's tests the session runs."""
     chosen = set()

@@ -71,8 +71,9 @@ def test_device_env_unpacks_every_carried_archive():
 
 def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatch, capsys):
     """`build --tests NAME` builds `tests/test_gpu_NAME.py`'s `captured()` regions at the configs
-    the test's process picks, skips a region with a static reason against it, and refuses a module
-    without `captured()` or one that does not exist."""
+    the test's process picks, skips a region with a static reason against it, builds a module's
+    `prebuilt_specs()` at their default config, and refuses a module with neither or one that does
+    not exist."""
     import sys
     import types
 
@@ -95,7 +96,13 @@ def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatc
     assert len(picks) == 2, picks
     for config in picks:
         assert cache.lookup(build.plan(spec, config, fake_compile).key) is not None
-    with pytest.raises(SystemExit, match="no captured"):
+    fuzzed = types.ModuleType("tests.test_gpu_fuzzed")  # the fuzzer's: specs at their default config
+    fuzzed.prebuilt_specs = lambda: [fc1_spec("fuzzed", dtype="f16")]
+    monkeypatch.setitem(sys.modules, "tests.test_gpu_fuzzed", fuzzed)
+    kernel_pack.build_tests(["fuzzed"])
+    assert "1 of 1 test kernels built" in capsys.readouterr().out
+    assert cache.lookup(build.plan(fc1_spec("fuzzed", dtype="f16"), None, fake_compile).key)
+    with pytest.raises(SystemExit, match="neither captured"):
         kernel_pack.build_tests(["bare"])
     with pytest.raises(SystemExit, match="no tests/test_gpu_missing.py"):
         kernel_pack.build_tests(["missing"])
@@ -165,3 +172,14 @@ def test_consolidate_drop_stale_leaves_out_what_no_run_finds(machines, monkeypat
     monkeypatch.setenv("EVT_CACHE_DIR", str(machines / "there"))
     unpack(out, machines / "there")
     assert cache.lookup(new) is not None
+
+
+def test_the_gpu_fuzzers_prebuilt_specs_are_its_seeds():
+    """`build --tests fuzz` builds what tests/test_gpu_fuzz.py's fixture builds: one spec per seed
+    and regression, each at the default config (`prebuilt_specs`)."""
+    from evt.testing import fuzz
+    from tests import test_gpu_fuzz
+
+    specs = test_gpu_fuzz.prebuilt_specs()
+    assert len(specs) == len(test_gpu_fuzz.SEEDS) + len(test_gpu_fuzz.REGRESSIONS)
+    assert specs[0] == fuzz.generate(test_gpu_fuzz.SEEDS[0])

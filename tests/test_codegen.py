@@ -33,6 +33,17 @@ def test_every_node_has_a_named_using_and_the_abi(name):
     assert "{{ " not in text and "{%" not in text  # no Jinja left over
 
 
+def test_only_kernels_with_a_finishing_launch_signal_it_early():
+    """A kernel with deferred partials (the bias gradient's sum over M) compiles its GEMM with
+    CUTLASS's grid dependency control, before any CUTLASS include, and finishes through
+    evt::finish_all (a programmatic dependent launch); a kernel without them is unchanged."""
+    deferred = render(specs.ALL["mlp_dgrad_gelu_bias"]())
+    define = deferred.index("#define CUTLASS_ENABLE_GDC_FOR_SM90 1")
+    assert define < deferred.index('#include "cute/tensor.hpp"') and "evt::finish_all(" in deferred
+    plain = render(specs.ALL["mlp_fc1_forward"]())
+    assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in plain and "finish_all" not in plain
+
+
 def test_fc1_forward_is_a_chain_through_the_store():
     text = render(specs.mlp_fc1_forward())
     assert "Sm90TopologicalVisitor" not in text

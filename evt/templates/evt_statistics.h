@@ -17,6 +17,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -659,10 +661,29 @@ CUTLASS_DEVICE void finish_job_at(Jobs const& jobs, int block) {
   }
 }
 
+// Waits until the grid this one depends on (the GEMM) has completed and its writes are visible:
+// a programmatic dependent launch starts this grid's blocks before that. Launched the plain way,
+// it returns at once.
+CUTLASS_DEVICE void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <class... Jobs>
 __global__ void __launch_bounds__(kFinishRows * kFinishSplits)
 finish_all_kernel(__grid_constant__ cute::tuple<Jobs...> const jobs) {
+  wait_for_prerequisite_grid();
   finish_job_at<0>(jobs, int(blockIdx.x));
+}
+
+// EVT_PDL=0 turns the programmatic dependent launch of the finishing kernel off (read once).
+inline bool programmatic_launch() {
+  static bool const on = [] {
+    char const* value = std::getenv("EVT_PDL");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return on;
 }
 
 }  // namespace detail
@@ -670,15 +691,30 @@ finish_all_kernel(__grid_constant__ cute::tuple<Jobs...> const jobs) {
 // Every deferred node's finishing job in one kernel, launched after the GEMM on the same stream:
 // a region with statistics and reductions over M (LayerNorm's backward: four) pays one launch
 // for all of them. Each block runs one job's rows; the jobs touch disjoint outputs.
+//
+// A programmatic dependent launch (PDL): the GEMM (compiled with CUTLASS_ENABLE_GDC_FOR_SM90
+// where a kernel has deferred nodes) signals `griddepcontrol.launch_dependents` as each CTA
+// starts its last tile, so this kernel's launch and block scheduling overlap the GEMM's last
+// wave instead of following its end; its blocks wait in `griddepcontrol.wait` for the GEMM to
+// complete (wait_for_prerequisite_grid) before reading a partial. Stream capture records it
+// as a programmatic edge of the CUDA graph.
 template <class... Jobs>
 cudaError_t finish_all(cudaStream_t stream, Jobs const&... jobs) {
   int const blocks = (0 + ... + jobs.blocks());
   if (blocks == 0) {
     return cudaSuccess;
   }
-  constexpr int kThreads = detail::kFinishRows * detail::kFinishSplits;
-  detail::finish_all_kernel<Jobs...><<<blocks, kThreads, 0, stream>>>(cute::make_tuple(jobs...));
-  return cudaGetLastError();
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(detail::kFinishRows * detail::kFinishSplits);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = detail::programmatic_launch() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, detail::finish_all_kernel<Jobs...>, cute::make_tuple(jobs...));
 }
 
 template <class Stat, class CtaTileShapeMNK, class ElementOutput, class StrideMNL>

@@ -31,6 +31,9 @@ def test_every_node_has_a_named_using_and_the_abi(name):
         assert 'extern "C"' in text and f"evt_{spec.name}{suffix}" in text
     assert "ElementC = void" in text and "StageCountAutoCarveout" in text
     assert "{{ " not in text and "{%" not in text  # no Jinja left over
+    # a template block that renders to nothing leaves no blank line behind (a stray one changes
+    # every kernel's source, so every cache key: all kernels rebuilt for nothing)
+    assert "\n\n\n" not in text
 
 
 def test_only_kernels_with_a_finishing_launch_signal_it_early():

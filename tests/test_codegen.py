@@ -36,15 +36,17 @@ def test_every_node_has_a_named_using_and_the_abi(name):
     assert "\n\n\n" not in text
 
 
-def test_only_kernels_with_a_finishing_launch_signal_it_early():
-    """A kernel with deferred partials (the bias gradient's sum over M) compiles its GEMM with
-    CUTLASS's grid dependency control, before any CUTLASS include, and finishes through
-    evt::finish_all (a programmatic dependent launch); a kernel without them is unchanged."""
-    deferred = render(specs.ALL["mlp_dgrad_gelu_bias"]())
-    define = deferred.index("#define CUTLASS_ENABLE_GDC_FOR_SM90 1")
-    assert define < deferred.index('#include "cute/tensor.hpp"') and "evt::finish_all(" in deferred
-    plain = render(specs.ALL["mlp_fc1_forward"]())
-    assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in plain and "finish_all" not in plain
+@pytest.mark.parametrize("name", ["mlp_dgrad_gelu_bias", "mlp_fc1_forward"])
+def test_every_kernel_builds_with_grid_dependency_control(name):
+    """Every kernel compiles its GEMM with CUTLASS's grid dependency control, defined before any
+    CUTLASS include (a finishing kernel may start during the GEMM's last tiles; with EVT_PDL=2
+    the GEMM may start during the kernel before it), and asks evt_launch.h whether to launch
+    the GEMM programmatically; one with deferred partials finishes through evt::finish_all."""
+    spec = specs.ALL[name]()
+    text = render(spec)
+    assert text.index("#define CUTLASS_ENABLE_GDC_FOR_SM90 1") < text.index('#include "cute/tensor.hpp"')
+    assert text.count("gemm_launch_is_programmatic(K)") == 1
+    assert ("evt::finish_all(" in text) == (name == "mlp_dgrad_gelu_bias")
 
 
 def test_fc1_forward_is_a_chain_through_the_store():

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,35 @@ enum ReturnCode : int {
   kFinishFailed = -5,       // a statistic's finishing kernel failed to launch
   kBadTileOrder = -6,       // a tile order outside raster 0-2, swizzle 0 (evt's), 1, 2, 4, 8
 };
+
+// Programmatic dependent launches (PDL), EVT_PDL (read once per library):
+//   0  none: every kernel waits for the one before it on the stream to end;
+//   1  (default) a region's finishing kernel (evt::finish_all) starts during its GEMM's last
+//      tiles and waits in griddepcontrol.wait for the GEMM to complete;
+//   2  also the GEMM itself, after whatever kernel precedes it on the stream: its prologue
+//      (barriers, descriptors, the tile scheduler) overlaps that kernel's end, and its load
+//      warps wait in griddepcontrol.wait before they touch global memory (CUTLASS's grid
+//      dependency control, compiled into every evt kernel); experimental, not yet measured.
+inline int pdl_level() {
+  static int const level = [] {
+    char const* value = std::getenv("EVT_PDL");
+    return value == nullptr ? 1 : (value[0] == '0' ? 0 : (value[0] == '2' ? 2 : 1));
+  }();
+  return level;
+}
+
+// Whether the GEMM launches as a programmatic dependent launch: EVT_PDL=2, and a main loop of
+// at least one k-block (the consumer warps reach global memory only through data the load
+// warp brought after its wait; with K = 0 they would not wait for anything), and the kernel
+// compiled with the grid dependency control (else nothing in it waits).
+inline bool gemm_launch_is_programmatic(int K) {
+#if defined(CUTLASS_ENABLE_GDC_FOR_SM90)
+  return K > 0 && pdl_level() >= 2;
+#else
+  (void)K;
+  return false;
+#endif
+}
 
 template <class T>
 inline T const* in_ptr(void const* const* ptrs, int i) {

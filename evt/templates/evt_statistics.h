@@ -17,8 +17,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -27,6 +25,7 @@
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/workspace.h"
 #include "evt_functors.h"
+#include "evt_launch.h"
 
 namespace evt {
 
@@ -677,24 +676,15 @@ finish_all_kernel(__grid_constant__ cute::tuple<Jobs...> const jobs) {
   finish_job_at<0>(jobs, int(blockIdx.x));
 }
 
-// EVT_PDL=0 turns the programmatic dependent launch of the finishing kernel off (read once).
-inline bool programmatic_launch() {
-  static bool const on = [] {
-    char const* value = std::getenv("EVT_PDL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return on;
-}
-
 }  // namespace detail
 
 // Every deferred node's finishing job in one kernel, launched after the GEMM on the same stream:
 // a region with statistics and reductions over M (LayerNorm's backward: four) pays one launch
 // for all of them. Each block runs one job's rows; the jobs touch disjoint outputs.
 //
-// A programmatic dependent launch (PDL): the GEMM (compiled with CUTLASS_ENABLE_GDC_FOR_SM90
-// where a kernel has deferred nodes) signals `griddepcontrol.launch_dependents` as each CTA
-// starts its last tile, so this kernel's launch and block scheduling overlap the GEMM's last
+// A programmatic dependent launch (PDL; EVT_PDL >= 1, evt::launch::pdl_level): the GEMM
+// (compiled with CUTLASS_ENABLE_GDC_FOR_SM90) signals `griddepcontrol.launch_dependents` as each
+// CTA starts its last tile, so this kernel's launch and block scheduling overlap the GEMM's last
 // wave instead of following its end; its blocks wait in `griddepcontrol.wait` for the GEMM to
 // complete (wait_for_prerequisite_grid) before reading a partial. Stream capture records it
 // as a programmatic edge of the CUDA graph.
@@ -713,7 +703,7 @@ cudaError_t finish_all(cudaStream_t stream, Jobs const&... jobs) {
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = detail::programmatic_launch() ? 1 : 0;
+  config.numAttrs = launch::pdl_level() >= 1 ? 1 : 0;
   return cudaLaunchKernelEx(&config, detail::finish_all_kernel<Jobs...>, cute::make_tuple(jobs...));
 }
 

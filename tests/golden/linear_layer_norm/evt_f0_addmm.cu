@@ -19,6 +19,11 @@ kernel evt_f0_addmm
 
 #include <cuda_runtime.h>
 
+// CUTLASS's grid dependency control (before any include of CUTLASS): the GEMM lets a
+// finishing kernel launch during its last tiles (evt::finish_all), and may itself be launched
+// during the kernel before it, its load warps waiting for that one (EVT_PDL: pdl_level).
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -299,7 +304,8 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
       return static_cast<int>(status);
     }
   }
-  cutlass::Status status = Gemm::run(launch->params, stream);
+  cutlass::Status status =
+      Gemm::run(launch->params, stream, nullptr, gemm_launch_is_programmatic(K));
   if (status != cutlass::Status::kSuccess) {
     return static_cast<int>(status);
   }

@@ -16,6 +16,11 @@ kernel evt_f0_addmm
 
 #include <cuda_runtime.h>
 
+// CUTLASS's grid dependency control (before any include of CUTLASS): the GEMM lets a
+// finishing kernel launch during its last tiles (evt::finish_all), and may itself be launched
+// during the kernel before it, its load warps waiting for that one (EVT_PDL: pdl_level).
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -241,7 +246,8 @@ EVT_EXPORT int evt_evt_f0_addmm_run(
       return static_cast<int>(status);
     }
   }
-  return static_cast<int>(Gemm::run(launch->params, stream));
+  return static_cast<int>(
+      Gemm::run(launch->params, stream, nullptr, gemm_launch_is_programmatic(K)));
 }
 
 // The workspace a launch with this problem and tile order needs (0 for an invalid order).

@@ -49,6 +49,15 @@ def test_every_kernel_builds_with_grid_dependency_control(name):
     assert ("evt::finish_all(" in text) == (name == "mlp_dgrad_gelu_bias")
 
 
+def test_stream_k_kernels_build_without_grid_dependency_control():
+    """CUTLASS 4.2's stream-K scheduler does not compile under the grid dependency control
+    (its is_last_tile): such a kernel leaves it out, so evt_launch.h launches its GEMM the plain
+    way; its finishing kernel still waits for the GEMM (tests/test_nvcc.py compiles one)."""
+    text = render(specs.ALL["batched_row_statistics"](), TileConfig(128, 128, 64, scheduler="streamk"))
+    assert "CUTLASS_ENABLE_GDC_FOR_SM90" not in text and "\n\n\n" not in text
+    assert "gemm_launch_is_programmatic(K)" in text and "evt::finish_all(" in text
+
+
 def test_fc1_forward_is_a_chain_through_the_store():
     text = render(specs.mlp_fc1_forward())
     assert "Sm90TopologicalVisitor" not in text

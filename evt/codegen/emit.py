@@ -133,6 +133,11 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         # Compute and the stores use kRound
         rounds=config.store_align or any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),
         deferred=any(isinstance(n, DEFERRED) for n in plan.nodes),
+        # CUTLASS's grid dependency control (programmatic dependent launches, EVT_PDL): not with
+        # its stream-K scheduler, whose is_last_tile (called only under that control) does not
+        # compile in CUTLASS 4.2 (a const member passes a member by non-const reference). Such a
+        # kernel launches its GEMM the plain way; its finishing kernel waits for it either way.
+        grid_dependency=config.scheduler != "streamk",
         tree=_tree_text(spec),
         inlined=_inlined(spec, config),
     )  # fmt: skip

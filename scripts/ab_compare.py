@@ -14,24 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evt.bench import report  # noqa: E402
 
 
 def ratios(folder: Path, key: str) -> dict[str, float]:
     """case -> mm time ÷ evt time of one run's results.json (cases both measured)."""
-    records = json.loads((folder / "results.json").read_text())["results"]
-    by = {(r["case"], r["baseline"]): r for r in records if r.get("status") == "ok"}
-    out = {}
-    for (case, baseline), evt in by.items():
-        mm = by.get((case, "mm"))
-        if baseline == "evt" and mm is not None and evt.get(key) and mm.get(key):
-            out[case] = mm[key] / evt[key]
-    return out
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
+    results = json.loads((folder / "results.json").read_text())["results"]
+    return report.speedup(results, "evt", "mm", field=key)
 
 
 def table(a: list[Path], b: list[Path], labels: tuple[str, str], key: str) -> str:
@@ -48,11 +42,11 @@ def table(a: list[Path], b: list[Path], labels: tuple[str, str], key: str) -> st
     gains = []
     for case in cases:
         xa, xb = [r[case] for r in runs_a], [r[case] for r in runs_b]
-        ga, gb = geomean(xa), geomean(xb)
+        ga, gb = report.geomean(xa), report.geomean(xb)
         gains.append(ga / gb)
         cells = " | ".join(f"{x:.3f}" for x in xa + xb)
         lines.append(f"| {case} | {cells} | {ga:.3f} | {gb:.3f} | {ga / gb:.3f} |")
-    lines.append(f"\n{la} ÷ {lb}, geomean over {len(cases)} cases: {geomean(gains):.3f} "
+    lines.append(f"\n{la} ÷ {lb}, geomean over {len(cases)} cases: {report.geomean(gains):.3f} "
                  f"(evt ÷ the bare GEMM, {'under CUDA graphs' if key == 'graph_ms' else 'as run'})")  # fmt: skip
     return "\n".join(lines)
 

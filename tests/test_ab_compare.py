@@ -11,9 +11,11 @@ from scripts import ab_compare
 
 def _run(folder, evt_ms: dict[str, float], mm_ms: float = 1.0, key: str = "graph_ms"):
     folder.mkdir()
-    records = [{"case": c, "baseline": "evt", "status": "ok", key: t} for c, t in evt_ms.items()]
-    records += [{"case": c, "baseline": "mm", "status": "ok", key: mm_ms} for c in evt_ms]
-    records.append({"case": "x/y", "baseline": "evt", "status": "n/a", key: None})  # no ratio
+    records = [{"case": c, "kind": "gemm", "baseline": "evt", "status": "ok", key: t}
+               for c, t in evt_ms.items()]  # fmt: skip
+    records += [{"case": c, "kind": "gemm", "baseline": "mm", "status": "ok", key: mm_ms}
+                for c in evt_ms]  # fmt: skip
+    records.append({"case": "x/y", "kind": "gemm", "baseline": "evt", "status": "n/a", key: None})
     (folder / "results.json").write_text(json.dumps({"results": records}))
     return folder
 

@@ -8,6 +8,7 @@ and evt's headers are the same; an entry whose key differs is simply built again
     python scripts/kernel_pack.py build --only 'bias*,dgrad*'   # plan (meta capture) and build
     python scripts/kernel_pack.py build --tests node_coverage   # a GPU test module's kernels
     python scripts/kernel_pack.py build --tests fuzz            # the fuzzer's seeds (28 kernels)
+    python scripts/kernel_pack.py build --tests configs         # every candidate config (52)
     python scripts/kernel_pack.py pack                          # -> .kpack/kernels.tar.xz
     python scripts/kernel_pack.py consolidate   # .kpack's archives merged into kernels.tar.xz
     python scripts/kernel_pack.py consolidate --drop-stale   # ... less the entries no run finds
@@ -76,7 +77,8 @@ def build_tests(names: list[str]) -> None:
     """Build the kernels GPU test modules build first (`tests/test_gpu_NAME.py`'s `captured()`:
     its regions captured on the CPU at the GPU's sizes), each at the config the test's process
     would pick (`dispatch.build_for`), or its `prebuilt_specs()` at their default config (the
-    fuzzer's), so the device call only runs the tests. Each entry of
+    fuzzer's), or its `prebuilt_kernels()` at their own configs (the config tests'), so the
+    device call only runs the tests. Each entry of
     `captured()` starts from a fresh dispatch state, as each test does (the modules reset it per
     test): a kernel signature seen again at another problem is built at that problem's config."""
     import importlib
@@ -92,14 +94,18 @@ def build_tests(names: list[str]) -> None:
             if e.name != f"tests.test_gpu_{name}":  # the module is there; something it imports is not
                 raise
             sys.exit(f"kernel_pack: no tests/test_gpu_{name}.py")
-        if hasattr(module, "prebuilt_specs"):  # specs its tests build at their default config
+        if hasattr(module, "prebuilt_specs") or hasattr(module, "prebuilt_kernels"):
             from evt.runtime import build
 
-            futures += [(spec.name, build.prefetch(spec, None)) for spec in module.prebuilt_specs()]
+            # specs its tests build at their default config, or (spec, tile config) pairs
+            pairs = [(spec, None) for spec in getattr(module, "prebuilt_specs", list)()]
+            pairs += getattr(module, "prebuilt_kernels", list)()
+            futures += [(spec.name, build.prefetch(spec, cfg)) for spec, cfg in pairs]
             continue
         if not hasattr(module, "captured"):
-            sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has neither captured() nor "
-                     "prebuilt_specs(): its kernels are built inside its tests")  # fmt: skip
+            sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has none of captured(), "
+                     "prebuilt_specs() and prebuilt_kernels(): its kernels are built inside "
+                     "its tests")  # fmt: skip
         for seen in module.captured().values():
             dispatch.reset()
             for spec, problem in seen:
@@ -227,7 +233,7 @@ def main() -> None:
     b.add_argument("--only", default="", help="comma-separated globs, as evt bench --only")
     b.add_argument("--tests", default="",
                    help="comma-separated GPU test modules (mlp, models, node_coverage, nested_batch, "
-                        "one_hot, fuzz: tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
+                        "one_hot, fuzz, configs: tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
     b.add_argument(

@@ -41,13 +41,17 @@ def build_selected_kernels_in_parallel(request, tmp_path_factory):
             build.prefetch(spec, cfgs.TileConfig.from_label(params["label"]))
 
 
+def prebuilt_kernels() -> list[tuple[ir.KernelSpec, cfgs.TileConfig]]:
+    """Every candidate config of each spec (with the aux-load stages `config.source_stages` gives
+    it), the kernels most tests here share; `scripts/kernel_pack.py build --tests configs` builds
+    them ahead of a device call."""
+    return [(spec, cfg) for spec in (specs.ALL[name]() for name in SPECS)
+            for cfg in cfgs.heuristic(spec, *SHAPES[0])]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def kernels():
-    jobs = {}
-    for name in SPECS:
-        spec = specs.ALL[name]()
-        for cfg in cfgs.heuristic(spec, *SHAPES[0]):  # with their aux-load stages (source_stages)
-            jobs[(name, cfg.label)] = (spec, build.prefetch(spec, cfg))
+    jobs = {(spec.name, cfg.label): (spec, build.prefetch(spec, cfg)) for spec, cfg in prebuilt_kernels()}
     return {key: launch.Kernel(spec, launch.load(f.result())) for key, (spec, f) in jobs.items()}
 
 

@@ -72,8 +72,8 @@ def test_device_env_unpacks_every_carried_archive():
 def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatch, capsys):
     """`build --tests NAME` builds `tests/test_gpu_NAME.py`'s `captured()` regions at the configs
     the test's process picks, skips a region with a static reason against it, builds a module's
-    `prebuilt_specs()` at their default config, and refuses a module with neither or one that does
-    not exist."""
+    `prebuilt_specs()` at their default config and its `prebuilt_kernels()` at their own, and
+    refuses a module with none of them or one that does not exist."""
     import sys
     import types
 
@@ -102,7 +102,16 @@ def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatc
     kernel_pack.build_tests(["fuzzed"])
     assert "1 of 1 test kernels built" in capsys.readouterr().out
     assert cache.lookup(build.plan(fc1_spec("fuzzed", dtype="f16"), None, fake_compile).key)
-    with pytest.raises(SystemExit, match="neither captured"):
+    configs = types.ModuleType("tests.test_gpu_configs_fake")  # (spec, config) pairs, the config tests'
+    pairs = [(fc1_spec("paired"), cfgs.TileConfig.from_label(label))
+             for label in ("128x128x64_c1x1_pingpong", "128x64x64_c1x1_cooperative")]  # fmt: skip
+    configs.prebuilt_kernels = lambda: pairs
+    monkeypatch.setitem(sys.modules, "tests.test_gpu_configs_fake", configs)
+    kernel_pack.build_tests(["configs_fake"])
+    assert "2 of 2 test kernels built" in capsys.readouterr().out
+    for paired, config in pairs:
+        assert cache.lookup(build.plan(paired, config, fake_compile).key) is not None
+    with pytest.raises(SystemExit, match="none of captured"):
         kernel_pack.build_tests(["bare"])
     with pytest.raises(SystemExit, match="no tests/test_gpu_missing.py"):
         kernel_pack.build_tests(["missing"])

@@ -160,6 +160,7 @@ def evt_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=Non
     autotune = bool(options.pop("autotune", False)) or (mode or "").startswith("max-autotune")
     if rest not in EVT_OPTIONS["rest"]:
         raise ValueError(f"evt: options['rest'] must be one of {EVT_OPTIONS['rest']}, got {rest!r}")
+    pipeline.before_aot(gm)
     if rest == "eager":
         compiled = _eager(gm, example_inputs, autotune)
     else:

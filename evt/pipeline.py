@@ -1,6 +1,6 @@
 """The pipeline: the one place that lists evt's passes, in order.
 
-    graph passes -> partition -> narrow outputs -> recompute outside (opt-in) -> trim for
+    Dynamo passes (on Dynamo's graph, before AOTAutograd traces it) -> graph passes -> partition -> narrow outputs -> recompute outside (opt-in) -> trim for
     Inductor -> restore head copies -> free head copies -> validate -> lower regions (each
     region's shape guards and, by default, its profitability check) -> cleanup passes -> verify
     ... AOTAutograd splits the joint graph ... -> split passes, on the forward and the backward
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torch.fx import Graph
+from torch.fx import Graph, GraphModule
 
 from evt import debug
 from evt.codegen import profit
 from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
+from evt.graph.attention_to_sdpa import attention_to_sdpa
 from evt.graph.contain_padded_outputs import contain_padded_outputs
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
 from evt.graph.eliminate_dead_code import eliminate_dead_code
@@ -56,6 +57,12 @@ from evt.report import (
 from evt.runtime import dispatch, guards
 
 Pass = Callable[[Graph], Graph]
+
+# on Dynamo's graph (torch-level calls, methods included), before AOTAutograd traces the joint
+# graph: rewrites whose replacement brings its own backward (`before_aot`)
+DYNAMO_PASSES: list[tuple[str, Callable[[GraphModule], object]]] = [
+    ("attention_to_sdpa", attention_to_sdpa),
+]
 
 GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
@@ -99,6 +106,35 @@ def run_passes(graph: Graph, passes: list[tuple[str, Pass]], check: bool) -> Non
         debug.log(2, f"graph after {name}:\n{graph}")
         if check:
             verify(graph, after=name)
+
+
+def before_aot(gm: GraphModule) -> None:
+    """`DYNAMO_PASSES` on Dynamo's graph module, in place; a failing pass is reported once and
+    the graph put back as it came (the passes before it keep their rewrites)."""
+    import warnings
+
+    for name, fn in DYNAMO_PASSES:
+        saved, copies = Graph(), {}
+        saved.output(saved.graph_copy(gm.graph, copies))
+        try:
+            fn(gm)
+        except Exception as e:  # noqa: BLE001 - training must not crash because of evt
+            _restore_keeping_inputs(gm, saved, copies)
+            warnings.warn(f"evt: Dynamo pass '{name}' failed, graph left as it was: "
+                          f"{type(e).__name__}: {e}", stacklevel=2)  # fmt: skip
+            continue
+        debug.log(2, f"Dynamo graph after {name}:\n{gm.graph}")
+
+
+def _restore_keeping_inputs(gm: GraphModule, saved: Graph, copies: dict) -> None:
+    """Make `gm`'s graph `saved` again, keeping its input nodes themselves (Dynamo's carry
+    attributes of their own, `_dynamo_source`); `copies` maps them to their copies in `saved`."""
+    kept = {n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")}
+    for node in reversed(list(gm.graph.nodes)):
+        if node not in kept:
+            gm.graph.erase_node(node)
+    gm.graph.output(gm.graph.graph_copy(saved, {copies[n]: n for n in kept}))
+    gm.recompile()
 
 
 def after_split(graph: Graph) -> None:

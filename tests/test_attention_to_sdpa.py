@@ -1,0 +1,175 @@
+"""`attention_to_sdpa`: attention written out as matmuls and a softmax becomes one SDPA call on
+Dynamo's graph, only where that computes the same function, and trains like eager."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from evt import pipeline
+from evt.bench import patterns
+from evt.bench.models import SelfAttention
+from evt.graph.attention_to_sdpa import attention_to_sdpa
+
+D64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def sdpa_on(monkeypatch):
+    monkeypatch.setenv("EVT_SDPA", "1")  # opt-in until measured on a GPU
+
+
+def rewritten(fn, *inputs) -> tuple[int, object]:
+    """Compile `fn` with a backend that runs the pass on Dynamo's graph: (SDPA calls in the
+    rewritten graph, its result on `inputs`)."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        attention_to_sdpa(gm)
+        seen.append(len(gm.graph.find_nodes(op="call_function", target=F.scaled_dot_product_attention)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=backend, fullgraph=True)(*inputs)
+    return sum(seen), out
+
+
+def qkv(s_q=16, s_k=16, dtype=D64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 3, s_q, 8, dtype=dtype, generator=g)
+    k, v = (torch.randn(2, 3, s_k, 8, dtype=dtype, generator=g) for _ in range(2))
+    return q, k, v
+
+
+def causal_where(q, k, v):  # Hugging Face's eager attention: where(tril, scores, finfo.min)
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    scores = torch.where(keep, scores, torch.finfo(scores.dtype).min)
+    return F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ v
+
+
+def causal_not_tril(q, k, v):  # masked_fill(~tril, -inf), the scale after the mask
+    mask = ~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    scores = (q @ torch.transpose(k, -2, -1)).masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def bidirectional(q, k, v):
+    return (q @ k.transpose(-2, -1) * 0.125).softmax(-1) @ v
+
+
+@pytest.mark.parametrize("fn", [patterns.attention, causal_where, bidirectional])
+def test_written_out_attention_becomes_one_sdpa_call(fn):
+    q, k, v = qkv()
+    n, got = rewritten(fn, q, k, v)
+    assert n == 1
+    torch.testing.assert_close(got, fn(q, k, v), rtol=1e-6, atol=1e-6)  # fp32 casts in fn
+
+
+def not_causal_above(q, k, v):  # triu(2): the first diagonal above stays in
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(2)
+    return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
+def mask_from_input(q, k, v, mask):
+    return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
+def probs_returned(q, k, v):
+    p = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+    return p @ v, p
+
+
+def dropout_between(q, k, v):
+    return F.dropout(torch.softmax(q @ k.transpose(-2, -1), dim=-1), 0.1, training=True) @ v
+
+
+def softmax_over_queries(q, k, v):
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-2) @ v
+
+
+def finite_fill(q, k, v):  # -1e4 is not -inf for fp64 scores: a large score survives it
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+    return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(mask, -1e4), dim=-1) @ v
+
+
+def scale_after_finite_fill(q, k, v):  # finfo.min scaled by 1e-40 is back in range
+    keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    scores = torch.where(keep, q @ k.transpose(-2, -1), torch.finfo(q.dtype).min) * 1e-300
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def scale_by_tensor(q, k, v, s):
+    return torch.softmax(q @ k.transpose(-2, -1) * s, dim=-1) @ v
+
+
+@pytest.mark.parametrize("fn, extra", [
+    (not_causal_above, ()), (probs_returned, ()), (softmax_over_queries, ()), (finite_fill, ()),
+    (scale_after_finite_fill, ()), (mask_from_input, (torch.ones(16, 16, dtype=torch.bool).triu(1),)),
+    (scale_by_tensor, (torch.tensor(0.5, dtype=D64),)),
+])  # fmt: skip
+def test_attention_that_sdpa_would_change_is_left_alone(fn, extra):
+    q, k, v = qkv()
+    n, got = rewritten(fn, q, k, v, *extra)
+    assert n == 0
+    torch.testing.assert_close(got, fn(q, k, v, *extra))
+
+
+def test_dropout_between_is_left_alone():
+    n, _ = rewritten(dropout_between, *qkv())
+    assert n == 0
+
+
+def test_a_causal_mask_needs_as_many_queries_as_keys():
+    """SDPA's is_causal aligns the mask top-left; a [8, 16] triu(1) is the same mask, but the
+    rewrite proves only the square case (decoding with a cache aligns bottom-right)."""
+    q, k, v = qkv(s_q=8)
+    n, got = rewritten(causal_not_tril, q, k, v)
+    assert n == 0
+    torch.testing.assert_close(got, causal_not_tril(q, k, v))
+
+
+@pytest.mark.parametrize("value", [None, "0"])
+def test_it_is_off_unless_evt_sdpa_is_1(monkeypatch, value):
+    monkeypatch.delenv("EVT_SDPA") if value is None else monkeypatch.setenv("EVT_SDPA", value)
+    assert rewritten(bidirectional, *qkv())[0] == 0
+
+
+def test_a_failing_dynamo_pass_leaves_the_graph_as_it_was(monkeypatch):
+    def broken(gm):
+        for node in list(gm.graph.nodes):
+            if node.op == "call_function" and node.target is torch.softmax:
+                node.target = torch.sigmoid  # half a rewrite, then a failure
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pipeline, "DYNAMO_PASSES", [("broken", broken)])
+    q, k, v = qkv()
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(bidirectional, backend="evt", options={"rest": "eager"})(q, k, v)
+    assert any("Dynamo pass 'broken' failed" in str(w.message) for w in caught)
+    torch.testing.assert_close(got, bidirectional(q, k, v))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_written_out_attention_block_trains_like_eager_through_evt(causal):
+    """backend="evt" end to end (the rest eager): forward and every gradient as eager's."""
+    torch.manual_seed(0)
+    model = SelfAttention(48, 4, causal, math=True).to(D64)
+    x = torch.randn(2, 16, 48, dtype=D64, requires_grad=True)
+    probe = torch.randn(2, 16, 48, dtype=D64)
+    (model(x) * probe).sum().backward()
+    want = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="evt", options={"rest": "eager"})
+    (compiled(x) * probe).sum().backward()
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)

@@ -52,7 +52,7 @@ def causal_where(q, k, v):  # Hugging Face's eager attention: where(tril, scores
     return F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ v
 
 
-def causal_not_tril(q, k, v):  # masked_fill(~tril, -inf), the scale after the mask
+def causal_not_tril(q, k, v):  # masked_fill(~tril, -inf), no scale (SDPA gets scale=1)
     mask = ~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
     scores = (q @ torch.transpose(k, -2, -1)).masked_fill(mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
@@ -62,7 +62,7 @@ def bidirectional(q, k, v):
     return (q @ k.transpose(-2, -1) * 0.125).softmax(-1) @ v
 
 
-@pytest.mark.parametrize("fn", [patterns.attention, causal_where, bidirectional])
+@pytest.mark.parametrize("fn", [patterns.attention, causal_where, causal_not_tril, bidirectional])
 def test_written_out_attention_becomes_one_sdpa_call(fn):
     q, k, v = qkv()
     n, got = rewritten(fn, q, k, v)

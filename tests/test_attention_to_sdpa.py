@@ -139,6 +139,14 @@ def test_it_is_off_unless_evt_sdpa_is_1(monkeypatch, value):
     assert rewritten(bidirectional, *qkv())[0] == 0
 
 
+def test_deterministic_algorithms_keep_the_written_out_chain():
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert rewritten(bidirectional, *qkv())[0] == 0
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def test_a_failing_dynamo_pass_leaves_the_graph_as_it_was(monkeypatch):
     def broken(gm):
         for node in list(gm.graph.nodes):

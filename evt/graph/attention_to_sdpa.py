@@ -19,7 +19,9 @@ Rewritten only where the result is provably the same function:
   dtype's lowest value (Hugging Face's `finfo.min`), which a softmax turns into the same zeros:
   SDPA's `is_causal`. A mask from a buffer or an input is not proven causal and is left alone;
 - q, k, v are [.., S, D] tensors of one float dtype with the same batch dims, the probabilities
-  are cast back to it before `@ v` (SDPA's result has q's dtype).
+  are cast back to it before `@ v` (SDPA's result has q's dtype);
+- `torch.use_deterministic_algorithms` is off (the written-out chain is deterministic, SDPA's
+  fused backwards are not all).
 Casts inside the chain are dropped: SDPA computes in its own precision (fp32 accumulation and
 softmax for bf16/fp16 inputs), which is at least that of the chain it replaces.
 
@@ -60,8 +62,8 @@ class Attention:
 
 def attention_to_sdpa(gm: GraphModule) -> int:
     """Rewrite every match in place; returns how many."""
-    if os.environ.get("EVT_SDPA", "0") != "1":
-        return 0
+    if os.environ.get("EVT_SDPA", "0") != "1" or torch.are_deterministic_algorithms_enabled():
+        return 0  # (flash attention's backward accumulates with atomics: not deterministic)
     done = 0
     for node in list(gm.graph.nodes):
         if _is(node, MATMULS) and (found := match(node)) is not None:

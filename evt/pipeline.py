@@ -1,7 +1,8 @@
 """The pipeline: the one place that lists evt's passes, in order.
 
-    Dynamo passes (on Dynamo's graph, before AOTAutograd traces it) -> graph passes -> partition -> narrow outputs -> recompute outside (opt-in) -> trim for
-    Inductor -> restore head copies -> free head copies -> validate -> lower regions (each
+    Dynamo passes (on Dynamo's graph, before AOTAutograd traces it) ... AOTAutograd's joint
+    graph ... graph passes -> partition -> narrow outputs -> recompute outside (opt-in) -> trim
+    for Inductor -> restore head copies -> free head copies -> validate -> lower regions (each
     region's shape guards and, by default, its profitability check) -> cleanup passes -> verify
     ... AOTAutograd splits the joint graph ... -> split passes, on the forward and the backward
 

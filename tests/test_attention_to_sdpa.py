@@ -181,3 +181,30 @@ def test_a_written_out_attention_block_trains_like_eager_through_evt(causal):
     got = [x.grad] + [p.grad for p in model.parameters()]
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_the_example_gpt2_trains_like_eager_with_sdpa(dynamic):
+    """evt's built-in GPT-2 (attention written out, Hugging Face's `where(tril, .., finfo.min)`)
+    through backend="evt" on its default route (Inductor for the rest): its attention becomes
+    SDPA (no scores region left) and every gradient matches eager's, also with symbolic shapes."""
+    import evt
+    from evt.examples import GPT2, SMALL, gpt2_inputs
+
+    torch.manual_seed(0)
+    model = GPT2(SMALL, tied=True)
+    inputs = gpt2_inputs(SMALL, "cpu")
+    model(*inputs).backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    torch._dynamo.reset()
+    reports: list = []
+    evt.backend._listeners.append(reports.append)
+    try:
+        torch.compile(model, backend="evt", dynamic=dynamic)(*inputs).backward()
+    finally:
+        evt.backend._listeners.remove(reports.append)
+    regions = [r for g in reports for r in g.regions]
+    assert regions and not any(r.anchor == "aten.bmm" for r in regions), [r.anchor for r in regions]
+    for n, p in model.named_parameters():  # (k's bias: zero up to rounding, so an absolute bound)
+        torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-6, msg=n)

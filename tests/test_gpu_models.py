@@ -37,6 +37,14 @@ MODELS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def attention_as_written(monkeypatch):
+    """GPT-2 and BERT spell their attention out; these tests run evt's own kernels for it (the
+    scores' epilogue, heads read in place), as before attention_to_sdpa (`EVT_SDPA=0`), except
+    `test_attention_rewritten_into_sdpa_trains_like_fp32`."""
+    monkeypatch.setenv("EVT_SDPA", "0")
+
+
 def make_model(name: str, device: str) -> torch.nn.Module:
     torch.manual_seed(0)
     return MODELS[name][0]().to(device=device, dtype=BF16)
@@ -53,6 +61,7 @@ def capture(name: str) -> list[tuple]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reference, "run", recording)
+        mp.setenv("EVT_SDPA", "0")  # the tests' route (`attention_as_written`)
         report = evt.explain(lambda *a: model(*a).backward(), *MODELS[name][1]("cpu", 0))
     assert report.regions and len(seen) == len(report.regions), str(report)
     return seen
@@ -134,6 +143,20 @@ def test_training_step_matches_fp32(regions, name):
     inputs = MODELS[name][1]("cuda", 1)
     got = step(model, torch.compile(model, backend="evt"), inputs)
     assert_kernels_ran(len(regions[name]))
+    check_against_fp32(name, got, model, inputs)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_attention_rewritten_into_sdpa_trains_like_fp32(regions, monkeypatch, name):
+    """The default: the written-out attention becomes one SDPA call (attention_to_sdpa), the
+    rest runs on evt's kernels (their kernels among `regions`'). H200, session 40 (as
+    `EVT_SDPA=1`): both passed."""
+    monkeypatch.delenv("EVT_SDPA")
+    model = make_model(name, "cuda")
+    inputs = MODELS[name][1]("cuda", 1)
+    got = step(model, torch.compile(model, backend="evt"), inputs)
+    assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+    assert dispatch.launches(), "no evt kernel ran"
     check_against_fp32(name, got, model, inputs)
 
 

@@ -44,6 +44,7 @@ def test_attention_with_softmax_written_out(monkeypatch):
     both LayerNorm backwards their statistics. (With heads read in place, the dP GEMM would
     become a GEMM-only region that frees a copy; off here to see the trim's reason.)"""
     monkeypatch.setenv("EVT_NESTED_BATCH", "0")
+    monkeypatch.setenv("EVT_SDPA", "0")  # else it is one SDPA call (attention_to_sdpa)
     report = explain_case("step/gpt2_math")
     fused = [(r.side, r.anchor, r.fused) for r in report.regions]
     backward = [f for side, _, f in fused if side == "backward"]

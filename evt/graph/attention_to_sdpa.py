@@ -25,7 +25,9 @@ Rewritten only where the result is provably the same function:
 Casts inside the chain are dropped: SDPA computes in its own precision (fp32 accumulation and
 softmax for bf16/fp16 inputs), which is at least that of the chain it replaces.
 
-Opt-in for now (`EVT_SDPA=1`): not yet measured on a GPU.
+On by default since session 40 (H200: GPT-2's step with its attention written out 1.34 ->
+0.87 ms under CUDA graphs, 1.71x `torch.compile`); `EVT_SDPA=0` turns it off, which keeps evt's
+own kernels for such attention (the scores' epilogue, heads read in place).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class Attention:
 
 def attention_to_sdpa(gm: GraphModule) -> int:
     """Rewrite every match in place; returns how many."""
-    if os.environ.get("EVT_SDPA", "0") != "1" or torch.are_deterministic_algorithms_enabled():
+    if os.environ.get("EVT_SDPA", "1") == "0" or torch.are_deterministic_algorithms_enabled():
         return 0  # (flash attention's backward accumulates with atomics: not deterministic)
     done = 0
     for node in list(gm.graph.nodes):

@@ -217,8 +217,9 @@ def _transposed_last_two(node: Node) -> Node | None:
         return None
     k, a, b = node.args
     ndim = _val(k).dim() if _val(k) is not None else 0
-    last_two = {ndim - 2, ndim - 1}
-    return k if ndim >= 2 and {a % ndim, b % ndim} == last_two and a != b else None
+    if ndim < 2 or type(a) is not int or type(b) is not int:
+        return None
+    return k if {a % ndim, b % ndim} == {ndim - 2, ndim - 1} else None
 
 
 def _shapes_fit(att: Attention, out: Node) -> bool:

@@ -34,6 +34,7 @@ from torch.fx import Graph
 from evt import debug, pipeline
 from evt.graph import lower_regions
 from evt.graph.decompose_kept_ops import KEPT, decompose_kept_ops
+from evt.graph.snapshot import Snapshot
 from evt.report import GraphReport
 from evt.runtime import dispatch, fast
 from evt.sources import source_hash
@@ -90,12 +91,11 @@ def fuse_graph(graph: Graph, autotune: bool = False, rest: str = "inductor") -> 
 
         keep = functools.partial(tuner.decide, rest=rest)
         prepare = functools.partial(tuner.prefetch, rest=rest)
-    before = Graph()
-    before.output(before.graph_copy(graph, {}))
+    before = Snapshot(graph)
     try:
         report = pipeline.fuse(graph, check=debug.level() >= 2, draw=DRAW, keep=keep, prepare=prepare)
     except Exception as e:  # noqa: BLE001 - training must not crash because of evt
-        _restore(graph, before)
+        before.restore(graph)
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
         return None
     problems = prefetch_kernels(graph)
@@ -103,13 +103,6 @@ def fuse_graph(graph: Graph, autotune: bool = False, rest: str = "inductor") -> 
     for listener in _listeners:
         listener(report)
     return report
-
-
-def _restore(graph: Graph, saved: Graph) -> None:
-    """Make `graph` (in place: its owner keeps the object) a copy of `saved` again."""
-    for node in reversed(list(graph.nodes)):
-        graph.erase_node(node)
-    graph.output(graph.graph_copy(saved, {}))
 
 
 def prefetch_kernels(graph: Graph) -> dict[str, tuple[int, int, int, int] | None]:

@@ -38,6 +38,7 @@ from evt.graph.recognize_statistics import recognize_statistics
 from evt.graph.restore_one_hots import restore_one_hots
 from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
+from evt.graph.snapshot import Snapshot
 from evt.graph.split_full_means import split_full_means
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
@@ -115,27 +116,16 @@ def before_aot(gm: GraphModule) -> None:
     import warnings
 
     for name, fn in DYNAMO_PASSES:
-        saved, copies = Graph(), {}
-        saved.output(saved.graph_copy(gm.graph, copies))
+        before = Snapshot(gm.graph)
         try:
             fn(gm)
         except Exception as e:  # noqa: BLE001 - training must not crash because of evt
-            _restore_keeping_inputs(gm, saved, copies)
+            before.restore(gm.graph)
+            gm.recompile()
             warnings.warn(f"evt: Dynamo pass '{name}' failed, graph left as it was: "
                           f"{type(e).__name__}: {e}", stacklevel=2)  # fmt: skip
             continue
         debug.log(2, f"Dynamo graph after {name}:\n{gm.graph}")
-
-
-def _restore_keeping_inputs(gm: GraphModule, saved: Graph, copies: dict) -> None:
-    """Make `gm`'s graph `saved` again, keeping its input nodes themselves (Dynamo's carry
-    attributes of their own, `_dynamo_source`); `copies` maps them to their copies in `saved`."""
-    kept = {n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")}
-    for node in reversed(list(gm.graph.nodes)):
-        if node not in kept:
-            gm.graph.erase_node(node)
-    gm.graph.output(gm.graph.graph_copy(saved, {copies[n]: n for n in kept}))
-    gm.recompile()
 
 
 def after_split(graph: Graph) -> None:

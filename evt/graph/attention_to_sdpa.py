@@ -51,6 +51,7 @@ TRANSPOSES = {torch.transpose, "transpose"}
 MULS, DIVS = {operator.mul, torch.mul, "mul"}, {operator.truediv, torch.div, "div"}
 FILLS, WHERES = {"masked_fill", torch.masked_fill}, {torch.where}
 NOTS = {operator.invert, torch.logical_not, torch.bitwise_not, "logical_not", "bitwise_not"}
+TRIANGLES = {torch.triu, torch.tril, "triu", "tril"}
 
 
 @dataclass
@@ -196,7 +197,7 @@ def _is_causal_mask(mask, upper: bool, scores) -> bool:
     selected, S the scores' last two dims."""
     while _is(mask, NOTS) and len(mask.args) == 1 and not mask.kwargs:
         mask, upper = mask.args[0], not upper
-    if not _is(mask, {torch.triu, torch.tril, "triu", "tril"}) or set(mask.kwargs) - {"diagonal"}:
+    if not _is(mask, TRIANGLES) or set(mask.kwargs) - {"diagonal"}:
         return False
     name = mask.target if isinstance(mask.target, str) else mask.target.__name__
     diagonal = mask.kwargs.get("diagonal", mask.args[1] if len(mask.args) > 1 else 0)
@@ -260,9 +261,6 @@ def _erase_unused(graph, nodes: list[Node]) -> None:
     """The mask's construction (ones, tril, ~) and kᵀ, where nothing else reads them."""
     while nodes:
         node = nodes.pop()
-        if node.op in ("call_function", "call_method") and not node.users and node.target in (
-            torch.ones, torch.tril, torch.triu, "tril", "triu", "transpose", torch.transpose,
-            operator.invert, torch.logical_not, "logical_not", "bitwise_not",
-        ):  # fmt: skip
+        if not node.users and _is(node, {torch.ones} | TRIANGLES | TRANSPOSES | NOTS):
             nodes += [a for a in node.args if isinstance(a, Node)]
             graph.erase_node(node)

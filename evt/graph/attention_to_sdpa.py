@@ -101,7 +101,7 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
         return None
     x, v = out.args
     chain: list[Node] = [out]
-    scale, causal, softmax = 1.0, False, None
+    scale, scaled, causal, softmax = 1.0, False, False, None
     while isinstance(x, Node) and _only_user(x, chain[-1]):
         step = None
         if _is(x, CASTS):
@@ -109,7 +109,7 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
         elif softmax is None and _is(x, SOFTMAXES):
             step = _softmax_input(x)
             softmax = x
-        elif softmax is not None and not causal and scale == 1.0 and _is(x, FILLS | WHERES):
+        elif softmax is not None and not causal and not scaled and _is(x, FILLS | WHERES):
             # (walking back) a mask before any scale: a scale after the mask would scale its
             # fill value too, and a small one could lift a finite fill into the softmax's range
             step = _masked_input(x)
@@ -118,7 +118,7 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
             found = _scaled_input(x)
             if found is not None:
                 step, factor = found
-                scale *= factor
+                scale, scaled = scale * factor, True
         elif softmax is not None and _is(x, MATMULS):
             chain.append(x)
             break

@@ -163,14 +163,15 @@ for step in actions[n].split(";"):
 """
 
 
-def _watched_stage(tmp_path, actions, limit_s=30.0, item_s=None, step_item_s=None):
+def _watched_stage(tmp_path, actions, limit_s=30.0, item_s=None, step_item_s=None, log=None,
+                   resume=False):
     """Run stage eager of a 3-case plan in fake child processes acting out `actions` (one string
     per child: `ok CASE BASELINE`, `beat CASE BASELINE`, `sleep S`, `hang`, `exit CODE`, joined
     by ';')."""
     p = small_plan("bias/gpt2,bias/vit,step/mlp", "eager")
-    store = Store.open(tmp_path, CONFIG, resume=False)
+    store = Store.open(tmp_path, CONFIG, resume=resume)
     cmd = lambda argv: ([sys.executable, "-c", FAKE_CHILD, str(tmp_path), *actions], None)  # noqa: E731
-    isolate.run_stage("eager", [], limit_s, item_s, p, store, lambda s: None, cmd, step_item_s)
+    isolate.run_stage("eager", [], limit_s, item_s, p, store, log or (lambda s: None), cmd, step_item_s)
     children = int((tmp_path / "calls").read_text())
     return {r["case"]: r for r in store.results}, children
 
@@ -238,6 +239,18 @@ def test_a_stage_out_of_time_leaves_its_items_not_measured(tmp_path):
     assert "not reached" in recs["step/mlp"]["error"]
     assert [i.key for i in plan.pending(small_plan("bias/gpt2,bias/vit,step/mlp", "eager"),
             list(recs.values()))] == [("bias/vit", "eager"), ("step/mlp", "eager")]  # fmt: skip
+
+
+def test_the_not_measured_count_is_of_this_runs_selection(tmp_path):
+    """A resumed run narrowed with --only counts its own items left unmeasured, not those of
+    earlier runs it did not select (session 41: "31 not measured" where 24 of its 44 were)."""
+    earlier = Store.open(tmp_path, CONFIG, resume=False)
+    earlier.add({"case": "bias/bert", "baseline": "eager", "stage": "eager", "status": "skipped"})
+    lines = []
+    acts = ["ok bias/gpt2 eager; beat bias/vit eager; hang"]
+    recs, _ = _watched_stage(tmp_path, acts, 2, log=lines.append, resume=True)
+    assert recs["bias/bert"]["status"] == "skipped"  # kept, and not counted
+    assert "[eager] 2 not measured (stage time limit): rerun with --resume" in lines
 
 
 def test_an_inline_stage_past_its_deadline_starts_nothing(tmp_path):

@@ -189,6 +189,7 @@ def run_stage(
         log(f"[{stage}] {outcome.kind} ({outcome.why.splitlines()[0]}) at {at}")
         if not left or not settle(outcome, left, store):
             break
-    n = sum(r["status"] == "skipped" for r in store.results if r["stage"] == stage)
+    mine = {i.key for i in plan.items if i.stage == stage}  # not the ones --only left out
+    n = sum(r["status"] == "skipped" and (r["case"], r["baseline"]) in mine for r in store.results)
     if n:
         log(f"[{stage}] {n} not measured (stage time limit): rerun with --resume")

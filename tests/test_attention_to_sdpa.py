@@ -119,9 +119,101 @@ def test_attention_that_sdpa_would_change_is_left_alone(fn, extra):
     torch.testing.assert_close(got, fn(q, k, v, *extra))
 
 
-def test_dropout_between_is_left_alone():
-    n, _ = rewritten(dropout_between, *qkv())
+def sdpa_calls(fn, *inputs) -> list[dict]:
+    """The kwargs of every SDPA call in `fn`'s rewritten Dynamo graph."""
+    calls = []
+
+    def backend(gm, example_inputs):
+        attention_to_sdpa(gm)
+        calls.extend(dict(n.kwargs) for n in gm.graph.find_nodes(
+            op="call_function", target=F.scaled_dot_product_attention))  # fmt: skip
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True)(*inputs)
+    return calls
+
+
+def padded(q, k, v, mask):  # BERT's: scale, + padding mask [B, 1, 1, S], softmax, dropout
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask
+    return F.dropout(torch.softmax(scores, dim=-1), 0.1, training=False) @ v
+
+
+def padding_mask(dtype=D64, batch=2, s_k=16):
+    """0 where a key is a token, finfo.min where it is padding (the last 5 of the first row)."""
+    keep = torch.ones(batch, s_k, dtype=dtype)
+    keep[0, -5:] = 0
+    return ((1.0 - keep) * torch.finfo(dtype).min)[:, None, None, :]
+
+
+def test_an_additive_padding_mask_becomes_sdpas_attn_mask():
+    q, k, v = qkv()
+    mask = padding_mask()
+    assert [c["attn_mask"] is not None and c["dropout_p"] for c in sdpa_calls(padded, q, k, v, mask)] == [0.0]
+    n, got = rewritten(padded, q, k, v, mask)
+    assert n == 1
+    torch.testing.assert_close(got, padded(q, k, v, mask), rtol=1e-12, atol=1e-12)
+    # mask + scores, a [S_q, S_k] mask, and a per-head one
+    for m in (torch.randn(16, 16, dtype=D64), torch.randn(2, 3, 16, 16, dtype=D64)):
+        fn = lambda q, k, v, m: torch.softmax(m + q @ k.transpose(-2, -1) * 0.25, dim=-1) @ v  # noqa: E731
+        n, got = rewritten(fn, q, k, v, m)
+        assert n == 1
+        torch.testing.assert_close(got, fn(q, k, v, m), rtol=1e-12, atol=1e-12)
+
+
+def mask_before_scale(q, k, v, mask):  # the scale would scale the mask too
+    return torch.softmax((q @ k.transpose(-2, -1) + mask) * 0.25, dim=-1) @ v
+
+
+def causal_and_padding(q, k, v, mask):  # SDPA takes is_causal or a mask, not both
+    future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+    return torch.softmax((q @ k.transpose(-2, -1) + mask).masked_fill(future, -math.inf), -1) @ v
+
+
+@pytest.mark.parametrize("fn, mask", [
+    (padded, padding_mask(torch.float32)),  # promotes the scores to float32: another function
+    (padded, padding_mask().requires_grad_()),  # SDPA's fused kernels give the mask no gradient
+    (mask_before_scale, padding_mask()),
+    (causal_and_padding, padding_mask()),
+    (padded, torch.zeros(1, 2, 3, 1, 16, dtype=D64)),  # broadcasts the scores to 5 dims
+])  # fmt: skip
+def test_an_additive_mask_sdpa_would_change_is_left_alone(fn, mask):
+    q, k, v = qkv()
+    n, got = rewritten(fn, q, k, v, mask)
     assert n == 0
+    torch.testing.assert_close(got, fn(q, k, v, mask))
+
+
+def test_dropout_of_the_probabilities_becomes_sdpas_dropout_p():
+    q, k, v = qkv()
+    assert [c["dropout_p"] for c in sdpa_calls(dropout_between, q, k, v)] == [0.1]
+    # not training: none; torch.dropout's spelling too
+    evaluate = lambda q, k, v: F.dropout(torch.softmax(q @ k.transpose(-2, -1), -1), 0.3, False) @ v  # noqa: E731
+    assert [c["dropout_p"] for c in sdpa_calls(evaluate, q, k, v)] == [0.0]
+    n, got = rewritten(evaluate, q, k, v)
+    torch.testing.assert_close(got, evaluate(q, k, v))
+    spelled = lambda q, k, v: torch.dropout(torch.softmax(q @ k.transpose(-2, -1), -1), 0.2, True) @ v  # noqa: E731
+    assert [c["dropout_p"] for c in sdpa_calls(spelled, q, k, v)] == [0.2]
+
+
+def test_dropout_through_sdpa_keeps_its_distribution():
+    """With v = 1, each output is its row's kept probabilities scaled by 1 / (1 - p): 1 on
+    average, spread as dropout spreads it (a wrong p or scaling moves the mean or the spread)."""
+    p = 0.25
+    fn = lambda q, k, v: F.dropout(torch.softmax(q @ k.transpose(-2, -1), -1), p, True) @ v  # noqa: E731
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(64, 4, 64, 8, dtype=D64, generator=g) * 0.1 for _ in range(2))
+    v = torch.ones(64, 4, 64, 1, dtype=D64)
+    n, got = rewritten(fn, q, k, v)
+    assert n == 1
+    want = torch.stack([fn(q, k, v) for _ in range(4)])
+    assert abs(got.mean().item() - 1.0) < 0.01 and abs(want.mean().item() - 1.0) < 0.01
+    torch.testing.assert_close(got.std(), want.std(), rtol=0.05, atol=0)
+
+
+def test_an_inplace_dropout_is_left_alone():
+    fn = lambda q, k, v: F.dropout(torch.softmax(q @ k.transpose(-2, -1), -1), 0.1, True, True) @ v  # noqa: E731
+    assert rewritten(fn, *qkv())[0] == 0
 
 
 def test_a_causal_mask_needs_as_many_queries_as_keys():
@@ -182,27 +274,29 @@ def test_a_written_out_attention_block_trains_like_eager_through_evt(causal):
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_the_example_gpt2_trains_like_eager_with_sdpa(dynamic):
+def test_the_example_models_train_like_eager_with_sdpa(name, dynamic):
     """evt's built-in GPT-2 (attention written out, Hugging Face's `where(tril, .., finfo.min)`)
-    through backend="evt" on its default route (Inductor for the rest): its attention becomes
-    SDPA (no scores region left) and every gradient matches eager's, also with symbolic shapes."""
-    import evt
-    from evt.examples import GPT2, SMALL, gpt2_inputs
+    and BERT (its padding mask added to the scores) through backend="evt" on the default route
+    (Inductor for the rest): their attention becomes SDPA (no scores region left) and every
+    gradient matches eager's, also with symbolic shapes."""
+    from evt import backend
+    from evt.examples import GPT2, SMALL, Bert, bert_inputs, gpt2_inputs
 
     torch.manual_seed(0)
-    model = GPT2(SMALL, tied=True)
-    inputs = gpt2_inputs(SMALL, "cpu")
+    model = GPT2(SMALL, tied=True) if name == "gpt2" else Bert(SMALL)
+    inputs = gpt2_inputs(SMALL, "cpu") if name == "gpt2" else bert_inputs(SMALL, "cpu")
     model(*inputs).backward()
     want = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     torch._dynamo.reset()
     reports: list = []
-    evt.backend._listeners.append(reports.append)
+    backend._listeners.append(reports.append)
     try:
         torch.compile(model, backend="evt", dynamic=dynamic)(*inputs).backward()
     finally:
-        evt.backend._listeners.remove(reports.append)
+        backend._listeners.remove(reports.append)
     regions = [r for g in reports for r in g.regions]
     assert regions and not any(r.anchor == "aten.bmm" for r in regions), [r.anchor for r in regions]
     for n, p in model.named_parameters():  # (k's bias: zero up to rounding, so an absolute bound)

@@ -148,13 +148,24 @@ def test_training_step_matches_fp32(regions, name):
 
 @pytest.mark.parametrize("name", ["gpt2", "bert"])
 def test_attention_rewritten_into_sdpa_trains_like_fp32(regions, monkeypatch, name):
-    """The default: the written-out attention becomes one SDPA call (attention_to_sdpa), the
-    rest runs on evt's kernels (their kernels among `regions`'). H200, session 40 (as
-    `EVT_SDPA=1`): both passed."""
+    """The default: the written-out attention becomes one SDPA call (attention_to_sdpa:
+    GPT-2's causal mask as `is_causal`, BERT's padding mask as `attn_mask`), no scores region
+    is left, the rest runs on evt's kernels (their kernels among `regions`'). H200, sessions 40
+    (as `EVT_SDPA=1`) and 41: both passed, BERT's attention not yet rewritten then (its padding
+    mask was not taken before session 41's calls)."""
+    from evt import backend
+
     monkeypatch.delenv("EVT_SDPA")
     model = make_model(name, "cuda")
     inputs = MODELS[name][1]("cuda", 1)
-    got = step(model, torch.compile(model, backend="evt"), inputs)
+    reports: list = []
+    backend._listeners.append(reports.append)
+    try:
+        got = step(model, torch.compile(model, backend="evt"), inputs)
+    finally:
+        backend._listeners.remove(reports.append)
+    anchors = [r.anchor for g in reports for r in g.regions]
+    assert anchors and "aten.bmm" not in anchors, anchors
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
     assert dispatch.launches(), "no evt kernel ran"
     check_against_fp32(name, got, model, inputs)

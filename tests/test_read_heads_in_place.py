@@ -25,8 +25,11 @@ B, S = 2, 16
 
 @pytest.fixture(autouse=True)
 def nested_batches_on(monkeypatch):
-    """The pass is on by default; tests say so whatever the environment (`EVT_NESTED_BATCH`)."""
+    """The pass is on by default; tests say so whatever the environment (`EVT_NESTED_BATCH`).
+    Their attention keeps evt's kernels (`EVT_SDPA=0`): its additive mask would otherwise make
+    it one SDPA call (tests/test_attention_to_sdpa.py)."""
     monkeypatch.delenv("EVT_NESTED_BATCH", raising=False)
+    monkeypatch.setenv("EVT_SDPA", "0")
 
 
 def test_the_pass_is_off_with_evt_nested_batch_0(monkeypatch):

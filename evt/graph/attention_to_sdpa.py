@@ -1,7 +1,8 @@
 """Rewrite attention written out as matmuls and a softmax into one
 `F.scaled_dot_product_attention` call, on Dynamo's graph before AOTAutograd traces it.
 
-    softmax(q @ kᵀ · s [causal mask], dim=-1) @ v   ->   sdpa(q, k, v, is_causal=…, scale=s)
+    dropout(softmax(q @ kᵀ · s [causal mask | + mask], dim=-1), p) @ v
+        ->   sdpa(q, k, v, attn_mask=mask, dropout_p=p, is_causal=…, scale=s)
 
 Hugging Face's "eager" attention, nanoGPT's slow path and many hand-written blocks spell
 attention out like this: two batched GEMMs around a softmax whose [.., S, S] scores and
@@ -10,20 +11,30 @@ epilogue (scale, mask, the softmax's statistics) but still writes them; a flash-
 never does (H200, session 39: the written-out forward at 0.53 of the two bare GEMMs, SDPA at 2.7x
 them). AOTAutograd then traces SDPA's own forward and backward, which run outside evt's regions.
 
-Rewritten only where the result is provably the same function:
+Rewritten only where the result is the same function (two exceptions below):
 - the chain between the two matmuls is casts, one scale by a Python number (`*` or `/`), at most
-  one causal mask and the softmax over the last dim, each value used only by the next step (the
-  scores or probabilities used anywhere else, say returned or dropped out, keep the chain as is);
-- the mask is built in the graph from `ones(S, S, dtype=bool)` with `tril()` / `triu(1)` (or
-  their negation) and S the queries' and keys' length, filled with -inf or at most the scores'
-  dtype's lowest value (Hugging Face's `finfo.min`), which a softmax turns into the same zeros:
-  SDPA's `is_causal`. A mask from a buffer or an input is not proven causal and is left alone;
+  one mask (causal or additive), the softmax over the last dim and at most one dropout of the
+  probabilities, each value used only by the next step (the scores or probabilities used
+  anywhere else, say returned, keep the chain as is);
+- a causal mask is built in the graph from `ones(S, S, dtype=bool)` with `tril()` / `triu(1)`
+  (or their negation) and S the queries' and keys' length, filled with -inf or at most the
+  scores' dtype's lowest value (Hugging Face's `finfo.min`), which a softmax turns into the same
+  zeros: SDPA's `is_causal`. A boolean mask from a buffer or an input is not proven causal and
+  is left alone;
+- an additive mask (BERT's padding mask, `scores + mask`, after any scale) is a tensor of the
+  scores' dtype, q's too, that broadcasts to the scores and needs no gradient: SDPA's float
+  `attn_mask`;
+- a dropout of the probabilities has a Python-number p and training flag: SDPA's `dropout_p`
+  (0 where not training);
 - q, k, v are [.., S, D] tensors of one float dtype with the same batch dims, the probabilities
   are cast back to it before `@ v` (SDPA's result has q's dtype);
 - `torch.use_deterministic_algorithms` is off (the written-out chain is deterministic, SDPA's
   fused backwards are not all).
 Casts inside the chain are dropped: SDPA computes in its own precision (fp32 accumulation and
-softmax for bf16/fp16 inputs), which is at least that of the chain it replaces.
+softmax for bf16/fp16 inputs), which is at least that of the chain it replaces. The exceptions:
+dropout keeps its distribution, but SDPA draws its own random numbers (as Inductor's compiled
+dropout does too), so a seeded step does not reproduce eager's mask; and where an additive
+mask removes every key of a row with -inf, eager's softmax gives NaN and SDPA zeros.
 
 On by default since session 40 (H200: GPT-2's step with its attention written out 1.34 ->
 0.87 ms under CUDA graphs, 1.71x `torch.compile`); `EVT_SDPA=0` turns it off, which keeps evt's
@@ -49,6 +60,8 @@ SOFTMAXES = {torch.softmax, F.softmax, "softmax"}
 CASTS = {"float", "half", "bfloat16", "to", "type_as"}
 TRANSPOSES = {torch.transpose, "transpose"}
 MULS, DIVS = {operator.mul, torch.mul, "mul"}, {operator.truediv, torch.div, "div"}
+ADDS = {operator.add, torch.add, "add"}
+DROPOUTS = {F.dropout: ("input", "p", "training", "inplace"), torch.dropout: ("input", "p", "train")}
 FILLS, WHERES = {"masked_fill", torch.masked_fill}, {torch.where}
 NOTS = {operator.invert, torch.logical_not, torch.bitwise_not, "logical_not", "bitwise_not"}
 TRIANGLES = {torch.triu, torch.tril, "triu", "tril"}
@@ -61,6 +74,8 @@ class Attention:
     v: Node
     scale: float = 1.0
     causal: bool = False
+    mask: Node | None = None  # additive, broadcast to the scores: SDPA's float attn_mask
+    dropout_p: float = 0.0
 
 
 def attention_to_sdpa(gm: GraphModule) -> int:
@@ -102,18 +117,28 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
     x, v = out.args
     chain: list[Node] = [out]
     scale, scaled, causal, softmax = 1.0, False, False, None
+    mask, dropout_p = None, None
     while isinstance(x, Node) and _only_user(x, chain[-1]):
         step = None
         if _is(x, CASTS):
             step = _cast_input(x)
+        elif softmax is None and dropout_p is None and _is(x, DROPOUTS):
+            found = _dropout_input(x)
+            if found is not None:
+                step, dropout_p = found
         elif softmax is None and _is(x, SOFTMAXES):
             step = _softmax_input(x)
             softmax = x
-        elif softmax is not None and not causal and not scaled and _is(x, FILLS | WHERES):
+        elif softmax is not None and not (causal or scaled) and mask is None and _is(x, FILLS | WHERES):
             # (walking back) a mask before any scale: a scale after the mask would scale its
             # fill value too, and a small one could lift a finite fill into the softmax's range
             step = _masked_input(x)
             causal = step is not None
+        elif softmax is not None and not (causal or scaled) and mask is None and _is(x, ADDS):
+            # an additive mask, after any scale too (a scale after it would scale the mask)
+            found = _added_mask(x)
+            if found is not None:
+                step, mask = found
         elif softmax is not None and _is(x, MULS | DIVS):
             found = _scaled_input(x)
             if found is not None:
@@ -133,7 +158,7 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
         return None
     q, kt = qk.args
     k = _transposed_last_two(kt)
-    attention = Attention(q, k, v, scale, causal) if k is not None else None
+    attention = Attention(q, k, v, scale, causal, mask, dropout_p or 0.0) if k is not None else None
     return (attention, chain) if attention is not None and _shapes_fit(attention, out) else None
 
 
@@ -171,6 +196,57 @@ def _scaled_input(node: Node) -> tuple[Node, float] | None:
     if not ok:
         return None
     return (a, 1.0 / b) if _is(node, DIVS) else (a, float(b))
+
+
+def _dropout_input(node: Node) -> tuple[Node, float] | None:
+    """(input, p) of `F.dropout(x, p, training)` / `torch.dropout(x, p, train)`, p 0 where it is
+    not training; else None (an inplace dropout, or p or training not Python constants)."""
+    names = DROPOUTS[node.target]
+    if len(node.args) > len(names):
+        return None
+    args = {**dict(zip(names, node.args)), **node.kwargs}
+    p, training = args.get("p", 0.5), args.get("training", args.get("train", True))
+    if set(args) - {"input", *names} or args.get("inplace", False) is not False:
+        return None
+    if type(p) not in (int, float) or not 0 <= p < 1 or type(training) is not bool:
+        return None
+    return (args["input"], float(p) if training else 0.0) if isinstance(args.get("input"), Node) else None
+
+
+def _added_mask(node: Node) -> tuple[Node, Node] | None:
+    """(scores, mask) of `scores + mask` / `mask + scores`: the mask a tensor of the scores' dtype
+    that broadcasts to them and needs no gradient (SDPA's fused kernels give none), the scores
+    the operand that leads back to the first matmul through casts and scales; else None."""
+    if len(node.args) != 2 or node.kwargs or not all(isinstance(a, Node) for a in node.args):
+        return None
+    leads = [a for a in node.args if _reaches_matmul(a)]
+    if len(leads) != 1:
+        return None
+    scores = leads[0]
+    mask = node.args[1] if scores is node.args[0] else node.args[0]
+    s, m, out = _val(scores), _val(mask), _val(node)
+    if not all(isinstance(t, torch.Tensor) for t in (s, m, out)):
+        return None
+    if not (m.dtype == s.dtype == out.dtype and m.dtype.is_floating_point) or m.requires_grad:
+        return None
+    if m.dim() > s.dim() or out.dim() != s.dim():
+        return None
+    broadcasts = all(statically_known_true(a == 1) or statically_known_true(a == b)
+                     for a, b in zip(reversed(m.shape), reversed(s.shape)))  # fmt: skip
+    same = all(statically_known_true(a == b) for a, b in zip(out.shape, s.shape))
+    return (scores, mask) if broadcasts and same else None
+
+
+def _reaches_matmul(node) -> bool:
+    """`node` is a matmul, or one through casts and scales by Python numbers."""
+    while isinstance(node, Node) and not _is(node, MATMULS):
+        if _is(node, CASTS):
+            node = _cast_input(node)
+        elif _is(node, MULS | DIVS) and (found := _scaled_input(node)) is not None:
+            node = found[0]
+        else:
+            return False
+    return isinstance(node, Node)
 
 
 def _masked_input(node: Node) -> Node | None:
@@ -237,6 +313,7 @@ def _shapes_fit(att: Attention, out: Node) -> bool:
     fits = same(q.shape[:-2], k.shape[:-2]) and same(k.shape[:-1], v.shape[:-1])
     fits = fits and same(q.shape[-1:], k.shape[-1:])
     fits = fits and same(o.shape, (*q.shape[:-1], v.shape[-1]))
+    fits = fits and (att.mask is None or _val(att.mask).dtype == q.dtype)
     return fits and (not att.causal or same(q.shape[-2:-1], k.shape[-2:-1]))
 
 
@@ -245,7 +322,8 @@ def _replace(gm: GraphModule, out: Node, att: Attention, chain: list[Node]) -> N
     with graph.inserting_before(out):
         sdpa = graph.call_function(
             F.scaled_dot_product_attention, (att.q, att.k, att.v),
-            {"dropout_p": 0.0, "is_causal": att.causal, "scale": att.scale},
+            {"attn_mask": att.mask, "dropout_p": att.dropout_p, "is_causal": att.causal,
+             "scale": att.scale},
         )  # fmt: skip
     sdpa.meta.update(out.meta)
     out.replace_all_uses_with(sdpa)
@@ -253,8 +331,9 @@ def _replace(gm: GraphModule, out: Node, att: Attention, chain: list[Node]) -> N
     for node in chain:  # from the output back: each one's only user is gone by then
         graph.erase_node(node)
     _erase_unused(graph, masks)
-    debug.log(1, f"attention at {out.name}: scaled_dot_product_attention(is_causal={att.causal}, "
-                 f"scale={att.scale:.6g})")  # fmt: skip
+    mask = f"attn_mask={att.mask.name}, " if att.mask is not None else ""
+    debug.log(1, f"attention at {out.name}: scaled_dot_product_attention({mask}dropout_p="
+                 f"{att.dropout_p:g}, is_causal={att.causal}, scale={att.scale:.6g})")  # fmt: skip
 
 
 def _erase_unused(graph, nodes: list[Node]) -> None:

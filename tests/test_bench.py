@@ -64,6 +64,7 @@ def test_suite_covers_the_issue():
         "gpt2_checkpointed",
         "gpt2_selective",
         "bert",
+        "bert_math",
         "vit",
         "llama",
         "lm_head",

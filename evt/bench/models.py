@@ -37,24 +37,33 @@ class MLPBlock(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head self-attention: one qkv Linear, SDPA, an output projection. With
     `math=True` the attention is written out as Hugging Face's "eager" attention does it
-    (Q·Kᵀ, scale, causal mask by `where`, softmax, P·V), which is what evt can fuse."""
+    (Q·Kᵀ, scale, causal mask by `where`, softmax, P·V), which is what evt can fuse. `padding`
+    (a [B, S] bool buffer, True at padding keys): BERT's padding mask, added to the scaled scores
+    as 0 or the dtype's lowest value (SDPA's float `attn_mask` when not written out)."""
 
-    def __init__(self, dim: int, heads: int, causal: bool, math: bool = False):
+    def __init__(self, dim: int, heads: int, causal: bool, math: bool = False,
+                 padding: torch.Tensor | None = None):  # fmt: skip
         super().__init__()
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.heads, self.causal, self.math = heads, causal, math
+        self.register_buffer("padding", padding, persistent=False)
 
     def forward(self, x):  # x: B x S x dim
         b, s, d = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        mask = None
+        if self.padding is not None:
+            mask = self.padding[:, None, None, :].to(x.dtype) * torch.finfo(x.dtype).min
         if self.math:
             scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
             if self.causal:
                 keep = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
                 scores = torch.where(keep, scores, torch.finfo(scores.dtype).min)
+            if mask is not None:
+                scores = scores + mask
             y = torch.softmax(scores, dim=-1) @ v
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).reshape(b, s, d))
 
 
@@ -161,12 +170,14 @@ class Checkpointed(nn.Module):
 
 
 class PostLNLayer(nn.Module):
-    """A BERT layer: ln1(x + attn(x)), then ln2(. + mlp(.)); bidirectional, exact GELU."""
+    """A BERT layer: ln1(x + attn(x)), then ln2(. + mlp(.)); bidirectional, exact GELU;
+    `math` and `padding` as SelfAttention's."""
 
-    def __init__(self, dim: int, heads: int, hidden: int):
+    def __init__(self, dim: int, heads: int, hidden: int, math: bool = False,
+                 padding: torch.Tensor | None = None):  # fmt: skip
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = SelfAttention(dim, heads, causal=False)
+        self.attn = SelfAttention(dim, heads, causal=False, math=math, padding=padding)
         self.mlp = MLP(dim, hidden)
 
     def forward(self, x):

@@ -34,6 +34,14 @@ class Step:
     small: dict[str, int]  # the CPU-test sizes (same keys, same order)
 
 
+def padding_keys(batch: int, seq: int) -> torch.Tensor:
+    """[batch, seq] bool, True at the last quarter of every sequence but the first (as
+    `evt.examples.bert_inputs` pads)."""
+    padding = torch.zeros(batch, seq, dtype=torch.bool)
+    padding[1:, seq - seq // 4 :] = True
+    return padding
+
+
 def _block(causal: bool, approximate: str, math: bool = False):
     return lambda dim, heads, hidden, **_: PreLNBlock(dim, heads, hidden, causal, approximate, math)
 
@@ -81,6 +89,15 @@ STEPS: dict[str, Step] = {
     "bert": Step(
         "BERT-Large layer (post-LN, bidirectional attention, exact GELU), 16 x 512 tokens",
         lambda dim, heads, hidden, **_: PostLNLayer(dim, heads, hidden),
+        "mse",
+        dict(batch=16, seq=512, dim=1024, heads=16, hidden=4096),
+        _TINY_BLOCK,
+    ),
+    "bert_math": Step(
+        "BERT-Large layer with Hugging Face's eager attention (Q·Kᵀ, scale, + padding mask, "
+        "softmax, P·V; the last quarter of every sequence but the first is padding), 16 x 512 tokens",
+        lambda dim, heads, hidden, batch, seq, **_: PostLNLayer(
+            dim, heads, hidden, math=True, padding=padding_keys(batch, seq)),
         "mse",
         dict(batch=16, seq=512, dim=1024, heads=16, hidden=4096),
         _TINY_BLOCK,

@@ -229,6 +229,13 @@ def gpt2_inputs(sizes: Sizes, device: str, seed: int = 0) -> tuple[torch.Tensor,
     return ids[:, :-1].contiguous().to(device), ids[:, 1:].contiguous().to(device)
 
 
+def padding_keys(batch: int, seq: int) -> torch.Tensor:
+    """[batch, seq] bool, True at padding: the last quarter of every sequence but the first."""
+    padding = torch.zeros(batch, seq, dtype=torch.bool)
+    padding[1:, seq - seq // 4 :] = True
+    return padding
+
+
 def bert_inputs(sizes: Sizes, device: str, head: str = "mlm", seed: int = 0) -> tuple:
     """Token ids, a padding mask (every sequence but the first ends in a quarter of padding)
     and targets: for `mlm` a token id at 15% of the positions and -100 (ignored) elsewhere, for
@@ -236,8 +243,7 @@ def bert_inputs(sizes: Sizes, device: str, head: str = "mlm", seed: int = 0) -> 
     g = torch.Generator().manual_seed(seed)
     b, s = sizes.batch, sizes.seq
     ids = torch.randint(sizes.vocab, (b, s), generator=g)
-    padding = torch.zeros(b, s, dtype=torch.bool)
-    padding[1:, s - s // 4 :] = True
+    padding = padding_keys(b, s)
     if head == "cls":
         targets = torch.randint(sizes.classes, (b,), generator=g)
     else:

@@ -23,6 +23,7 @@ from evt.bench.models import (
     WithLoss,
 )
 from evt.bench.workload import Case, Workload, generator, randn, to_reference
+from evt.examples import padding_keys
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,6 @@ class Step:
     loss: str  # "mse" against a random fp32 target, "ce" against random class targets
     full: dict[str, int]
     small: dict[str, int]  # the CPU-test sizes (same keys, same order)
-
-
-def padding_keys(batch: int, seq: int) -> torch.Tensor:
-    """[batch, seq] bool, True at the last quarter of every sequence but the first (as
-    `evt.examples.bert_inputs` pads)."""
-    padding = torch.zeros(batch, seq, dtype=torch.bool)
-    padding[1:, seq - seq // 4 :] = True
-    return padding
 
 
 def _block(causal: bool, approximate: str, math: bool = False):

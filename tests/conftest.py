@@ -14,6 +14,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="nvcc not found on PATH (install the CUDA toolkit)"))
 
 
+@pytest.fixture
+def attention_as_written(monkeypatch):
+    """Attention written out as matmuls and a softmax keeps evt's own kernels for it (the scores'
+    epilogue, heads read in place; `EVT_SDPA=0`): for the modules that test those kernels
+    (`pytestmark = pytest.mark.usefixtures("attention_as_written")`). By default it becomes one
+    SDPA call (tests/test_attention_to_sdpa.py)."""
+    monkeypatch.setenv("EVT_SDPA", "0")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     """A fresh Dynamo, and no Inductor FX graph or AOTAutograd cache: tests patch evt's passes

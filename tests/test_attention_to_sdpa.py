@@ -23,19 +23,31 @@ def sdpa_default(monkeypatch):
     monkeypatch.delenv("EVT_SDPA", raising=False)  # on by default
 
 
-def rewritten(fn, *inputs) -> tuple[int, object]:
-    """Compile `fn` with a backend that runs the pass on Dynamo's graph: (SDPA calls in the
-    rewritten graph, its result on `inputs`)."""
-    seen = []
+def compiled(fn, *inputs) -> tuple[list[dict], object]:
+    """Compile `fn` with a backend that runs the pass on Dynamo's graph: (the kwargs of every
+    SDPA call in the rewritten graph, its result on `inputs`)."""
+    calls = []
 
     def backend(gm, example_inputs):
         attention_to_sdpa(gm)
-        seen.append(len(gm.graph.find_nodes(op="call_function", target=F.scaled_dot_product_attention)))
+        calls.extend(dict(n.kwargs) for n in gm.graph.find_nodes(
+            op="call_function", target=F.scaled_dot_product_attention))  # fmt: skip
         return gm.forward
 
     torch._dynamo.reset()
     out = torch.compile(fn, backend=backend, fullgraph=True)(*inputs)
-    return sum(seen), out
+    return calls, out
+
+
+def rewritten(fn, *inputs) -> tuple[int, object]:
+    """(SDPA calls in `fn`'s rewritten graph, its result on `inputs`)."""
+    calls, out = compiled(fn, *inputs)
+    return len(calls), out
+
+
+def sdpa_calls(fn, *inputs) -> list[dict]:
+    """The kwargs of every SDPA call in `fn`'s rewritten graph."""
+    return compiled(fn, *inputs)[0]
 
 
 def qkv(s_q=16, s_k=16, dtype=D64, seed=0):
@@ -117,21 +129,6 @@ def test_attention_that_sdpa_would_change_is_left_alone(fn, extra):
     n, got = rewritten(fn, q, k, v, *extra)
     assert n == 0
     torch.testing.assert_close(got, fn(q, k, v, *extra))
-
-
-def sdpa_calls(fn, *inputs) -> list[dict]:
-    """The kwargs of every SDPA call in `fn`'s rewritten Dynamo graph."""
-    calls = []
-
-    def backend(gm, example_inputs):
-        attention_to_sdpa(gm)
-        calls.extend(dict(n.kwargs) for n in gm.graph.find_nodes(
-            op="call_function", target=F.scaled_dot_product_attention))  # fmt: skip
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, fullgraph=True)(*inputs)
-    return calls
 
 
 def padded(q, k, v, mask):  # BERT's: scale, + padding mask [B, 1, 1, S], softmax, dropout

@@ -15,12 +15,8 @@ from tests.graphs import Attention, train_compare
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 B, S, D = 2, 16, 32
 
-
-@pytest.fixture(autouse=True)
-def own_attention_kernels(monkeypatch):
-    """These tests are of evt's batched kernels for attention written out with an additive mask
-    (`EVT_SDPA=0`); by default it becomes one SDPA call (tests/test_attention_to_sdpa.py)."""
-    monkeypatch.setenv("EVT_SDPA", "0")
+# evt's batched kernels for attention written out with an additive mask
+pytestmark = pytest.mark.usefixtures("attention_as_written")
 
 
 def causal(s=S):

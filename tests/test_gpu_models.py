@@ -25,7 +25,9 @@ from evt.runtime import dispatch, reference
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_models import grad_err, rel_err, train
 
-pytestmark = pytest.mark.gpu
+# GPT-2 and BERT spell their attention out; these tests run evt's own kernels for it, except
+# `test_attention_rewritten_into_sdpa_trains_like_fp32`
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("attention_as_written")]
 
 BF16 = torch.bfloat16
 MODELS = {
@@ -35,14 +37,6 @@ MODELS = {
     "bert-cls": (lambda: Bert(GPU, "cls"), lambda dev, seed: bert_inputs(GPU, dev, "cls", seed)),
     "llama": (lambda: Llama(GPU), lambda dev, seed: gpt2_inputs(GPU, dev, seed)),
 }
-
-
-@pytest.fixture(autouse=True)
-def attention_as_written(monkeypatch):
-    """GPT-2 and BERT spell their attention out; these tests run evt's own kernels for it (the
-    scores' epilogue, heads read in place), as before attention_to_sdpa (`EVT_SDPA=0`), except
-    `test_attention_rewritten_into_sdpa_trains_like_fp32`."""
-    monkeypatch.setenv("EVT_SDPA", "0")
 
 
 def make_model(name: str, device: str) -> torch.nn.Module:

@@ -41,14 +41,9 @@ from tests.graphs import rel_err
 
 F32, BF16 = torch.float32, torch.bfloat16
 
-
-@pytest.fixture(autouse=True)
-def attention_as_written(monkeypatch):
-    """The example GPT-2 spells its attention out; these tests are about evt's own kernels for
-    it (the scores' epilogue, heads read in place) and their floors, so they keep it as written
-    (`EVT_SDPA=0`); by default it becomes one SDPA call (tests/test_attention_to_sdpa.py)."""
-    monkeypatch.setenv("EVT_SDPA", "0")
-
+# the example GPT-2 spells its attention out; these tests are about evt's own kernels for it and
+# their floors
+pytestmark = pytest.mark.usefixtures("attention_as_written")
 
 TOL_F32 = 1e-4  # as the other CPU-tier comparisons with eager
 MODELS = {

@@ -21,15 +21,14 @@ from tests.graphs import Attention, train_compare
 
 aten = torch.ops.aten
 B, S = 2, 16
+# attention with an additive mask, kept on evt's kernels (else one SDPA call)
+pytestmark = pytest.mark.usefixtures("attention_as_written")
 
 
 @pytest.fixture(autouse=True)
 def nested_batches_on(monkeypatch):
-    """The pass is on by default; tests say so whatever the environment (`EVT_NESTED_BATCH`).
-    Their attention keeps evt's kernels (`EVT_SDPA=0`): its additive mask would otherwise make
-    it one SDPA call (tests/test_attention_to_sdpa.py)."""
+    """The pass is on by default; tests say so whatever the environment (`EVT_NESTED_BATCH`)."""
     monkeypatch.delenv("EVT_NESTED_BATCH", raising=False)
-    monkeypatch.setenv("EVT_SDPA", "0")
 
 
 def test_the_pass_is_off_with_evt_nested_batch_0(monkeypatch):

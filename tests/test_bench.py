@@ -152,6 +152,11 @@ for step in actions[n].split(";"):
         data = json.loads((out / "results.json").read_text())
         data["results"].append(dict(case=arg[0], baseline=arg[1], stage="eager", status="ok"))
         write("results.json", data)
+    elif verb == "skip":  # not started: needs more time than its stage had left
+        data = json.loads((out / "results.json").read_text())
+        data["results"].append(dict(case=arg[0], baseline=arg[1], stage="eager", status="skipped",
+                                    skip_reason="needs more time than was left"))
+        write("results.json", data)
     elif verb == "beat":  # now measuring
         beat = dict(stage="eager", phase="item", case=arg[0], baseline=arg[1], since=time.time())
         write("running.json", beat)
@@ -240,6 +245,68 @@ def test_a_stage_out_of_time_leaves_its_items_not_measured(tmp_path):
     assert "not reached" in recs["step/mlp"]["error"]
     assert [i.key for i in plan.pending(small_plan("bias/gpt2,bias/vit,step/mlp", "eager"),
             list(recs.values()))] == [("bias/vit", "eager"), ("step/mlp", "eager")]  # fmt: skip
+
+
+def test_an_item_a_stage_limit_stopped_keeps_how_long_it_ran(tmp_path):
+    recs, _ = _watched_stage(tmp_path, ["ok bias/gpt2 eager; beat bias/vit eager; hang"], 2)
+    assert 1.0 < recs["bias/vit"]["outlasted_s"] < 30  # it ran until the limit, ~2 s
+    assert recs["step/mlp"]["outlasted_s"] is None  # never started
+    store = Store.open(tmp_path, CONFIG, resume=True)
+    item = next(i for i in small_plan("bias/vit", "eager").items)
+    store.mark([item], "skipped", "a later call's limit came first", skip="time")
+    assert store.record("bias/vit", "eager")["outlasted_s"] == recs["bias/vit"]["outlasted_s"]
+    store.outlasted(item, 0.5)  # a shorter run later does not lower it
+    assert store.record("bias/vit", "eager")["outlasted_s"] == recs["bias/vit"]["outlasted_s"]
+
+
+def test_a_child_learns_when_its_stage_ends_and_what_it_leaves_for_lack_of_time_is_not_na(tmp_path):
+    """The child is told the stage's end (`--stage-ends`, epoch seconds); an item it did not
+    start because it needs more time than was left stays "skipped", and no further child is
+    started for it (before, a child that exited with items left cost them n/a)."""
+    p = small_plan("bias/gpt2,bias/vit,step/mlp", "eager")
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    argvs = []
+
+    def cmd(argv):
+        argvs.append(argv)
+        acts = ["ok bias/gpt2 eager; skip bias/vit eager; ok step/mlp eager"]
+        return [sys.executable, "-c", FAKE_CHILD, str(tmp_path), *acts], None
+
+    t0 = time.time()
+    isolate.run_stage("eager", ["--stage", "eager"], 30, None, p, store, lambda s: None, cmd)
+    assert len(argvs) == 1 and argvs[0][:2] == ["--stage", "eager"]
+    i = argvs[0].index("--stage-ends")
+    assert t0 + 29 <= float(argvs[0][i + 1]) <= time.time() + 30
+    recs = {r["case"]: r for r in store.results}
+    assert [recs[c]["status"] for c in ("bias/gpt2", "bias/vit", "step/mlp")] == ["ok", "skipped", "ok"]
+    assert not (tmp_path / isolate.HEARTBEAT).exists()
+    args = cli.configure(__import__("argparse").ArgumentParser()).parse_args(argvs[0])
+    assert args.stage_ends == float(argvs[0][i + 1])
+
+
+def test_items_that_outlasted_a_limit_run_last_and_only_with_the_time_they_need(tmp_path):
+    """An item an earlier call's time limit stopped after `outlasted_s` runs after the others,
+    and is not started with less time left than that (GPT-2's max-autotune step: 222 s of a
+    call spent, then stopped again)."""
+    p = small_plan("bias/gpt2,step/mlp", "eager")
+    store = Store.open(tmp_path, CONFIG, resume=False)
+    item = p.items[0]
+    assert item.key == ("bias/gpt2", "eager")
+    store.mark([item], "skipped", "stopped by the limit while measured", skip="time")
+    store.outlasted(item, 5.0)
+    runner.run_stage(p, "eager", store, "cpu", torch.bfloat16, lambda s: None,
+                     deadline=time.monotonic() + 600)  # fmt: skip
+    assert [(r["case"], r["status"]) for r in store.results] == [("step/mlp", "ok"), ("bias/gpt2", "ok")]
+    store.mark([item], "skipped", "stopped by the limit while measured", skip="time")
+    store.outlasted(item, 1000.0)
+    lines = []
+    runner.run_stage(p, "eager", store, "cpu", torch.bfloat16, lines.append,
+                     deadline=time.monotonic() + 600)  # fmt: skip
+    rec = store.record("bias/gpt2", "eager")
+    assert (rec["status"], rec["skip_reason"]) == ("skipped", "needs more time than was left")
+    assert "after 1000 s" in rec["error"] and rec["outlasted_s"] == 1000.0
+    assert any("not started" in line for line in lines)
+    assert plan.pending(p, store.results, "eager") == [item]  # a later run with more time: again
 
 
 def test_the_not_measured_count_is_of_this_runs_selection(tmp_path):

@@ -44,6 +44,7 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="tiny shapes (CPU smoke runs, tests)")
     p.add_argument("--list", action="store_true", help="print the plan and exit")
     p.add_argument("--stage", choices=STAGES, help="run only this stage, in this process")
+    p.add_argument("--stage-ends", type=float, help=argparse.SUPPRESS)  # a child's: when (epoch s)
     p.add_argument(
         "--isolate",
         choices=("process", "none"),
@@ -125,7 +126,8 @@ def run_stages(args, the_plan: plan.Plan, store: Store, out: Path, start: float)
     dtype = DTYPES[args.dtype]
     if args.stage:  # a child process: this one stage, watched by its parent
         beat = functools.partial(isolate.beat, out, args.stage)
-        runner.run_stage(the_plan, args.stage, store, args.device, dtype, print, beat)
+        ends = args.stage_ends and time.monotonic() + args.stage_ends - time.time()
+        runner.run_stage(the_plan, args.stage, store, args.device, dtype, print, beat, ends or None)
         return
     inline = (args.isolate or ("process" if args.device.startswith("cuda") else "none")) == "none"
     for stage in the_plan.stages():

@@ -7,7 +7,11 @@ to the shared results file as it goes and says what it is doing in a heartbeat f
 
     stage limit   the stage's share of the run: at the limit the child is killed, and what it was
                   measuring and everything after it is recorded "skipped" (stage time limit);
-                  --resume measures them
+                  --resume measures them. The item it stopped keeps how long it had run
+                  (`outlasted_s`): a later call's child (told when its stage ends) runs such
+                  items after the rest and does not start one with less time left than that,
+                  so a step Inductor's max-autotune compiles for minutes neither holds up the
+                  items behind it nor spends a call's last minutes only to be stopped again
     item limit    --item-timeout: one item (compile, check, timing) running longer is killed and
                   recorded "timeout"; a fresh child goes on with the next item
 
@@ -148,6 +152,9 @@ def settle(outcome: Outcome, left: list[Item], store: Store) -> bool:
         rest = [i for i in left if i not in who]
         store.mark(rest, "skipped", "not reached before the stage's time limit", skip="time")
         store.mark(who, "skipped", outcome.why, skip="time")
+        b = outcome.beat or {}
+        if b.get("phase") == "item" and who:  # how long the stopped item had run
+            store.outlasted(who[0], time.time() - b["since"])
         return False
     if outcome.kind == "item-timeout":
         store.mark(who, "timeout", outcome.why)
@@ -175,14 +182,19 @@ def run_stage(
     limits = ItemLimits(item_s, step_item_s, steps)
     end = time.monotonic() + limit_s
     hb = store.path.parent / HEARTBEAT
-    while left := pending(plan, store.results, stage):
+
+    def todo() -> list[Item]:  # what a child may still measure in this run
+        return [i for i in pending(plan, store.results, stage) if not store.skipped_now(i)]
+
+    while left := todo():
         remaining = end - time.monotonic()
         if remaining <= 0:
             store.mark(left, "skipped", f"stage {stage}'s time limit ran out first", skip="time")
             break
-        outcome = run_child(*command(argv), remaining, limits, hb)
+        ends = ["--stage-ends", f"{time.time() + remaining:.1f}"]  # the child's time left
+        outcome = run_child(*command([*argv, *ends]), remaining, limits, hb)
         store.reload()
-        left = pending(plan, store.results, stage)
+        left = todo()
         if outcome.kind == "done" and not left:
             break
         at = "; ".join("/".join(i.key) for i in blamed(outcome, left)[:3]) or "between items"

@@ -180,13 +180,22 @@ def run_stage(
 ) -> None:
     """Measure the stage's pending items. `beat(phase, case, baseline)` says what is running
     (the parent process watches it); past `deadline` (time.monotonic()) nothing new starts and
-    the rest is recorded "skipped" (stage time limit)."""
+    the rest is recorded "skipped" (stage time limit). Items an earlier call's time limit
+    stopped (`outlasted_s`) run after the others, the shortest first, and only where more time
+    is left than they ran then: the others are recorded "skipped" (needs more time than was
+    left) and the stage ends sooner."""
     todo = pending(plan, store.results, stage)
     if stage in ("evt", "in-turn") and device.startswith("cuda"):
         beat("prebuild")
         prebuild_all(todo, store, dtype, log, device, stage)
-    for case in dict.fromkeys(i.case for i in todo):
+    needs = {i.key: (store.record(*i.key) or {}).get("outlasted_s") or 0.0 for i in todo}
+    cases = list(dict.fromkeys(i.case for i in todo))
+    cases.sort(key=lambda c: max(needs[i.key] for i in todo if i.case == c))  # stable
+    for case in cases:
         items = [i for i in todo if i.case == case]
+        items = [i for i in items if not outlasts(i, needs[i.key], deadline, store, log)]
+        if not items:
+            continue
         if out_of_time(deadline, pending(plan, store.results, stage), store, log):
             return
         beat("case", case.name)
@@ -209,6 +218,21 @@ def run_stage(
         gc.collect()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
+
+
+def outlasts(item: Item, need_s: float, deadline: float | None, store: Store, log) -> bool:
+    """Whether `item` ran `need_s` in an earlier call before a time limit stopped it and less
+    than that is left before `deadline`: then it is recorded "skipped" and not started."""
+    if not need_s or deadline is None:
+        return False
+    left = deadline - time.monotonic()
+    if left >= need_s:
+        return False
+    why = (f"not started: an earlier call's time limit stopped it after {need_s:.0f} s, and "
+           f"{max(left, 0):.0f} s were left")  # fmt: skip
+    store.mark([item], "skipped", why, skip="outlasts")
+    log(f"[{item.stage}] {item.case.name} / {item.baseline}: {why}")
+    return True
 
 
 def out_of_time(deadline: float | None, left: list[Item], store: Store, log) -> bool:

@@ -64,6 +64,9 @@ RECORD_FIELDS = (
     "session",  # index into the file's sessions: who measured it
     "commit",  # the git commit of evt it was measured at (that session's)
     "replaced",  # a record --redo queued again: the one it held, back if it is not measured
+    # an item a stage's time limit stopped while it ran: how long it had run (the most any call
+    # gave it); a later stage runs it after the rest, and only with more time left than that
+    "outlasted_s",
 )
 STATUSES = {
     "ok": "checked right, then timed",
@@ -78,6 +81,7 @@ SKIP_REASONS = {
     "time": "stage time limit",  # its stage (or the run's --time-budget) ran out first
     "retry": "queued by --retry",
     "redo": "queued by --redo",
+    "outlasts": "needs more time than was left",  # an earlier call ran it longer: not started
 }
 
 
@@ -170,8 +174,25 @@ class Store:
                 self.add(old["replaced"], save=False)  # a --redo not reached keeps what it had
                 continue
             fields = dict(status=status, error=error, skip_reason=reason, finished=env.now())
+            fields["outlasted_s"] = (old or {}).get("outlasted_s")  # what it needs stays known
             self.add(new_record(item, dtype, **fields), save=False)
         self.save()
+
+    def outlasted(self, item, seconds: float) -> None:
+        """`item` ran `seconds` before a time limit stopped it: keep the longest such run on
+        its record (`outlasted_s`)."""
+        record = self.record(item.case.name, item.baseline)
+        if record is not None:
+            record["outlasted_s"] = round(max(record.get("outlasted_s") or 0.0, seconds), 1)
+            self.save()
+
+    def skipped_now(self, item) -> bool:
+        """Whether this session already recorded `item` not measured for lack of time (a stage
+        that ran out, or an item that needs more than was left): not to be retried until the
+        next run."""
+        r = self.record(item.case.name, item.baseline)
+        return (r is not None and r["status"] == "skipped" and r.get("session") == self.session
+                and r.get("skip_reason") in (SKIP_REASONS["time"], SKIP_REASONS["outlasts"]))
 
     def record(self, case: str, baseline: str) -> dict | None:
         return next((r for r in self.results if (r["case"], r["baseline"]) == (case, baseline)), None)

@@ -7,6 +7,7 @@ asserted: on the CPU the timer only has to run.
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -250,6 +251,7 @@ def test_a_stage_out_of_time_leaves_its_items_not_measured(tmp_path):
 def test_an_item_a_stage_limit_stopped_keeps_how_long_it_ran(tmp_path):
     recs, _ = _watched_stage(tmp_path, ["ok bias/gpt2 eager; beat bias/vit eager; hang"], 2)
     assert 1.0 < recs["bias/vit"]["outlasted_s"] < 30  # it ran until the limit, ~2 s
+    assert re.search(r"while this was measured, after [1-9]\d* s of it$", recs["bias/vit"]["error"])
     assert recs["step/mlp"]["outlasted_s"] is None  # never started
     store = Store.open(tmp_path, CONFIG, resume=True)
     item = next(i for i in small_plan("bias/vit", "eager").items)

@@ -151,10 +151,13 @@ def settle(outcome: Outcome, left: list[Item], store: Store) -> bool:
     if outcome.kind == "stage-time":
         rest = [i for i in left if i not in who]
         store.mark(rest, "skipped", "not reached before the stage's time limit", skip="time")
-        store.mark(who, "skipped", outcome.why, skip="time")
         b = outcome.beat or {}
-        if b.get("phase") == "item" and who:  # how long the stopped item had run
-            store.outlasted(who[0], time.time() - b["since"])
+        ran = time.time() - b["since"] if b.get("phase") == "item" and who else None
+        # the limit counts from the child's start: say how much of it the item itself had
+        store.mark(who, "skipped", outcome.why + (f", after {ran:.0f} s of it" if ran else ""),
+                   skip="time")  # fmt: skip
+        if ran is not None:
+            store.outlasted(who[0], ran)
         return False
     if outcome.kind == "item-timeout":
         store.mark(who, "timeout", outcome.why)

@@ -288,8 +288,8 @@ def test_a_child_learns_when_its_stage_ends_and_what_it_leaves_for_lack_of_time_
 
 def test_items_that_outlasted_a_limit_run_last_and_only_with_the_time_they_need(tmp_path):
     """An item an earlier call's time limit stopped after `outlasted_s` runs after the others,
-    and is not started with less time left than that (GPT-2's max-autotune step: 222 s of a
-    call spent, then stopped again)."""
+    and is not started with less time left than that (session 42: Inductor's max-autotune of
+    BERT's math-attention step took a call's last 222 s and was stopped)."""
     p = small_plan("bias/gpt2,step/mlp", "eager")
     store = Store.open(tmp_path, CONFIG, resume=False)
     item = p.items[0]

@@ -210,6 +210,8 @@ def run_stage(
         for item in items:
             if out_of_time(deadline, pending(plan, store.results, stage), store, log):
                 return
+            if outlasts(item, needs[item.key], deadline, store, log):  # the case's others took it
+                continue
             beat("item", case.name, item.baseline)
             store.add(run_item(item, state, device, dtype))
             beat("case", case.name)  # the item's clock stops here

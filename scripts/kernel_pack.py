@@ -201,6 +201,8 @@ def consolidate(out: Path, drop_stale: bool = False, compile_fn=None) -> None:
     `is_current` finds stale (built with `compile_fn`, nvcc by default)."""
     import tempfile
 
+    from evt.runtime import cache
+
     archives = sorted(a for a in PACK.glob("*.tar.xz") if a.resolve() != out.resolve())
     if not archives:
         print(f"kernel_pack: {PACK} holds no archive to merge")
@@ -212,7 +214,8 @@ def consolidate(out: Path, drop_stale: bool = False, compile_fn=None) -> None:
         for archive in sources:
             with tarfile.open(archive) as tar:
                 tar.extractall(root, filter="data")
-        entries = sorted(p for p in root.iterdir() if p.is_dir())
+        # entries only: an archive packed from a whole cache folder may hold its failed builds
+        entries = sorted(p for p in root.iterdir() if p.is_dir() and p.name != cache.FAILED)
         stale = [e for e in entries if drop_stale and not is_current(e, compile_fn)]
         entries = [e for e in entries if e not in stale]
         write_archive(entries, out)

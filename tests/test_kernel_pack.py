@@ -133,8 +133,14 @@ def test_consolidate_merges_the_carried_archives_into_one(machines, monkeypatch,
     assert len(names) == len(set(names)) == 8 and {n.split("/")[0] for n in names} == {first, second}
     assert "2 kernels from 2 archives" in capsys.readouterr().out
     kernel_pack.pack(machines / "kpack" / "kernels-3.tar.xz", new_only=False)
-    kernel_pack.consolidate(out)  # the consolidated archive takes in later ones
+    failed = machines / "failed" / cache.FAILED / ("0" * 64)  # a failed build's record, packed
+    failed.mkdir(parents=True)  # with the entries by hand (.kpack/kernels-110 held one)
+    (failed / cache.LOG).write_text("error: ...")
+    with tarfile.open(machines / "kpack" / "kernels-4.tar.xz", "w:xz") as tar:
+        tar.add(failed.parent, arcname=cache.FAILED)
+    kernel_pack.consolidate(out)  # the consolidated archive takes in later ones, entries only
     assert sorted(p.name for p in (machines / "kpack").iterdir()) == ["kernels.tar.xz"]
+    assert kernel_pack.archive_keys(out) == {first, second}
     monkeypatch.setenv("EVT_CACHE_DIR", str(machines / "there"))
     unpack(out, machines / "there")
     assert cache.lookup(first) is not None and cache.lookup(second) is not None

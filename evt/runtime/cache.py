@@ -52,8 +52,11 @@ def entry_dir(key: str) -> Path:
     return root() / key
 
 
+FAILED = "failed"  # the folder of failed builds, beside the entries
+
+
 def failed_dir(key: str) -> Path:
-    return root() / "failed" / key
+    return root() / FAILED / key
 
 
 def file_sha256(path: Path) -> str:

@@ -215,7 +215,7 @@ def consolidate(out: Path, drop_stale: bool = False, compile_fn=None) -> None:
             with tarfile.open(archive) as tar:
                 tar.extractall(root, filter="data")
         # entries only: an archive packed from a whole cache folder may hold its failed builds
-        entries = sorted(p for p in root.iterdir() if p.is_dir() and p.name != cache.FAILED)
+        entries = sorted(p for p in root.iterdir() if cache.is_entry(p))
         stale = [e for e in entries if drop_stale and not is_current(e, compile_fn)]
         entries = [e for e in entries if e not in stale]
         write_archive(entries, out)

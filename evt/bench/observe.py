@@ -27,11 +27,9 @@ def warnings_seen(notes: dict) -> Iterator[None]:
 
 
 def _cache_entries(root: Path) -> set[str]:
-    return {
-        p.name
-        for p in root.iterdir()
-        if p.is_dir() and p.name not in ("failed", "locks") and not p.name.startswith(".")
-    }
+    from evt.runtime import cache
+
+    return {p.name for p in root.iterdir() if cache.is_entry(p)}
 
 
 @contextlib.contextmanager

@@ -55,6 +55,13 @@ def entry_dir(key: str) -> Path:
 FAILED = "failed"  # the folder of failed builds, beside the entries
 
 
+def is_entry(path: Path) -> bool:
+    """Whether `path`, in a cache root or an archive unpacked elsewhere, is an entry: a folder
+    named by its sha256 key (not failed/, locks/, nor a build in progress or being removed)."""
+    name = path.name
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name) and path.is_dir()
+
+
 def failed_dir(key: str) -> Path:
     return root() / FAILED / key
 

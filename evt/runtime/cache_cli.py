@@ -28,7 +28,7 @@ def entries(root: Path | None = None) -> list[Entry]:
     root = root or cache.root()
     out = []
     for d in root.iterdir():
-        if len(d.name) != 64 or not d.is_dir():  # entries are named by their sha256 key
+        if not cache.is_entry(d):
             continue
         try:
             meta = json.loads((d / cache.META).read_text())
@@ -44,7 +44,7 @@ def entries(root: Path | None = None) -> list[Entry]:
 def info(verbose: bool = False) -> str:
     root = cache.root()
     found = entries(root)
-    failed = root / "failed"
+    failed = root / cache.FAILED
     n_failed = len(list(failed.iterdir())) if failed.is_dir() else 0
     partial = [p for p in root.iterdir() if p.name.startswith((".tmp-", ".trash-"))]
     total = cache.tree_bytes(root)

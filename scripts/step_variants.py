@@ -70,21 +70,6 @@ def environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def evt_compiled(w, device: str):
-    """`torch.compile(backend=evt)` through a backend function of its own: Dynamo keeps the
-    compiled code per backend, so a second variant with the backend itself would reuse the
-    first's graphs (the model's code object is the same) instead of compiling under its own
-    settings. Off CUDA the rest runs op by op, as the bench's evt baseline does there."""
-    from evt.backend import evt_backend
-
-    options = {} if device.startswith("cuda") else {"rest": "eager"}
-
-    def backend(gm, example_inputs):
-        return evt_backend(gm, example_inputs, options=dict(options))
-
-    return w.wrap(torch.compile(w.target, backend=backend, dynamic=False))
-
-
 def build_variant(s: CaseState, env: dict[str, str], device: str):
     """evt compiled under `env` and checked on the first input set: (call, notes, error)."""
     from evt.runtime import dispatch
@@ -92,7 +77,7 @@ def build_variant(s: CaseState, env: dict[str, str], device: str):
     notes: dict = {}
     with environment(env):
         dispatch.reset()
-        built = evt_compiled(s.workload, device)
+        built = BASELINES["evt"].build(s.workload, device)  # a compile of its own each time
         impl = measure.rotating(built, s.input_sets)
         with observe.evt_regions(notes):
             verdict = check.compare(impl(), *s.expected(BASELINES["evt"]))

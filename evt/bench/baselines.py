@@ -76,18 +76,25 @@ def compiled(**kwargs) -> Callable[[Workload, str], Callable]:
 
 
 def _evt(w: Workload, device: str, autotune: bool = False) -> Callable:
-    """`torch.compile(backend="evt")`, through the backend function itself (the same thing the
-    "evt" entry point names), so it runs from a checkout that pip never installed. With
-    `autotune` on CUDA, `mode="max-autotune-no-cudagraphs"`, as the max-autotune peer: evt times
-    its regions' configs and Inductor autotunes the rest."""
+    """`torch.compile(backend="evt")`, through the backend function (the same thing the "evt"
+    entry point names), so it runs from a checkout that pip never installed. With `autotune` on
+    CUDA, `mode="max-autotune-no-cudagraphs"`, as the max-autotune peer: evt times its regions'
+    configs and Inductor autotunes the rest. Off CUDA there is no kernel and no C++ compiler to
+    assume: the rest runs op by op.
+
+    Each build compiles through a backend function of its own: Dynamo keeps compiled code per
+    backend, and the model's code object is the same, so a second build through the backend
+    itself could be handed the first one's graphs, compiled under other settings
+    (scripts/step_variants.py builds evt under several EVT_* settings in one process)."""
     from evt.backend import evt_backend
 
-    if _cuda(device):
-        mode = "max-autotune-no-cudagraphs" if autotune else None
-        return w.wrap(torch.compile(w.target, backend=evt_backend, dynamic=False, mode=mode))
-    # Off CUDA there is no kernel and no C++ compiler to assume: run the rest op by op.
-    options = {"rest": "eager", **({"autotune": True} if autotune else {})}
-    return w.wrap(torch.compile(w.target, backend=evt_backend, dynamic=False, options=options))
+    mode = "max-autotune-no-cudagraphs" if autotune and _cuda(device) else None
+    options = {} if _cuda(device) else {"rest": "eager", **({"autotune": True} if autotune else {})}
+
+    def backend(gm, example_inputs):
+        return evt_backend(gm, example_inputs, options=dict(options), mode=mode)
+
+    return w.wrap(torch.compile(w.target, backend=backend, dynamic=False))
 
 
 def _evt_autotune(w: Workload, device: str) -> Callable:

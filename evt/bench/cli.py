@@ -126,8 +126,8 @@ def run_stages(args, the_plan: plan.Plan, store: Store, out: Path, start: float)
     dtype = DTYPES[args.dtype]
     if args.stage:  # a child process: this one stage, watched by its parent
         beat = functools.partial(isolate.beat, out, args.stage)
-        ends = args.stage_ends and time.monotonic() + args.stage_ends - time.time()
-        runner.run_stage(the_plan, args.stage, store, args.device, dtype, print, beat, ends or None)
+        ends = None if args.stage_ends is None else time.monotonic() + args.stage_ends - time.time()
+        runner.run_stage(the_plan, args.stage, store, args.device, dtype, print, beat, ends)
         return
     inline = (args.isolate or ("process" if args.device.startswith("cuda") else "none")) == "none"
     for stage in the_plan.stages():

@@ -42,3 +42,16 @@ def test_each_variant_compiles_under_its_own_settings(capsys):
     stats = {r for r in regions["default"] if "aten.pow" in r}  # LayerNorm's statistics
     assert len(stats) == 1 and len(regions["default"]) == 4
     assert regions["nostats"] == regions["default"] - stats
+
+
+def test_every_step_compiles_not_only_the_first_few(capsys):
+    """Dynamo keeps 8 compiled entries per code object and the steps share the models' forward:
+    without a reset between steps, the third step's compiles ran eager with no error (session
+    43's GPT-2 step showed 'no region' for every variant). Four steps (torch.compile's later
+    builds of the same step reuse its first entry: Inductor is one backend callable)."""
+    argv = ["--steps", "step/mlp,step/mlp,step/mlp,step/mlp", "--device", "cpu", "--small",
+            "--rounds", "1", "--variant", "default:", "--variant", "nostats: EVT_STATISTICS=0"]  # fmt: skip
+    assert step_variants.main(argv) == 0
+    out = capsys.readouterr().out
+    defaults = [line for line in out.splitlines() if line.startswith("- default: ")]
+    assert len(defaults) == 4 and all("no region" not in line for line in defaults)

@@ -1110,3 +1110,20 @@ def test_calls_held_beyond_their_host_and_gpu_times_are_listed_with_the_geomean_
     assert markdown.held_table(results[2:]) == ""
     assert "Timed as run, slower than their host and GPU times explain" in markdown.render(
         {"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": results})
+
+
+def test_a_compiled_baseline_past_dynamos_recompile_limit_raises_instead_of_running_eager():
+    """Past its recompile limit Dynamo runs a frame eager without an error: a script building
+    the same step's code over and over timed eager code as evt's (session 43). The bench's
+    compiled baselines make that an error (the limit lowered to 2 here: three builds)."""
+    case = {c.name: c for c in plan.all_cases(small=True)}["step/mlp"]
+    s = runner.CaseState.build(case, torch.float32, "cpu")
+    with torch._dynamo.config.patch(recompile_limit=2):
+        torch._dynamo.reset()
+        try:
+            for _ in range(2):
+                BASELINES["evt"].build(s.workload, "cpu")(*s.input_sets[0])
+            with pytest.raises(Exception, match="recompile"):
+                BASELINES["evt"].build(s.workload, "cpu")(*s.input_sets[0])
+        finally:
+            torch._dynamo.reset()

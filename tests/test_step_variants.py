@@ -46,9 +46,10 @@ def test_each_variant_compiles_under_its_own_settings(capsys):
 
 def test_every_step_compiles_not_only_the_first_few(capsys):
     """Dynamo keeps 8 compiled entries per code object and the steps share the models' forward:
-    without a reset between steps, the third step's compiles ran eager with no error (session
-    43's GPT-2 step showed 'no region' for every variant). Four steps (torch.compile's later
-    builds of the same step reuse its first entry: Inductor is one backend callable)."""
+    without a reset between steps, the ninth compile on ran eager with no error (session 43:
+    the third step's torch.compile, and the fourth step's 'no region' for every variant). Four
+    steps here: torch.compile's later builds of the same step reuse its first entry (Inductor
+    is one backend callable), so the ninth compile comes later."""
     argv = ["--steps", "step/mlp,step/mlp,step/mlp,step/mlp", "--device", "cpu", "--small",
             "--rounds", "1", "--variant", "default:", "--variant", "nostats: EVT_STATISTICS=0"]  # fmt: skip
     assert step_variants.main(argv) == 0

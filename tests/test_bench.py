@@ -1127,3 +1127,29 @@ def test_a_compiled_baseline_past_dynamos_recompile_limit_raises_instead_of_runn
                 BASELINES["evt"].build(s.workload, "cpu")(*s.input_sets[0])
         finally:
             torch._dynamo.reset()
+
+
+def test_the_autotune_choices_are_checked_against_the_benchs_own_times():
+    """Where evt's max-autotune chose another config, tile order or the unfused path, the gain
+    its timing predicted is set beside evt's time ÷ evt-max-autotune's in the bench (session 43:
+    1.035x predicted over 14 cases, 1.003 in the bench); cases it left as the default mode
+    would, and training steps (more than the regions in their time), are not listed."""
+    def case(name, outcomes, evt_ms, tuned_ms, kind="op"):
+        a, e = _rec(name, "evt-max-autotune", ms=tuned_ms, kind=kind), _rec(name, "evt", ms=evt_ms, kind=kind)
+        a["graph_ms"], e["graph_ms"] = tuned_ms, evt_ms
+        a["notes"] = {"autotune": outcomes}
+        return [a, e]
+
+    other = _outcome("evt_f0_addmm", "256x128x64_c2x1", 3, 0.08, 0.10)  # config and order 0:2
+    same = _outcome("evt_f0_addmm", "128x128x64_c1x1", 1, 0.10, 0.10)
+    same["tile_order"] = "0:0"
+    unfused = _outcome("evt_f0_mm", "128x128x64_c1x1", 1, 0.10, 0.25, fuse=False)  # 0.25 / 0.2
+    results = (case("a/x", [other], 0.10, 0.099) + case("b/x", [same], 0.10, 0.09)
+               + case("c/x", [unfused], 0.10, 0.104) + case("step/x", [other], 1.0, 0.5, "step"))
+    md = markdown.autotune_held_table(results)
+    assert "On 2 GEMM cases" in md and "predicted 1.250x" in md  # (1.25 * 1.25) ** 0.5
+    assert "under CUDA graphs was 0.986" in md  # (0.1 / 0.099 * 0.1 / 0.104) ** 0.5
+    assert "| a/x | evt_f0_addmm 256x128x64_c2x1 (0:2) | 1.250 | 1.010 | 1.010 |" in md
+    assert "| c/x | evt_f0_mm left unfused | 1.250 | 0.962 | 0.962 |" in md
+    assert "| b/x |" not in md and "step/x" not in md
+    assert markdown.autotune_held_table(case("b/x", [same], 0.10, 0.09)) == ""

@@ -251,6 +251,69 @@ def autotune_table(results: list[dict]) -> str:
     return f"{title}\n\n{text}\n\n" + table(head, rows)
 
 
+def departures(decisions: list[dict]) -> list[str]:
+    """What a case's max-autotune decisions changed from the default mode's kernels: another
+    config, another tile order (0:0 is evt's own), or the region left unfused."""
+    changed = []
+    for o in decisions:
+        if not o.get("fuse"):
+            changed.append(f"{o['region']} left unfused")
+        elif o.get("config") and o.get("heuristic") and o["config"] != o["heuristic"]:
+            changed.append(f"{o['region']} {o['config']} ({o['tile_order']})")
+        elif o.get("tile_order") not in (None, "0:0"):
+            changed.append(f"{o['region']} order {o['tile_order']}")
+    return changed
+
+
+def predicted_gain(decisions: list[dict]) -> float | None:
+    """The time the default mode's kernels took ÷ what the timing chose, over a case's regions,
+    by the selection's own timings (a region left unfused: its heuristic's kernel ÷ the unfused
+    path); None where a region has no timings (cached from a run that kept none, not measured)."""
+    gain = 1.0
+    for o in decisions:
+        chosen = o.get("best_ms") if o.get("fuse") else o.get("unfused_ms")
+        if not (o.get("heuristic_ms") and chosen):
+            return None
+        gain *= o["heuristic_ms"] / chosen
+    return gain
+
+
+def autotune_held_table(results: list[dict]) -> str:
+    """Did the selection's gains hold? For each GEMM case where evt's max-autotune chose
+    something other than the default mode's kernel, the gain its timing predicted against evt's
+    and evt-max-autotune's own times in the bench (under CUDA graphs and as run): the selection
+    times each candidate for a few milliseconds inside a compile, the bench times the whole case
+    over many rounds, so a few percent found in the first need not show in the second."""
+    per_case: dict[str, list[dict]] = {}
+    for case, o in autotune_decisions(results):
+        per_case.setdefault(case, []).append(o)
+    graphs, as_run = R.times(results, "graph_ms"), R.times(results, "time_ms")
+    kinds = {r["case"]: r["kind"] for r in results}
+    rows, predicted, held = [], [], []
+    for case, decisions in per_case.items():
+        changed, gain = departures(decisions), predicted_gain(decisions)
+        if kinds.get(case) != "op" or not changed or gain is None:
+            continue
+        pair = [(t.get((case, "evt")), t.get((case, "evt-max-autotune"))) for t in (graphs, as_run)]
+        real = [a / b if a and b else None for a, b in pair]
+        if real[0] is None:
+            continue
+        predicted.append(gain)
+        held.append(real[0])
+        rows.append([case, "; ".join(changed), R.fmt(gain, 3), R.fmt(real[0], 3), R.fmt(real[1], 3)])
+    if not rows:
+        return ""
+    text = (f"On {len(rows)} GEMM cases evt's max-autotune chose something other than the default "
+            f"mode's kernel (a config, a tile order, or the unfused path). Its timing predicted "
+            f"{R.fmt(R.geomean(predicted), 3)}x the default's speed in geomean; in the bench, "
+            f"evt's time ÷ evt-max-autotune's under CUDA graphs was "
+            f"{R.fmt(R.geomean(held), 3)} (> 1: the choice paid).")
+    head = ["case", "what the timing changed", "predicted gain", "evt ÷ evt-max-autotune, graphs",
+            "as run"]
+    return ("### Did the timing's choices hold in the bench?\n\n" + text + "\n\n"
+            + table(head, rows))  # fmt: skip
+
+
 def phase_seconds(o: dict) -> dict[str, float]:
     """A measured decision's wall seconds per phase (`evt.runtime.autotune.PHASES`, in order);
     empty where it was read from the cache or recorded before `outcome` had them."""
@@ -447,6 +510,7 @@ def render(data: dict) -> str:
         compile_table(data),
         evt_notes(res),
         autotune_table(res),
+        autotune_held_table(res),
         coverage.baselines_section(res),
         coverage.stages_table(data, table),
         problem_list(res),

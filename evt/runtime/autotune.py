@@ -19,8 +19,8 @@ for it. For every region, on the problem shape the graph carries:
    candidate once, and each keeps its median: `time_candidates`) from replays of a CUDA graph
    (`pick_timer`: the host's cost of a call is not the GPU's; on the H100 it added 21 us to a
    67 us fused kernel and 44 us to its unfused path);
-3. the unfused path is timed (before the candidates and after them, the mean kept) on the same
-   shapes as the rest of the graph would run it
+3. the unfused path is timed in the same rounds as the candidates, first in each, and keeps its
+   median too (`UNFUSED`), on the same shapes as the rest of the graph would run it
    (`evt.runtime.unfused`): the region's nodes compiled by Inductor with the compile's own
    settings (cuBLAS, or Inductor's max-autotune GEMM choice, plus one or two fused Triton
    kernels), replayed from a CUDA graph as the fused kernel is (both sides timed per call
@@ -77,7 +77,8 @@ from evt.runtime.launch import EVT_ORDER, TileOrder
 from evt.runtime.timing import random_like
 from evt.sources import source_hash
 
-SCHEMA = 5  # of the cached decisions; 5: candidates timed in rounds (`rounds`); 4: timed from
+SCHEMA = 6  # of the cached decisions; 6: the unfused path timed in the candidates' rounds; 5:
+# candidates timed in rounds (`rounds`), the unfused path before and after them; 4: timed from
 # CUDA graph replays (3: tile orders timed, each call timed with the host's launch in it; 2: the
 # unfused path compiled by Inductor; 1: eager)
 DEFAULT_ORDERS = "0:1,0:2,0:4,0:8"  # besides evt's own 0:0, always timed first
@@ -334,25 +335,20 @@ def measure(
     region, built, problem, timer: Timer | None = None, baseline: str = "inductor", device="cuda"
 ) -> Decision:
     """Time the candidates and the unfused path (see the module docstring) with `timer`, by
-    default from CUDA graph replays (`pick_timer`). The unfused path is timed before the
-    candidates and again after them, and keeps the mean of the two: a clock that drifts while
-    the candidates are timed (`time_candidates`) falls on both sides alike. The decision records
-    the wall seconds of each of `PHASES`."""
+    default from CUDA graph replays (`pick_timer`). The unfused path is timed in the candidates'
+    rounds (`time_candidates`), so both sides keep a median over the same stretch of the
+    GPU's clock. The decision records the wall seconds of each of `PHASES`."""
     phases: dict[str, float] = {}
     start = time.monotonic()
     runner = unfused.runner(region, baseline, device)
     start = _spent(phases, "unfused_compile", start)
-    unfused_ms, how = None, "given timer"
+    how = "given timer"
     if timer is None:
-        timer, how, unfused_ms = pick_timer(runner)
-    if runner is not None and unfused_ms is None:
-        unfused_ms = timer(runner.run)
+        timer, how = pick_timer(runner)
     _spent(phases, "timing", start)
-    timings = time_candidates(built, problem, timer, device, phases=phases)
-    start = time.monotonic()
-    if runner is not None:
-        unfused_ms = (unfused_ms + timer(runner.run)) / 2
-    _spent(phases, "timing", start)
+    others = {UNFUSED: runner.run} if runner is not None else {}
+    timings = time_candidates(built, problem, timer, device, phases=phases, others=others)
+    unfused_ms = timings.pop(UNFUSED, None)
     decision = choose(timings, unfused_ms)
     seconds = {p: round(phases.get(p, 0.0), 2) for p in PHASES}
     return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "", timer=how,
@@ -366,23 +362,29 @@ def _spent(phases: dict[str, float], phase: str, since: float) -> float:
     return now
 
 
-def pick_timer(runner: unfused.Runner | None) -> tuple[Timer, str, float | None]:
-    """(timer, what it times, the unfused path's time if taken): replays of CUDA graphs, so the
-    host's cost of a call (evt's Python launch, Inductor's wrapper) is not counted on either side,
-    as under CUDA graphs or with the host running ahead of the GPU; calls timed back to back for
-    every side where the unfused path cannot be captured."""
+def pick_timer(runner: unfused.Runner | None) -> tuple[Timer, str]:
+    """(timer, what it times): replays of CUDA graphs, so the host's cost of a call (evt's
+    Python launch, Inductor's wrapper) is not counted on either side, as under CUDA graphs or
+    with the host running ahead of the GPU; calls timed back to back for every side where the
+    unfused path cannot be captured (tried here: that timing is not kept)."""
     if runner is None:
-        return timing.replay_ms, GRAPHS, None
+        return timing.replay_ms, GRAPHS
     try:
-        return timing.replay_ms, GRAPHS, timing.replay_ms(runner.run)
+        timing.replay_ms(runner.run)
+        return timing.replay_ms, GRAPHS
     except Exception as e:  # noqa: BLE001 - e.g. a host sync inside the unfused path
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
         debug.log(1, f"autotune: the unfused path could not be captured in a CUDA graph ({why}); "
                      f"timing calls instead")  # fmt: skip
-        return timing.gpu_ms, f"calls (the unfused path could not be captured: {why})", None
+        return timing.gpu_ms, f"calls (the unfused path could not be captured: {why})"
 
 
 GRAPHS = "cuda graph replays"
+# `time_candidates`' key of the unfused path, timed in the candidates' rounds: session 43 (H200)
+# timed it before and after them and kept the mean, and at LLaMA-7B's SwiGLU it read 1.1025 ms
+# against the fused kernel's 1.1440, where the bench then measured the unfused path 4% slower
+# (the first timing after a compile's idle seconds runs on a GPU not yet at its power cap)
+UNFUSED = "unfused"
 
 
 def rounds() -> int:
@@ -391,11 +393,14 @@ def rounds() -> int:
 
 
 def time_candidates(
-    built, problem, timer: Timer, device: str = "cuda", phases: dict[str, float] | None = None
+    built, problem, timer: Timer, device: str = "cuda", phases: dict[str, float] | None = None,
+    others: dict[str, Callable[[], object]] | None = None,
 ) -> dict[str, float]:
     """`timing_key(config, order)` -> ms of the `shortlist`'s kernels in each of `tile_orders()`
     (inf: failed or wrong): every candidate checked, then timed once per round for `rounds()`
-    rounds, and its median kept. Timed one after another, each once, a candidate's time carries
+    rounds, and its median kept. `others` (name -> call: the unfused path) are timed first in
+    each round and keep their medians under their names, after the candidates' keys; one that
+    raises is not a candidate to reject: its error propagates. Timed one after another, each once, a candidate's time carries
     the clock of its moment (the GPU boosts, then settles at what its power cap allows): on the
     H100 the first candidate timed for LLaMA's cross-entropy backward read 1.39 ms and all 19
     after it 1.47-1.85 ms (session 19), and the 1.20x that session 35's timing found for
@@ -436,20 +441,25 @@ def time_candidates(
                 debug.log(1, f"autotune {spec.name}: config {key} rejected: {e}")
                 timings[key] = math.inf
         start = _spent(phases, "checks", start)
-    samples: dict[str, list[float]] = {key: [] for key in checked}
+    others = others or {}
+    runs = {**others, **checked}
+    samples: dict[str, list[float]] = {key: [] for key in runs}
     for _ in range(rounds()):
-        for key, run in checked.items():
+        for key, run in runs.items():
             if key in timings:  # it failed in an earlier round
                 continue
             try:
                 samples[key].append(timer(run))
             except Exception as e:  # noqa: BLE001
+                if key in others:
+                    raise
                 debug.log(1, f"autotune {spec.name}: config {key} rejected: {e}")
                 timings[key] = math.inf
     for key, times in samples.items():
         timings.setdefault(key, statistics.median(times))
     _spent(phases, "timing", start)
-    return {key: timings[key] for key in (timing_key(c.label, o) for c in candidates for o in orders)}
+    keys = [timing_key(c.label, o) for c in candidates for o in orders] + list(others)
+    return {key: timings[key] for key in keys}
 
 
 def _submit(spec: ir.KernelSpec, cfg: TileConfig):

@@ -542,9 +542,10 @@ def test_both_sides_are_timed_from_cuda_graph_replays(monkeypatch):
 
 
 def test_the_unfused_path_is_timed_in_the_candidates_rounds_and_keeps_its_median(monkeypatch):
-    """First in each round, so the first timing after the compile's idle seconds (a GPU not yet
-    at its power cap: session 43's SwiGLU read 4% fast unfused) is one sample of three, not
-    half of a mean; a failure of the unfused path is not a rejected candidate: it propagates."""
+    """First in each round, so the first timing after the compile's idle seconds (perhaps on a
+    GPU not yet at its power cap: session 43's SwiGLU read 4% fast unfused, not so in the
+    bench) is one sample of three, not half of a mean; a failure of the unfused path is not a
+    rejected candidate: it propagates."""
     built, problem, labels, _ = _fake_candidates(monkeypatch, wrong=None)
     monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "")
     monkeypatch.setenv("EVT_AUTOTUNE_ROUNDS", "3")

@@ -383,7 +383,8 @@ GRAPHS = "cuda graph replays"
 # `time_candidates`' key of the unfused path, timed in the candidates' rounds: session 43 (H200)
 # timed it before and after them and kept the mean, and at LLaMA-7B's SwiGLU it read 1.1025 ms
 # against the fused kernel's 1.1440, where the bench then measured the unfused path 4% slower
-# (the first timing after a compile's idle seconds runs on a GPU not yet at its power cap)
+# (plausibly the first timing, after the compile's idle seconds, ran before the GPU reached
+# its power cap; in the rounds it is one sample of three, and both sides share the drift)
 UNFUSED = "unfused"
 
 

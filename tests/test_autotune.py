@@ -732,8 +732,11 @@ def test_a_chosen_config_down_the_ranking_is_reported_with_its_rank():
     got = autotune.outcome(spec, problem, d, measured=True)
     assert (got["config"], got["tile_order"], got["rank"], got["fuse"]) == (ranked[2], "0:4", 3, True)
     assert (got["heuristic"], got["heuristic_ms"], got["best_ms"]) == (ranked[0], 1.2, 0.9)
+    assert got["timings"] == timings  # the whole shortlist, every order, for later ranking
     failed = autotune.outcome(spec, problem, autotune.choose({ranked[0]: math.inf}, 1.0), True)
     assert failed["heuristic_ms"] is None and failed["rank"] is None and not failed["fuse"]
+    assert failed["timings"] == {ranked[0]: None}  # inf is not JSON: a failure reads None
+    json.dumps(failed, allow_nan=False)
 
 
 def _problem(built):

@@ -261,8 +261,10 @@ def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) ->
     """What `decide` chose for `spec` at `problem`, for a report (`evt.bench.observe`): the
     heuristic's pick and its time in evt's tile order, the chosen config's place in the
     heuristic's ranking (1: the pick itself; None where none was chosen), its time, the
-    unfused path's, whether this process measured it or read it from the cache, and the seconds
-    of its phases (`Decision.seconds`; empty where read from the cache: this process spent none)."""
+    unfused path's, whether this process measured it or read it from the cache, the seconds
+    of its phases (`Decision.seconds`; empty where read from the cache: this process spent none),
+    and every candidate's time (`timing_key` -> ms, None where it failed or computed something
+    else), so a results file can rank the whole shortlist, not only the pick and the winner."""
     ranked = [c.label for c in heuristic(spec, *problem)]
     pick = ranked[0] if ranked else None
     heuristic_ms = decision.timings.get(pick, math.inf) if pick else math.inf
@@ -283,6 +285,7 @@ def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) ->
         "measured": measured,
         "seconds": dict(decision.seconds) if measured else {},
         "reason": decision.reason,
+        "timings": {k: (ms if math.isfinite(ms) else None) for k, ms in decision.timings.items()},
     }
 
 

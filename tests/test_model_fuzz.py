@@ -6,7 +6,15 @@ seeds: `python scripts/model_fuzz.py --count 400` (400 seeds passed when it was 
 import pytest
 
 from evt.runtime import reference
-from evt.testing.models import BLOCKS, PipelineFailed, against_fp32, compare, kernels_of, program
+from evt.testing.models import (
+    BLOCKS,
+    PipelineFailed,
+    against_fp32,
+    compare,
+    describe,
+    kernels_of,
+    program,
+)
 
 SEEDS = range(24)
 
@@ -63,3 +71,14 @@ def test_bf16_against_fp32_within_eagers_error(seed):
     assert all(got <= max(2e-2, 2 * eager) for got, eager in errs.values()), errs
     captured = kernels_of(seed)
     assert captured and all(problem is not None for _, problem in captured)
+
+
+def test_the_seeds_cover_every_attention_mask():
+    """Causal (GPT), BERT's additive padding mask (SDPA's float `attn_mask` after evt's rewrite)
+    and none (ViT): each among the seeds' attention blocks, each trained like eager above."""
+    from evt.testing.models import ATTENTION_MASKS
+
+    masks = {blk.mask for s in SEEDS for blk in program(s)[0].blocks if blk.kind == "attention"}
+    assert masks == set(ATTENTION_MASKS), masks
+    assert "padding mask" in describe(next(program(s)[0] for s in SEEDS
+                                           if any(b.mask == "padding" for b in program(s)[0].blocks)))

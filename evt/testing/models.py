@@ -1,7 +1,7 @@
 """Random small training programs for the graph-level differential fuzzer: a seed picks a chain of
 transformer-ish blocks on a [B, S, D] activation (Linears with and without bias, activations,
 residual adds, LayerNorm with and without affine, RMSNorm, softmax, scaling, attention with a
-causal mask, GLU halves of one projection, a Linear on a transposed activation, views), some
+causal mask, an additive padding mask or none, GLU halves of one projection, a Linear on a transposed activation, views), some
 blocks under activation checkpointing (`torch.utils.checkpoint`: their regions recomputed in the
 backward; half of them selectively, the GEMMs' outputs saved), which runs through the whole
 pipeline (`backend="evt"`, regions on the reference path) and is compared with eager, forward
@@ -43,6 +43,7 @@ SELECTIVE = 0.5  # the chance of a checkpointed block to save its GEMMs' outputs
 GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
 BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated",
           "glu", "transposed", "plain_norm")  # fmt: skip
+ATTENTION_MASKS = ("causal", "padding", "none")
 
 
 def save_gemms(ctx, op, *args, **kwargs):
@@ -86,6 +87,10 @@ class Block(nn.Module):
         self.qkv = nn.Linear(d, 3 * d, bias=bias) if kind == "attention" else None
         self.proj = nn.Linear(d, d) if kind == "attention" else None
         self.scale = rng.choice((0.5, 2.0, -1.0))
+        # attention's mask (drawn last, and only here, so other blocks' draws stay as they were):
+        # causal (GPT), BERT's additive padding mask over keys (SDPA's float attn_mask when evt
+        # rewrites the attention), or none (ViT)
+        self.mask = rng.choice(ATTENTION_MASKS) if kind == "attention" else None
 
     def forward(self, x):
         act = ACTIVATIONS[self.act]
@@ -112,14 +117,19 @@ class Block(nn.Module):
             return x * self.scale + 1.0
         if self.kind == "softmax":
             return F.softmax(x * self.scale, -1) * self.d
-        b, s, d = x.shape  # attention, causal
+        b, s, d = x.shape  # attention
         h = self.norm(x) if self.pre_norm else x
         q, k, v = self.qkv(h).split(d, dim=-1)
         heads = lambda t: t.view(b, s, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
         q, k, v = heads(q), heads(k), heads(v)
         scores = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5
-        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
-        scores = scores.masked_fill(~mask, float("-inf"))
+        if self.mask == "causal":
+            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+            scores = scores.masked_fill(~mask, float("-inf"))
+        elif self.mask == "padding":  # [B, 1, 1, S]: as `evt.examples`' BERT adds its mask
+            padding = torch.zeros(b, s, dtype=torch.bool, device=x.device)
+            padding[1:, s - max(1, s // 4) :] = True  # every sequence but the first ends padded
+            scores = scores + padding[:, None, None, :].to(scores.dtype) * torch.finfo(scores.dtype).min
         out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
         y = x + self.proj(out)
         return y if self.pre_norm else self.norm(y)
@@ -169,7 +179,8 @@ def program(
 def describe(model: Program) -> str:
     marks = [", selectively checkpointed" if sel else ", checkpointed" if ck else ""
              for ck, sel in zip(model.checkpointed, model.selective)]  # fmt: skip
-    parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''}{mark})"
+    parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''}"
+             f"{f', {blk.mask} mask' if blk.mask else ''}{mark})"
              for blk, mark in zip(model.blocks, marks)]  # fmt: skip
     return " -> ".join([*parts, f"head+{model.loss}"])
 

@@ -87,7 +87,8 @@ class Block(nn.Module):
         self.qkv = nn.Linear(d, 3 * d, bias=bias) if kind == "attention" else None
         self.proj = nn.Linear(d, d) if kind == "attention" else None
         self.scale = rng.choice((0.5, 2.0, -1.0))
-        # attention's mask (drawn last, and only here, so other blocks' draws stay as they were):
+        # attention's mask (drawn last, and only for attention, so programs without attention,
+        # and a program's blocks before its first attention, stay as they were):
         # causal (GPT), BERT's additive padding mask over keys (SDPA's float attn_mask when evt
         # rewrites the attention), or none (ViT)
         self.mask = rng.choice(ATTENTION_MASKS) if kind == "attention" else None

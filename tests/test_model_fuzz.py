@@ -1,6 +1,6 @@
 """The graph-level differential fuzzer (`evt.testing.models`): random small training programs
-(Linears, activations, residuals, LayerNorm/RMSNorm, softmax, causal attention, cross-entropy or
-MSE) through the whole pipeline with the reference path, against eager in float32. Many more
+(Linears, activations, residuals, LayerNorm/RMSNorm, softmax, attention with a causal, padding
+or no mask, cross-entropy or MSE) through the whole pipeline with the reference path, against eager in float32. Many more
 seeds: `python scripts/model_fuzz.py --count 400` (400 seeds passed when it was written)."""
 
 import pytest

@@ -69,7 +69,7 @@ def main() -> None:
         prebuild([by_name[n] for n in args.cases.split(",")], torch.bfloat16, print, "cuda")
     report = []
     for name in args.cases.split(","):
-        torch._dynamo.reset()  # a fresh budget of Dynamo's 8 compiles a code object (the bench raises past it)
+        torch._dynamo.reset()  # Dynamo's 8 compiles of a code object afresh (the bench raises past them)
         case = by_name[name]
         w = (ops if case.kind == "op" else steps).build(case, torch.bfloat16, "cuda")
         inputs = w.make_inputs(0)

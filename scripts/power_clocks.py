@@ -47,7 +47,7 @@ def main() -> None:
     print(f"{'case':26s} {'baseline':9s} {'us':>8s} {'TF/s':>6s} {'MHz':>5s} {'W':>5s} "
           f"{'TF/s/GHz':>8s}  clock events")
     for name in names:
-        torch._dynamo.reset()  # a fresh budget of Dynamo's 8 compiles a code object (the bench raises past it)
+        torch._dynamo.reset()  # Dynamo's 8 compiles of a code object afresh (the bench raises past them)
         case = by_name[name]
         w = ops.build(case, torch.bfloat16, "cuda")
         inputs = w.make_inputs(0)

@@ -33,7 +33,7 @@ def warmed_calls(step_names: list[str], baseline_names: list[str]):
 
         prebuild([by_name[n] for n in step_names], torch.bfloat16, print, "cuda")
     for name in step_names:
-        torch._dynamo.reset()  # a fresh budget of Dynamo's 8 compiles a code object (the bench raises past it)
+        torch._dynamo.reset()  # Dynamo's 8 compiles of a code object afresh (the bench raises past them)
         w = steps.build(by_name[name], torch.bfloat16, "cuda")
         inputs = w.make_inputs(0)
         for b in baseline_names:

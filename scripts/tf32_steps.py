@@ -34,7 +34,7 @@ def main() -> None:
     by_name = {c.name: c for c in all_cases()}
     rows = []
     for name in args.steps.split(","):
-        torch._dynamo.reset()  # a fresh budget of Dynamo's 8 compiles a code object (the bench raises past it)
+        torch._dynamo.reset()  # Dynamo's 8 compiles of a code object afresh (the bench raises past them)
         w = steps.build(by_name[name], torch.float32, dev)
         inputs = w.make_inputs(0)
         ref = outputs(w.reference(inputs))

@@ -404,13 +404,13 @@ def time_candidates(
     (inf: failed or wrong): every candidate checked, then timed once per round for `rounds()`
     rounds, and its median kept. `others` (name -> call: the unfused path) are timed first in
     each round and keep their medians under their names, after the candidates' keys; one that
-    raises is not a candidate to reject: its error propagates. Timed one after another, each once, a candidate's time carries
-    the clock of its moment (the GPU boosts, then settles at what its power cap allows): on the
-    H100 the first candidate timed for LLaMA's cross-entropy backward read 1.39 ms and all 19
-    after it 1.47-1.85 ms (session 19), and the 1.20x that session 35's timing found for
-    another config of GPT-2's did not show in the case's own time. In rounds, a drift falls on
-    every candidate alike. The wall seconds of "builds", "checks" and "timing" (`PHASES`) are
-    added to `phases`."""
+    raises is not a candidate to reject: its error propagates. Timed one after another, each
+    once, a candidate's time carries the clock of its moment (the GPU boosts, then settles at
+    what its power cap allows): on the H100 the first candidate timed for LLaMA's cross-entropy
+    backward read 1.39 ms and all 19 after it 1.47-1.85 ms (session 19), and the 1.20x that
+    session 35's timing found for another config of GPT-2's did not show in the case's own
+    time. In rounds, a drift falls on every candidate alike. The wall seconds of "builds",
+    "checks" and "timing" (`PHASES`) are added to `phases`."""
     phases = {} if phases is None else phases
     start = time.monotonic()
     spec = built.spec

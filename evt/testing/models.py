@@ -1,11 +1,11 @@
 """Random small training programs for the graph-level differential fuzzer: a seed picks a chain of
 transformer-ish blocks on a [B, S, D] activation (Linears with and without bias, activations,
 residual adds, LayerNorm with and without affine, RMSNorm, softmax, scaling, attention with a
-causal mask, an additive padding mask or none, GLU halves of one projection, a Linear on a transposed activation, views), some
-blocks under activation checkpointing (`torch.utils.checkpoint`: their regions recomputed in the
-backward; half of them selectively, the GEMMs' outputs saved), which runs through the whole
-pipeline (`backend="evt"`, regions on the reference path) and is compared with eager, forward
-and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
+causal mask, an additive padding mask or none, GLU halves of one projection, a Linear on a
+transposed activation, views), some blocks under activation checkpointing
+(`torch.utils.checkpoint`: their regions recomputed in the backward; half of them selectively,
+the GEMMs' outputs saved), which runs through the whole pipeline (`backend="evt"`, regions on
+the reference path) and is compared with eager, forward and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
 
 Where `evt.testing.fuzz` generates kernel specs, this generates torch code: it exercises capture,
 the graph passes, the partitioner and lowering on graphs AOTAutograd really produces.

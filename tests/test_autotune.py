@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from evt import ir, pipeline
+from evt.bench.patterns import attention_scores
 from evt.codegen import config as cfgs
 from evt.codegen import wave_traffic
 from evt.codegen.emit import render
@@ -258,11 +259,12 @@ class _OrderedFake:
         return [torch.zeros_like(o) for o in out] if bad else out
 
 
-def _fake_candidates(monkeypatch, wrong: int | None):
-    """`time_candidates` on the CPU: a Linear + GELU region whose shortlisted configs "build"
-    at once into `_OrderedFake`s (the `wrong`-th computes zeros in tile order 0:8); returns
-    (built, problem, the shortlist's labels, the labels built, in order)."""
-    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+def _fake_candidates(monkeypatch, wrong: int | None, built=None):
+    """`time_candidates` on the CPU: a Linear + GELU region (or `built`) whose shortlisted
+    configs "build" at once into `_OrderedFake`s (the `wrong`-th computes zeros in tile order
+    0:8); returns (built, problem, the shortlist's labels, the labels built, in order)."""
+    if built is None:
+        built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))[1]
     problem = _problem(built)
     labels = [c.label for c in autotune.shortlist(built.spec, problem)]
     built_for = []
@@ -350,6 +352,46 @@ def test_candidates_are_timed_in_rounds_and_keep_their_median(monkeypatch):
     assert timings[labels[0]] == 1.0 * (1 + 0.1 * (n + 1))  # its three: 1 + 0.1 * (1, n + 1, 2n)
     assert autotune.choose(timings, None).config == labels[-1]
     assert list(timings) == labels  # in the order timed: a tie goes to the heuristic's rank
+
+
+class _Scores(torch.nn.Module):
+    """ViT's attention scores in small: (q @ k^T) / sqrt(D), -inf above the diagonal, at S = 5
+    (the bool mask's rows are 5 bytes: TMA cannot read them as they are)."""
+
+    def forward(self, q, k):
+        return attention_scores(q, k)
+
+
+class _GuardedFake(_OrderedFake):
+    """A built kernel that stores into padded rows (`TileConfig.pad_rows`): its launches pass
+    the real guards first, as `launch.Kernel`'s do, then compute the reference path."""
+
+    def ordered(self, order):
+        return _GuardedFake(self.spec, self.label, order)
+
+    def __call__(self, inputs):
+        guards.check(self.spec, [guards.TensorInfo.of(t) for t in inputs], 0, pad_rows=True)
+        return super().__call__(inputs)
+
+
+def test_candidates_run_on_the_aux_copies_their_launches_make(monkeypatch):
+    """A region whose mask TMA cannot read as it is (ViT's 197 x 197 bool mask; here 5 x 5)
+    launches on a copy in padded rows (`guards.pad_aux_rows`, in `dispatch.run`); its candidates
+    are checked and timed on the same copy. Session 44: on the mask as it was, every candidate
+    failed its guards and max-autotune left ViT's scores unfused ("no candidate config ran")."""
+    q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8)
+    region, built = _first_region(_Scores(), q, k)
+    assert any(isinstance(n, ir.AuxLoad) and n.major == "n" for n in built.spec.nodes)
+    built, problem, labels, _ = _fake_candidates(monkeypatch, wrong=None, built=built)
+    monkeypatch.setattr(launch, "Kernel", _GuardedFake)
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "")
+    inputs = autotune.candidate_inputs(built, problem, "cpu")
+    assert [t.shape[-1] for t in inputs if t.dtype == torch.bool] == [5]
+    with pytest.raises(LaunchError):  # the launch's guards refuse the mask as it is
+        guards.check(built.spec, [guards.TensorInfo.of(t) for t in inputs], 0, pad_rows=True)
+    timings = autotune.time_candidates(built, problem, lambda fn: fn() and 1.0, device="cpu")
+    assert all(math.isfinite(timings[c]) for c in labels)
+    assert autotune.choose(timings, None).fuse
 
 
 def test_a_decided_tile_order_reaches_the_launch_plan(monkeypatch, tmp_path):

@@ -394,6 +394,29 @@ def test_candidates_run_on_the_aux_copies_their_launches_make(monkeypatch):
     assert autotune.choose(timings, None).fuse
 
 
+def test_a_region_whose_every_candidate_fails_warns_with_the_first_reason(monkeypatch):
+    """Every candidate rejected: the region is left unfused with one warning naming it and the
+    first candidate's error, which the decision (and so the bench's notes) keeps. Before, the
+    errors went to `EVT_DEBUG=1` alone, and the reason read 'no candidate config ran'."""
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    built, problem, labels, _ = _fake_candidates(monkeypatch, wrong=None, built=built)
+
+    def refused(self, inputs):
+        raise LaunchError(f"input 2: rows of {self.label}")
+
+    monkeypatch.setattr(_OrderedFake, "__call__", refused)
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "0:0,0:2")
+    with pytest.warns(UserWarning) as caught:
+        d = autotune.measure(region, built, problem, lambda fn: fn() and 0.5, device="cpu")
+    caught = [w for w in caught if str(w.message).startswith("evt:")]  # not torch's own
+    assert len(caught) == 1
+    want = (f"no candidate config ran ({2 * len(labels)} rejected; the first, {labels[0]}: "
+            f"LaunchError: input 2: rows of {labels[0]})")  # fmt: skip
+    assert not d.fuse and d.reason == want
+    assert str(caught[0].message) == (f"evt: max-autotune: region {built.spec.name} at {problem}: "
+                                      f"{want}; it is left unfused")  # fmt: skip
+
+
 def test_a_decided_tile_order_reaches_the_launch_plan(monkeypatch, tmp_path):
     """max-autotune's order applies to its config at its problem, in this process and from the
     disk cache in the next; anything else launches in evt's order."""
@@ -504,7 +527,8 @@ def test_region_module_computes_what_the_nodes_do():
     assert len(seen) >= 5 and any(SOFTMAX_SUM in targets for targets in seen)
 
 
-def _made_up_kernel_timings(built, problem, timer, device, phases=None, others=None) -> dict[str, float]:
+def _made_up_kernel_timings(built, problem, timer, device, phases=None, others=None,
+                            rejected=None) -> dict[str, float]:
     """1.0 ms for each of the heuristic's first two configs (no kernel is built); `others` (the
     unfused path) timed by `timer` once, as one round would."""
     made_up = {c.label: 1.0 for c in cfgs.heuristic(built.spec, *problem)[:2]}
@@ -547,7 +571,7 @@ def _timed_by(monkeypatch, region, built, capturable: bool):
     """`autotune.measure` with its own timer choice, CUDA graphs and timers replaced by fakes that
     record what each timed: (decision, [(timer, what)])."""
     monkeypatch.setattr(autotune, "time_candidates",
-                        lambda b, p, timer, device, phases, others: {  # others first, as a round
+                        lambda b, p, timer, device, phases, others, rejected: {  # others first, as a round
                             **{k: timer(r) for k, r in others.items()}, "cfg": timer("kernel")})  # fmt: skip
     seen = []
 
@@ -794,7 +818,7 @@ def test_every_regions_candidates_start_building_before_the_first_is_timed(monke
     monkeypatch.setattr(build, "prefetch", lambda spec, cfg=None, compile_fn=None: events.append(
         ("build", spec.name, cfg.label)) or Future())  # fmt: skip
 
-    def timed(built, problem, timer, device, phases=None, others=None):
+    def timed(built, problem, timer, device, phases=None, others=None, rejected=None):
         events.append(("time", built.spec.name, None))
         return _made_up_kernel_timings(built, problem, timer, device, others=others)
 

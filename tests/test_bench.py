@@ -541,6 +541,12 @@ def test_autotune_table_says_where_each_measured_decisions_time_went():
     old["notes"]["autotune"].append(failed)
     assert ("| — (not timed) | fused with the heuristic's config, not measured: "
             "OutOfMemoryError: CUDA | — |") in markdown.autotune_table([old])
+    # every candidate failed: left unfused, and the first candidate's error shown
+    none_ran = _outcome("evt_f2_bmm", None, None, None, None, fuse=False)
+    none_ran["reason"] = "no candidate config ran (20 rejected; the first, 128x256x64: LaunchError: x)"
+    old["notes"]["autotune"].append(none_ran)
+    assert ("| left unfused: no candidate config ran (20 rejected; the first, 128x256x64: "
+            "LaunchError: x) | — |") in markdown.autotune_table([old])
 
 
 def test_host_time_per_region_call_counts_only_the_calls_in_between(monkeypatch):

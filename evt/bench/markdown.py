@@ -219,6 +219,8 @@ def autotune_table(results: list[dict]) -> str:
         verdict = "fused" if o["fuse"] else "left unfused"
         if (o.get("reason") or "").startswith("not measured"):  # `autotune._unmeasured`
             verdict = f"fused with the heuristic's config, {o['reason']}"
+        elif (o.get("reason") or "").startswith("no candidate config ran"):  # every one failed
+            verdict = f"left unfused: {o['reason']}"
         if o.get("timer") and o["timer"] != GRAPHS:
             verdict += f"; timed as {o['timer']}"
         m, n, k, *batch = o["problem"]

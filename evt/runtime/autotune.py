@@ -350,9 +350,17 @@ def measure(
         timer, how = pick_timer(runner)
     _spent(phases, "timing", start)
     others = {UNFUSED: runner.run} if runner is not None else {}
-    timings = time_candidates(built, problem, timer, device, phases=phases, others=others)
+    rejected: dict[str, str] = {}
+    timings = time_candidates(built, problem, timer, device, phases=phases, others=others,
+                              rejected=rejected)  # fmt: skip
     unfused_ms = timings.pop(UNFUSED, None)
     decision = choose(timings, unfused_ms)
+    if decision.reason == NO_CANDIDATE and rejected:
+        key, why = next(iter(rejected.items()))
+        decision = replace(decision, reason=f"{NO_CANDIDATE} ({len(rejected)} rejected; the "
+                                            f"first, {key}: {why})")  # fmt: skip
+        warnings.warn(f"evt: max-autotune: region {built.spec.name} at {problem}: "
+                      f"{decision.reason}; it is left unfused", stacklevel=2)  # fmt: skip
     seconds = {p: round(phases.get(p, 0.0), 2) for p in PHASES}
     return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "", timer=how,
                    seconds=seconds)  # fmt: skip
@@ -398,7 +406,7 @@ def rounds() -> int:
 
 def time_candidates(
     built, problem, timer: Timer, device: str = "cuda", phases: dict[str, float] | None = None,
-    others: dict[str, Callable[[], object]] | None = None,
+    others: dict[str, Callable[[], object]] | None = None, rejected: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """`timing_key(config, order)` -> ms of the `shortlist`'s kernels in each of `tile_orders()`
     (inf: failed or wrong): every candidate checked, then timed once per round for `rounds()`
@@ -410,8 +418,10 @@ def time_candidates(
     backward read 1.39 ms and all 19 after it 1.47-1.85 ms (session 19), and the 1.20x that
     session 35's timing found for another config of GPT-2's did not show in the case's own
     time. In rounds, a drift falls on every candidate alike. The wall seconds of "builds",
-    "checks" and "timing" (`PHASES`) are added to `phases`."""
+    "checks" and "timing" (`PHASES`) are added to `phases`; why each rejected key was, to
+    `rejected`."""
     phases = {} if phases is None else phases
+    rejected = {} if rejected is None else rejected
     start = time.monotonic()
     spec = built.spec
     orders = tile_orders()
@@ -429,7 +439,7 @@ def time_candidates(
                 raise job
             kernel = launch.Kernel(spec, launch.load(job.result()))
         except Exception as e:  # noqa: BLE001 - a failed candidate is just not chosen
-            debug.log(1, f"autotune {spec.name}: config {label} rejected: {e}")
+            _reject(spec, label, e, rejected)
             timings.update({timing_key(label, order): math.inf for order in orders})
             continue
         finally:
@@ -442,7 +452,7 @@ def time_candidates(
                     raise ValueError("its outputs differ from the reference path")
                 checked[key] = lambda ordered=ordered: ordered(inputs)
             except Exception as e:  # noqa: BLE001
-                debug.log(1, f"autotune {spec.name}: config {key} rejected: {e}")
+                _reject(spec, key, e, rejected)
                 timings[key] = math.inf
         start = _spent(phases, "checks", start)
     others = others or {}
@@ -457,13 +467,19 @@ def time_candidates(
             except Exception as e:  # noqa: BLE001
                 if key in others:
                     raise
-                debug.log(1, f"autotune {spec.name}: config {key} rejected: {e}")
+                _reject(spec, key, e, rejected)
                 timings[key] = math.inf
     for key, times in samples.items():
         timings.setdefault(key, statistics.median(times))
     _spent(phases, "timing", start)
     keys = [timing_key(c.label, o) for c in candidates for o in orders] + list(others)
     return {key: timings[key] for key in keys}
+
+
+def _reject(spec: ir.KernelSpec, key: str, e: Exception, rejected: dict[str, str]) -> None:
+    why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    rejected[key] = why
+    debug.log(1, f"autotune {spec.name}: config {key} rejected: {why}")
 
 
 def _as_dispatched(spec: ir.KernelSpec, kernel: launch.Kernel) -> Callable:
@@ -498,12 +514,15 @@ def candidate_inputs(built, problem, device: str = "cuda") -> list[torch.Tensor]
     return inputs
 
 
+NO_CANDIDATE = "no candidate config ran"  # `choose`'s reason where every candidate failed
+
+
 def choose(timings: dict[str, float], unfused_ms: float | None) -> Decision:
     """The fastest config and tile order, fused only if it beats the unfused path (when that was
     measured); a tie goes to the key timed first (evt's order before the others)."""
     best = min(timings, key=timings.__getitem__) if timings else None
     if best is None or math.isinf(timings[best]):
-        return Decision(False, None, None, unfused_ms, timings, "no candidate config ran")
+        return Decision(False, None, None, unfused_ms, timings, NO_CANDIDATE)
     config, order = split_key(best)
     label = "" if order == EVT_ORDER else order.label
     fuse = unfused_ms is None or timings[best] < unfused_ms

@@ -9,7 +9,7 @@ max(2e-2, 2 x bf16 eager's), and no region may fall back. The kernels of all see
 the CPU first and built in parallel. Prints every seed that fails or raises, with its program.
 
     python scripts/model_fuzz.py [--seed 0] [--count 400] [--tol 1e-4] [--dynamic]
-    python scripts/model_fuzz.py --device cuda --count 30
+    python scripts/model_fuzz.py --device cuda --count 30 [--mask padding]
 
 (`EVT_NESTED_BATCH=1` in the environment fuzzes the in-place attention heads too.)
 
@@ -26,7 +26,15 @@ import argparse
 import time
 import warnings
 
-from evt.testing.models import against_fp32, compare, describe, kernels_of, program
+from evt.testing.models import (
+    ATTENTION_MASKS,
+    against_fp32,
+    compare,
+    describe,
+    kernels_of,
+    program,
+    seeds,
+)
 
 
 def on_cpu(args, seeds) -> tuple[int, int]:
@@ -80,10 +88,15 @@ def main() -> None:
     p.add_argument("--tol", type=float, default=1e-4)
     p.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--mask", choices=ATTENTION_MASKS,
+                   help="only seeds with an attention block with this mask (from --seed on)")
     args = p.parse_args()
     warnings.simplefilter("ignore")
-    start, seeds = time.time(), range(args.seed, args.seed + args.count)
-    bad, regions = on_gpu(seeds) if args.device == "cuda" else on_cpu(args, seeds)
+    start = time.time()
+    chosen = seeds(args.seed, args.count, args.mask, smooth=args.device == "cuda")
+    if args.mask:
+        print(f"seeds {chosen[0]}-{chosen[-1]}: {len(chosen)} with a {args.mask} mask")
+    bad, regions = on_gpu(chosen) if args.device == "cuda" else on_cpu(args, chosen)
     print(f"{args.count} seeds, {bad} failed, {regions} regions formed, {time.time() - start:.0f} s")
 
 

@@ -14,6 +14,7 @@ from evt.testing.models import (
     describe,
     kernels_of,
     program,
+    seeds,
 )
 
 SEEDS = range(24)
@@ -82,3 +83,15 @@ def test_the_seeds_cover_every_attention_mask():
     assert masks == set(ATTENTION_MASKS), masks
     assert "padding mask" in describe(next(program(s)[0] for s in SEEDS
                                            if any(b.mask == "padding" for b in program(s)[0].blocks)))
+
+
+def test_seeds_with_a_mask_are_the_ones_that_draw_it():
+    """`scripts/model_fuzz.py --mask padding`: the first seeds whose program (smooth, as on the
+    GPU) has BERT's padding mask, none skipped; a mask no program draws is an error."""
+    got = seeds(60000, 3, "padding", smooth=True)
+    has = [s for s in range(60000, got[-1] + 1)
+           if any(b.mask == "padding" for b in program(s, smooth=True)[0].blocks)]
+    assert got == has and len(got) == 3
+    assert seeds(5, 3) == [5, 6, 7]
+    with pytest.raises(ValueError, match="expected one of causal, padding, none"):
+        seeds(0, 1, "sliding")

@@ -177,6 +177,22 @@ def program(
     return model, [x, target]
 
 
+def seeds(start: int, count: int, mask: str | None = None, smooth: bool = False) -> list[int]:
+    """`count` seeds from `start` on; with `mask` (one of `ATTENTION_MASKS`) only those whose
+    program (`smooth` as it will run: the draws differ) has an attention block with that mask,
+    e.g. to put BERT's padding mask through real kernels (`scripts/model_fuzz.py --mask`)."""
+    if mask is not None and mask not in ATTENTION_MASKS:
+        raise ValueError(f"mask {mask!r}: expected one of {', '.join(ATTENTION_MASKS)}")
+    out, seed = [], start
+    while len(out) < count:
+        if mask is None or any(b.mask == mask for b in program(seed, smooth=smooth)[0].blocks):
+            out.append(seed)
+        seed += 1
+        if seed - start > 1000 * count:  # a mask no program draws: say so, do not spin
+            raise ValueError(f"no {count} seeds from {start} draw a {mask} mask")
+    return out
+
+
 def describe(model: Program) -> str:
     marks = [", selectively checkpointed" if sel else ", checkpointed" if ck else ""
              for ck, sel in zip(model.checkpointed, model.selective)]  # fmt: skip

@@ -402,6 +402,14 @@ class KernelSpec:
     d: str  # name of the node stored as D (output 0)
     d_dtype: str
     num_inputs: int
+    # D's and the aux stores' rows dense at any N (`row_pitch` not applied): the kernel stores
+    # them with its threads (`TileConfig.staged_stores`) where TMA cannot, and no reader needs a
+    # dense copy (`evt.codegen.tree.dense_rows`: `EVT_STAGED_STORES=1`)
+    dense_rows: bool = False
+
+    def pitch(self, n: int, dtype: str) -> int:
+        """The row stride, in elements, of a freshly allocated [L,] M, N output of `dtype`."""
+        return n if self.dense_rows else row_pitch(n, dtype)
 
     def outputs(self) -> list[Output]:
         """Outputs 1, 2, ... (D is output 0), in output order."""
@@ -438,11 +446,11 @@ class KernelSpec:
 
     def output_strides(self, m, n, l2=1) -> tuple[int, ...]:
         """The (M, N, L) strides of each freshly allocated output: D and aux stores [L,] M, N
-        row-major with rows `row_pitch` elements apart; stride 0 along the modes a vector or a
+        row-major with rows `pitch` elements apart; stride 0 along the modes a vector or a
         scalar is reduced over. A nested batch (L = L1 x L2) has (M, N, L1, L2) strides: the
         outputs are the same [L1 * L2, ...] tensors."""
         def full(dtype: str) -> tuple:
-            p = row_pitch(n, dtype)
+            p = self.pitch(n, dtype)
             if self.gemm.nested:
                 return (p, 1, l2 * m * p, m * p)
             return (p, 1, m * p if self.gemm.batched else 0)
@@ -461,13 +469,13 @@ class KernelSpec:
     def output_layouts(self, m, n, l) -> list[tuple[tuple, tuple]]:  # noqa: E741
         """(shape, torch strides) of each freshly allocated output, as the kernel, the fake
         implementation and the reference path all allocate it: contiguous but for the rows of
-        D and the aux stores, `row_pitch` elements apart."""
+        D and the aux stores, `pitch` elements apart."""
         layouts = []
         kinds = ["full"] + [o.vector for o in self.outputs()]
         for shape, dtype, kind in zip(self.output_shapes(m, n, l), self.output_dtypes(), kinds):
             strides = list(torch._prims_common.make_contiguous_strides_for(shape))
             if kind == "full":  # [L,] M, N
-                strides[-2] = row_pitch(n, dtype)
+                strides[-2] = self.pitch(n, dtype)
                 if len(shape) == 3:
                     strides[0] = m * strides[-2]
             layouts.append((tuple(shape), tuple(strides)))
@@ -518,6 +526,8 @@ def to_json(spec: KernelSpec) -> str:
         "d_dtype": spec.d_dtype,
         "num_inputs": spec.num_inputs,
     }
+    if spec.dense_rows:  # absent by default: other specs keep their JSON (and their kernels)
+        body["dense_rows"] = True
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
@@ -529,7 +539,8 @@ def from_json(text: str) -> KernelSpec:
         Operand(**g["a"]), Operand(**g["b"]), g["dtype"], g["batched"], g.get("nested", False)
     )
     nodes = tuple(_node_from_dict(n) for n in body["nodes"])
-    return KernelSpec(body["name"], gemm, nodes, body["d"], body["d_dtype"], body["num_inputs"])
+    return KernelSpec(body["name"], gemm, nodes, body["d"], body["d_dtype"], body["num_inputs"],
+                      body.get("dense_rows", False))
 
 
 def users(spec: KernelSpec) -> dict[str, list[str]]:

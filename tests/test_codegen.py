@@ -326,6 +326,33 @@ def test_padded_rows_check_the_extent_rounded_up():
     assert "pad_rows" not in repr(TileConfig()) and "pad_rows=True" in repr(cfg)
 
 
+def test_staged_stores_copy_every_output_out_of_shared_memory():
+    """`staged_stores` (`_ss`): D is void to CUTLASS's collective and the tree's root is evt's
+    Sm90AuxStoreStaged (its stages, tile, shared-memory layout and stmatrix copy from CUTLASS's
+    aux-store descriptor), each aux store one too; the node's text is inlined into these kernels
+    alone, the label reads back, and the config refuses register stores, padded rows and a
+    nested batch."""
+    from dataclasses import replace
+
+    spec = specs.mlp_fc1_forward()
+    cfg = TileConfig(128, 128, 64, schedule="pingpong", staged_stores=True)
+    assert cfg.label == "128x128x64_c1x1_pingpong_ss" and TileConfig.from_label(cfg.label) == cfg
+    text, plain = render(spec, cfg), render(spec, replace(cfg, staged_stores=False))
+    assert "using ElementD = void;\nusing ElementDOut = cutlass::bfloat16_t;" in text
+    assert ("using EvtStoreD = evt::Sm90AuxStoreStaged<EvtStoreD_desc::Stages, "
+            "EvtStoreD_desc::EpilogueTile,\n    ElementDOut, kRound, EvtStoreD_desc::Stride") in text
+    assert "fusion::Sm90EVT<evt::Sm90AuxStoreStaged<\n    evt_save_add_desc::Stages" in text
+    assert "struct Sm90AuxStoreStaged {" in text and "fusion::Sm90AuxStore<" not in text
+    assert "Sm90AuxStoreStaged" not in plain and "EvtStoreD" not in plain
+    assert "staged_stores" not in repr(TileConfig()) and "staged_stores=True" in repr(cfg)
+    with pytest.raises(CodegenError, match="staged stores"):
+        TileConfig(staged_stores=True, store_align=1)
+    with pytest.raises(CodegenError, match="staged stores"):
+        TileConfig(staged_stores=True, pad_rows=True)
+    with pytest.raises(CodegenError, match="staged stores .* flat batch"):
+        render(specs.nested_scaled_scores(), TileConfig(128, 128, 64, schedule="pingpong", staged_stores=True))
+
+
 def test_stream_k_scheduler():
     """A stream-K config names CUTLASS's stream-K scheduler, asks for its deterministic
     reduction, and exists for cooperative kernels with a flat batch only."""

@@ -3,7 +3,8 @@ candidate of `evt.codegen.config.CANDIDATES` that fits a spec, with the aux-load
 `config.source_stages` gives it, against the reference path, with NaN-poisoned outputs, on
 whole tiles and on residues; every raster order and swizzle; the configs only sweeps build
 (outputs and aux tensors through registers, the fence-free store loop); aux inputs TMA cannot
-read, copied into padded rows; and max-autotune end to end."""
+read, copied into padded rows; outputs staged through shared memory and copied out by the
+threads; and max-autotune end to end."""
 
 from __future__ import annotations
 
@@ -233,6 +234,43 @@ def test_padded_rows_are_stored_through_tma(spec, label, shapes):
             assert bool((f[size:] == 7).all()), (label, (m, n, k), "written past the padded rows")
             assert ir.padded_storage(o.shape, o.stride()) or o.is_contiguous()
             assert o.untyped_storage().nbytes() >= size * o.element_size()  # the launcher's own
+
+
+@pytest.mark.parametrize(
+    "spec, label, shapes",
+    [
+        (specs.mlp_fc1_forward, "128x128x64_c1x1_pingpong_ss", [(1024, 197, 512), (300, 131, 72), (200, 1024, 72)]),
+        (specs.mlp_fc1_forward, "128x256x64_c1x1_cooperative_ss", [(1024, 198, 512), (200, 100, 72)]),
+        (specs.scaled_scores, "128x256x64_c1x1_cooperative_e64_ss", [(197, 197, 64), (200, 131, 72)]),
+        (specs.mlp_dgrad_gelu_bias, "128x128x64_c1x1_pingpong_ss", [(1024, 197, 512), (200, 144, 72)]),
+    ],
+    ids=["fc1-pingpong", "fc1-cooperative", "scores", "dgrad-bias-pingpong"],
+)  # fmt: skip
+def test_staged_stores_write_every_element_and_nothing_else(spec, label, shapes):
+    """Outputs through shared memory, copied out by the epilogue's threads
+    (`TileConfig.staged_stores`, evt_staged_store.inc; not a candidate): D and the aux stores
+    written in full at any N, residue tiles included, as the reference computes them, beside
+    a reduction over M; and, unlike a TMA store, nothing in a padded row's pad and nothing
+    past the storage (every element checked against its bounds)."""
+    spec = spec()
+    config = cfgs.TileConfig.from_label(label)
+    kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, config).result()))
+    assert kernel.library.any_row_length and not kernel.library.pad_rows
+    for m, n, k in shapes:
+        inputs = make_inputs(spec, m, n, k, seed=17, device="cuda")
+        want = reference.run(spec, inputs)
+        check(kernel, inputs, want, (label, (m, n, k)))
+        fresh = kernel(inputs)
+        sizes = [ir.padded_storage(o.shape, o.stride()) or o.numel() for o in fresh]
+        flats = [torch.full((size + 16,), 7.0, dtype=o.dtype, device="cuda") for size, o in zip(sizes, fresh)]
+        outs = [f.as_strided(o.shape, o.stride()) for f, o in zip(flats, fresh)]
+        kernel.launch(kernel.guard(inputs), inputs, outs)
+        torch.cuda.synchronize()
+        for i, (f, size, o) in enumerate(zip(flats, sizes, outs)):
+            assert bool((f[size:] == 7).all()), (label, (m, n, k), i, "written past the storage")
+            written = torch.zeros(f.numel(), dtype=torch.bool, device="cuda")
+            written.as_strided(o.shape, o.stride()).fill_(True)
+            assert bool((f[~written] == 7).all()), (label, (m, n, k), i, "written into the pad")
 
 
 def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():

@@ -41,24 +41,31 @@ KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_s
            "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
            "layer_norm_backward", "nested_attention_statistics", "nested_attention_values",
            "nested_attention_key_grad", "batched_row_statistics_streamk",
-           "mlp_fc1_forward_registers", "layer_norm_backward_recomputed")  # fmt: skip
+           "mlp_fc1_forward_registers", "layer_norm_backward_recomputed",
+           "mlp_fc1_forward_staged", "scaled_scores_staged")  # fmt: skip
 # kernels built from a spec of tests.specs at another tile config than its default: name ->
 # (spec, config). Stream-K: CUTLASS's stream-K scheduler with the statistics' deferred partials
 # and a batch (its GPU test: tests/test_gpu_configs.py). Registers: D (CUTLASS's void D, an
 # Sm90AuxStore of 0 stages at the root) and the aux store from registers one element at a time,
-# as outputs whose rows are not whole 16-byte vectors are stored (ViT's 197 x 197 scores).
+# as outputs whose rows are not whole 16-byte vectors are stored (ViT's 197 x 197 scores). Staged:
+# D and the aux store through shared memory, copied out by the epilogue's threads (ping-pong;
+# and batched scores with a stored copy, cooperative with 64-wide subtiles).
 VARIANTS = {
     "batched_row_statistics_streamk": (
         "batched_row_statistics", TileConfig(128, 128, 64, scheduler="streamk")),
     "mlp_fc1_forward_registers": (
         "mlp_fc1_forward", TileConfig(128, 128, 64, schedule="pingpong", store_align=1)),
+    "mlp_fc1_forward_staged": (
+        "mlp_fc1_forward", TileConfig(128, 128, 64, schedule="pingpong", staged_stores=True)),
+    "scaled_scores_staged": (
+        "scaled_scores", TileConfig(128, 256, 64, epi_n=64, staged_stores=True)),
 }  # fmt: skip
 
 
 def variant(name: str):
     """(spec, tile config: None for its default) of kernel `name`."""
     spec_name, config = VARIANTS.get(name, (name, None))
-    return specs.ALL[spec_name](), config
+    return getattr(specs, spec_name)(), config
 PARALLEL = 2  # a CUTLASS kernel takes ~3.5 GB to compile
 
 

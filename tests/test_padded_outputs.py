@@ -91,3 +91,36 @@ def test_an_as_strided_reader_gets_the_dense_copy():
     assert reader.args[0].target is aten.clone.default
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     torch.testing.assert_close(gm(x, w)[0], f(x, w))
+
+
+def test_staged_stores_give_dense_rows_and_no_copy(monkeypatch):
+    """`EVT_STAGED_STORES=1`: a region whose rows TMA cannot store is given dense rows
+    (`KernelSpec.dense_rows`) that its kernel stores with its threads (`_ss` configs at such an
+    N, from the heuristic and by default), so no reader gets a copy; aligned rows and the
+    default setting are as before."""
+    from evt.codegen import config as cfgs
+
+    monkeypatch.setenv("EVT_STAGED_STORES", "1")
+    graph = fused_graph()
+    (call,) = [n for n in graph.nodes if n.target is FUSED_GEMM]
+    (item,) = call.users
+    assert item.meta["val"].stride() == (6, 1)
+    assert not [n for n in graph.nodes if n.target is aten.clone.default]
+    spec = ir.from_json(call.args[0])
+    assert spec.dense_rows and '"dense_rows":true' in ir.to_json(spec)
+    assert spec.output_layouts(16, 6, 1)[0] == ((16, 6), (6, 1))
+    assert all(c.staged_stores and not c.pad_rows for c in cfgs.heuristic(spec, 16, 6, 32))
+    assert not any(c.staged_stores for c in cfgs.heuristic(spec, 16, 8, 32))  # 32-byte rows: TMA
+    assert cfgs.default_config(spec).staged_stores
+    plain = ir.from_json(ir.to_json(spec).replace(',"dense_rows":true', ""))
+    assert not plain.dense_rows and plain.output_layouts(16, 6, 1)[0] == ((16, 6), (8, 1))
+    assert all(c.pad_rows and not c.staged_stores for c in cfgs.heuristic(plain, 16, 6, 32))
+    monkeypatch.setenv("EVT_STAGED_STORES", "0")
+    assert test_padded_output_is_copied_for_the_readers_that_need_dense_rows() is None
+
+
+@pytest.mark.parametrize("rest", ["eager", "inductor"])
+def test_dense_rows_train_like_eager(rest, monkeypatch):
+    """The dense rows of `EVT_STAGED_STORES=1` on the reference path, forward and backward."""
+    monkeypatch.setenv("EVT_STAGED_STORES", "1")
+    test_padded_outputs_train_like_eager(rest)

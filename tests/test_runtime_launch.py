@@ -128,13 +128,14 @@ def test_a_library_says_how_it_stores_its_outputs():
 
     def stores(signature):
         lib = launch.Library(None, "k", None, None, None, config=launch._config(signature))
-        return lib.store_align, lib.pad_rows
+        return lib.store_align, lib.pad_rows, lib.any_row_length
 
-    assert stores("k;128x128x64_c1x1_pingpong_sa1;{}") == (1, False)
-    assert stores("k;128x256x64_c1x1_cooperative_sa4;{}") == (4, False)
-    assert stores("k;128x256x64_c1x1_cooperative;{}") == (0, False)
-    assert stores("k;128x256x64_c1x1_cooperative_pr;{}") == (0, True)
-    assert stores("not a signature") == (0, False)
+    assert stores("k;128x128x64_c1x1_pingpong_sa1;{}") == (1, False, False)
+    assert stores("k;128x256x64_c1x1_cooperative_sa4;{}") == (4, False, False)
+    assert stores("k;128x256x64_c1x1_cooperative;{}") == (0, False, False)
+    assert stores("k;128x256x64_c1x1_cooperative_pr;{}") == (0, True, True)
+    assert stores("k;128x128x64_c1x1_pingpong_ss;{}") == (0, False, True)  # staged: any N
+    assert stores("not a signature") == (0, False, False)
     assert launch._config("k;256x128x64_c2x1_cooperative;{}") == TileConfig(256, 128, 64, cluster_m=2)
 
 

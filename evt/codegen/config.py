@@ -124,6 +124,12 @@ class TileConfig:
     # DRAM traffic and L2 hit rate unchanged (739 MB, 72.3%): its aux lines are not what evicts
     # the operands. Kept as a config-sweep experiment (`_ef`).
     aux_evict_first: bool = False
+    # Every output (D and the aux stores) through a shared-memory stage as for a TMA store, then
+    # copied to global memory by the epilogue's threads, consecutive threads along the row, each
+    # element predicated on the bounds (`evt::Sm90AuxStoreStaged`, evt_staged_store.inc): any N,
+    # dense rows where TMA needs 16-byte ones (ViT's 197 x 197 scores; an LM head at an odd
+    # vocabulary). Not a candidate, and not yet run on a GPU: a config-sweep experiment (`_ss`).
+    staged_stores: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -158,6 +164,10 @@ class TileConfig:
         if self.aux_prefetch and self.register_loads:
             raise CodegenError(f"unsupported {self}: aux loads go into registers (register_loads) "
                                "or through shared memory with an L2 prefetch (aux_prefetch)")  # fmt: skip
+        if self.staged_stores and (self.store_align or self.direct_aux or self.pad_rows):
+            raise CodegenError(f"unsupported {self}: staged stores (_ss) store every output "
+                               "through shared memory at any N: not with register stores "
+                               "(_sa, _da) or TMA's padded rows (_pr)")  # fmt: skip
         if self.store_align not in (0, 1, 2, 4, 8):
             raise CodegenError(f"unsupported {self}: outputs are stored from registers 1, 2, 4 or "
                                "8 elements at a time (0: through shared memory by TMA)")  # fmt: skip
@@ -203,6 +213,7 @@ class TileConfig:
             + (f"_sd{self.epi_stages_d}" if self.epi_stages_d else "")
             + ("_pf" if self.aux_prefetch else "")
             + ("_ef" if self.aux_evict_first else "")
+            + ("_ss" if self.staged_stores else "")
         )
 
     @classmethod
@@ -211,18 +222,19 @@ class TileConfig:
         m = _LABEL.fullmatch(label)
         if m is None:
             raise CodegenError(f"{label!r} is not a tile config label: write TMxTNxTK_cCMxCN_"
-                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff][_sdD][_pf][_ef], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
-        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff, sd, pf, ef = m.groups()
+                               f"SCHEDULE[_eN][_sk][_scS][_da][_saA][_pr][_rlR][_ff][_sdD][_pf][_ef][_ss], e.g. 128x128x64_c2x1_pingpong")  # fmt: skip
+        tm, tn, tk, cm, cn, schedule, epi_n, sk, sc, da, sa, pr, rl, ff, sd, pf, ef, ss = m.groups()
         return cls(int(tm), int(tn), int(tk), int(cm), int(cn), schedule, int(epi_n or 0),
                    "streamk" if sk else "persistent", int(sc or 0), bool(da), int(sa or 0),
-                   bool(pr), int(rl or 0), bool(ff), int(sd or 0), bool(pf), bool(ef))  # fmt: skip
+                   bool(pr), int(rl or 0), bool(ff), int(sd or 0), bool(pf), bool(ef),
+                   bool(ss))  # fmt: skip
 
 
 _LATE_FIELDS = ("store_align", "pad_rows", "register_loads", "fence_free", "epi_stages_d",
-                "aux_prefetch", "aux_evict_first")
+                "aux_prefetch", "aux_evict_first", "staged_stores")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TileConfig)}
 _LABEL = re.compile(
-    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?(?:_sd(\d+))?(_pf)?(_ef)?"
+    r"(\d+)x(\d+)x(\d+)_c(\d+)x(\d+)_([a-z]+)(?:_e(\d+))?(_sk)?(?:_sc(\d+))?(_da)?(?:_sa(\d+))?(_pr)?(?:_rl(\d+))?(_ff)?(?:_sd(\d+))?(_pf)?(_ef)?(_ss)?"
 )
 
 PINGPONG = TileConfig(64, 256, 64, schedule="pingpong")
@@ -253,8 +265,9 @@ def default_config(spec: KernelSpec) -> TileConfig:
     else the first narrower tile that keeps 2 (CUTLASS's minimum: the fuzzer found epilogues with
     several fp32 aux tensors that leave 128x128 only one), preferring one that keeps 3
     (`stage_tier`)."""
-    wide = TileConfig()
-    usable = [c for c in (wide, *FALLBACK_TILES) if mainloop_stages(spec, c) >= (3 if c == wide else 2)]
+    wide = TileConfig(staged_stores=spec.dense_rows)  # dense rows: any N, which is not known yet
+    tiles = (wide, *(replace(c, staged_stores=spec.dense_rows) for c in FALLBACK_TILES))
+    usable = [c for c in tiles if mainloop_stages(spec, c) >= (3 if c == wide else 2)]
     if usable:
         return min(usable, key=lambda c: stage_tier(spec, c))  # the first of the best tier
     raise CodegenError(
@@ -380,7 +393,9 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
     the others of its stage tier.
     `benchmarks/heuristic_score.py` scores this against every committed sweep: 0.994 of the
     measured best in geomean over 106 cases, 0.940 at worst (session 31)."""
-    candidates = [replace(c, pad_rows=True) for c in CANDIDATES] if pads_rows(spec, N) else CANDIDATES
+    candidates = CANDIDATES
+    if pads_rows(spec, N):  # outputs TMA cannot store as they are: padded rows, or dense ones
+        candidates = [any_row_length(spec, c) for c in CANDIDATES]
     candidates = [epilogue_subtile(spec, c, K) for c in candidates]
     fitting = [source_stages(spec, c) for c in candidates if fits(spec, c)]
     size = _bytes(spec.gemm.dtype)
@@ -410,10 +425,17 @@ def epilogue_subtile(spec: KernelSpec, cfg: TileConfig, K: int) -> TileConfig:
 
 
 def pads_rows(spec: KernelSpec, N: int) -> bool:
-    """Whether some [L,] M, N output (D, an aux store) gets padded rows at this N
-    (`ir.row_pitch`), so the kernel needs `TileConfig.pad_rows`."""
+    """Whether some [L,] M, N output (D, an aux store) has rows TMA cannot store as they are
+    at this N (`ir.row_pitch` pads them), so the kernel needs `TileConfig.pad_rows` (or, for a
+    spec with dense rows, `staged_stores`: `any_row_length`)."""
     dtypes = [spec.d_dtype, *(n.dtype for n in spec.nodes if isinstance(n, AuxStore))]
     return any(row_pitch(N, d) != N for d in dtypes)
+
+
+def any_row_length(spec: KernelSpec, cfg: TileConfig) -> TileConfig:
+    """`cfg` storing rows of any length: into padded rows through TMA (`pad_rows`), or where the
+    spec's rows are dense (`KernelSpec.dense_rows`) by the epilogue's threads (`staged_stores`)."""
+    return replace(cfg, staged_stores=True) if spec.dense_rows else replace(cfg, pad_rows=True)
 
 
 def unrestricted_key(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
@@ -556,6 +578,8 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     stages_c, stages_d = cfg.epi_stages_c or min(epi_tiles, 4), cfg.epi_stages_d or min(epi_tiles, 2)
     # outputs stored from registers (`store_align`) take no shared memory
     epi_bytes = 0 if cfg.store_align else epi_m * epi_n * stages_d * _bytes(spec.d_dtype)
+    if cfg.staged_stores:  # the collective keeps D's stages (a void D's are the root's type's)
+        epi_bytes *= 2  # beside those of the root (`evt::Sm90AuxStoreStaged`), which stores D
     for n in spec.nodes:
         if isinstance(n, AuxLoad) and not cfg.register_loads:
             epi_bytes += epi_m * epi_n * stages_c * _bytes(n.dtype)

@@ -109,6 +109,9 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
     if g.nested and config.scheduler == "streamk":
         raise CodegenError(f"kernel {spec.name}: CUTLASS's stream-K scheduler takes one batch "
                            "mode, not a nested batch (L1 x L2): use the persistent scheduler")  # fmt: skip
+    if g.nested and config.staged_stores:
+        raise CodegenError(f"kernel {spec.name}: staged stores (_ss) take a flat batch, not a "
+                           "nested one (L1 x L2): use a config without _ss")  # fmt: skip
     if g.nested and (node := next((n for n in plan.nodes if isinstance(n, NOT_NESTED)), None)):
         raise CodegenError(f"node {node.name}: a nested batch (L1 x L2) has no reductions over M "
                            "yet; give the kernel a flat batch (the heads' contiguous copy)")  # fmt: skip
@@ -131,7 +134,8 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         num_outputs=spec.num_outputs,
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
         # Compute and the stores use kRound
-        rounds=config.store_align or any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),
+        rounds=config.store_align or config.staged_stores
+        or any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),
         deferred=any(isinstance(n, DEFERRED) for n in plan.nodes),
         # CUTLASS's grid dependency control (programmatic dependent launches, EVT_PDL): not with
         # its stream-K scheduler, whose is_last_tile (called only under that control) does not
@@ -152,7 +156,8 @@ def _inlined(spec: KernelSpec, config: TileConfig) -> list[str]:
     files = (["evt_register_loads.inc"] * bool(loads and config.register_loads)
              + ["evt_fence_free.inc"] * config.fence_free
              + ["evt_aux_prefetch.inc"] * (loads and config.aux_prefetch)
-             + ["evt_aux_evict_first.inc"] * (loads and config.aux_evict_first))  # fmt: skip
+             + ["evt_aux_evict_first.inc"] * (loads and config.aux_evict_first)
+             + ["evt_staged_store.inc"] * config.staged_stores)  # fmt: skip
     return [(TEMPLATES / f).read_text() for f in files]
 
 
@@ -191,12 +196,16 @@ def _type_names(nodes: tuple[Node, ...]) -> dict[str, str]:
 
 
 def _store_d(spec: KernelSpec, config: TileConfig) -> dict | None:
-    """D stored from registers (`TileConfig.store_align`): the element type is void for CUTLASS's
-    collective (no TMA store, no shared memory for D) and an Sm90AuxStore of 0 stages at the root
-    of the tree writes output 0, `align` elements per store; None for D through TMA."""
+    """D stored by the tree's root (`TileConfig.store_align`: from registers; `staged_stores`:
+    through shared memory by the epilogue's threads): the element type is void for CUTLASS's
+    collective (no TMA store, no shared memory for D) and an Sm90AuxStore of 0 stages (`align`
+    elements per store) or an `evt::Sm90AuxStoreStaged` at the root of the tree writes output 0;
+    None for D through TMA."""
+    if config.staged_stores:
+        return {"staged": True}
     if not config.store_align:
         return None
-    return {"align": _store_vector(config, spec.d_dtype)}
+    return {"staged": False, "align": _store_vector(config, spec.d_dtype)}
 
 
 def _store_vector(config: TileConfig, dtype: str) -> int:
@@ -228,7 +237,11 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         view["comment"] += "; its lines evicted from L2 first"
     if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
-    if isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory
+    if isinstance(n, AuxStore) and config.staged_stores:
+        view["stages"] = f"{names[n.name]}_desc::Stages"
+        view["staged"] = True
+        view["comment"] += "; through shared memory, copied out by the epilogue's threads"
+    elif isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory
         direct = config.direct_aux or config.store_align
         view["stages"] = "0" if direct else f"{names[n.name]}_desc::Stages"
         view["comment"] += "; stored from registers" if direct else ""

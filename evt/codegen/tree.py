@@ -15,6 +15,7 @@ var (`WelfordStats`); the other reductions get a node each.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -136,11 +137,29 @@ def build_region(region: Region, name: str) -> BuiltRegion:
     d = _choose_d(outputs, reductions, b.value)
     rest = [fx for fx in outputs if fx is not d]
     writers = _writers(rest, b.value, reductions)
+    full = [fx for fx in (d, *rest) if fx not in reductions]
     spec = ir.KernelSpec(
         c_identifier(name), gemm, _insert_writers(b.nodes, writers), b.value[d],
-        ir.dtype_name(d.meta["val"].dtype), len(b.inputs),
+        ir.dtype_name(d.meta["val"].dtype), len(b.inputs), dense_rows(gemm, full),
     )  # fmt: skip
     return BuiltRegion(spec, tuple(b.inputs), (d, *rest))
+
+
+def dense_rows(gemm: ir.Gemm, full: list[Node]) -> bool:
+    """With `EVT_STAGED_STORES=1` (an experiment until measured on a GPU): whether the region's
+    [L,] M, N outputs (`full`) have rows TMA cannot store as they are (ViT's 197 x 197 bf16
+    scores) at a static N, so that they are allocated dense (`KernelSpec.dense_rows`) and its
+    kernel stores them with its threads (`TileConfig.staged_stores`): no reader then needs the
+    dense copy `contain_padded_outputs` gives padded rows. Not for a nested batch (no staged
+    stores there yet)."""
+    if os.environ.get("EVT_STAGED_STORES", "0") in ("", "0") or gemm.nested:
+        return False
+    for fx in full:
+        val = fx.meta["val"]
+        n = val.shape[-1] if val.dim() >= 2 else None
+        if isinstance(n, int) and ir.row_pitch(n, ir.dtype_name(val.dtype)) != n:
+            return True
+    return False
 
 
 def _choose_d(outputs: list[Node], reductions: dict, value: dict[Node, str]) -> Node:

@@ -115,6 +115,12 @@ class Library:
         """TMA stores into padded rows of any N (`TileConfig.pad_rows`)."""
         return bool(self.config and self.config.pad_rows)
 
+    @property
+    def any_row_length(self) -> bool:
+        """Outputs of any N: TMA stores into padded rows (`pad_rows`), or the epilogue threads'
+        own stores from shared memory (`TileConfig.staged_stores`)."""
+        return self.pad_rows or bool(self.config and self.config.staged_stores)
+
 
 _libraries: dict[str, Library] = {}
 _lock = threading.Lock()
@@ -229,7 +235,7 @@ class Kernel:
         if problem is None:
             check_device(inputs)
             infos = [guards.TensorInfo.of(t) for t in inputs]
-            problem = guards.check(self.spec, infos, self.library.store_align, self.library.pad_rows)
+            problem = guards.check(self.spec, infos, self.library.store_align, self.library.any_row_length)
             if len(self._passed) < 1024:
                 self._passed[key] = problem
         return problem

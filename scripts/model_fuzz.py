@@ -37,9 +37,9 @@ from evt.testing.models import (
 )
 
 
-def on_cpu(args, seeds) -> tuple[int, int]:
+def on_cpu(args, chosen) -> tuple[int, int]:
     bad, regions = 0, 0
-    for seed in seeds:
+    for seed in chosen:
         text = describe(program(seed)[0])
         try:
             errs, n = compare(seed, dynamic=True if args.dynamic else None)
@@ -55,17 +55,17 @@ def on_cpu(args, seeds) -> tuple[int, int]:
     return bad, regions
 
 
-def on_gpu(seeds) -> tuple[int, int]:
+def on_gpu(chosen) -> tuple[int, int]:
     from evt.runtime import dispatch
 
-    captured = {seed: kernels_of(seed) for seed in seeds}
+    captured = {seed: kernels_of(seed) for seed in chosen}
     jobs = [dispatch.prefetch(spec, problem) for ks in captured.values() for spec, problem in ks]
     print(f"building {len(jobs)} kernels")
     for job in jobs:
         if job is not None:
             job.result()
     bad = 0
-    for seed in seeds:
+    for seed in chosen:
         text = describe(program(seed, smooth=True)[0])
         dispatch.FALLBACKS.clear()
         try:

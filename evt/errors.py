@@ -41,3 +41,10 @@ def describe_node(node: torch.fx.Node) -> str:
         last = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()][-2:]
         text += "\n  from: " + " | ".join(last)
     return text
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """`Type: the message's first line`, at most `limit` characters: an error quoted in a
+    warning, a log line or a recorded decision."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:limit]

@@ -70,7 +70,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 import evt
 from evt import debug, ir
 from evt.codegen.config import TileConfig, heuristic
-from evt.errors import LaunchError
+from evt.errors import LaunchError, first_line
 from evt.runtime import build, dispatch, guards, launch, progress, reference, timing, unfused
 from evt.runtime import cache as kernel_cache
 from evt.runtime.launch import EVT_ORDER, TileOrder
@@ -226,7 +226,7 @@ def _unmeasured(spec: ir.KernelSpec, problem, e: Exception) -> Decision:
     heuristic's config, no check against the unfused path), with one warning naming the region
     and the reason; not cached, so a later compile measures it again. Before, the exception
     reached the backend, which left the whole graph unfused."""
-    why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    why = first_line(e)
     warnings.warn(f"evt: max-autotune could not measure region {spec.name} at {problem} ({why}); "
                   "it is lowered as in the default mode, with the heuristic's config and no "
                   "check against its unfused path", stacklevel=3)  # fmt: skip
@@ -384,7 +384,7 @@ def pick_timer(runner: unfused.Runner | None) -> tuple[Timer, str]:
         timing.replay_ms(runner.run)
         return timing.replay_ms, GRAPHS
     except Exception as e:  # noqa: BLE001 - e.g. a host sync inside the unfused path
-        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
+        why = first_line(e, 160)
         debug.log(1, f"autotune: the unfused path could not be captured in a CUDA graph ({why}); "
                      f"timing calls instead")  # fmt: skip
         return timing.gpu_ms, f"calls (the unfused path could not be captured: {why})"
@@ -477,7 +477,8 @@ def time_candidates(
 
 
 def _reject(spec: ir.KernelSpec, key: str, e: Exception, rejected: dict[str, str]) -> None:
-    why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    """Record why candidate `key` was rejected (and log it at `EVT_DEBUG=1`)."""
+    why = first_line(e)
     rejected[key] = why
     debug.log(1, f"autotune {spec.name}: config {key} rejected: {why}")
 

@@ -28,6 +28,7 @@ from typing import Any, cast
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from evt.errors import first_line
 from evt.graph.restore_statistics import restore_statistics
 from evt.runtime.timing import random_like
 
@@ -66,7 +67,7 @@ def runner(region, wanted: str, device: str = "cuda") -> Runner | None:
             warnings.warn(f"evt: max-autotune: Inductor failed to compile the unfused path of the "
                           f"region at {region.anchor.format_node()} ({type(e).__name__}: {e}); "
                           f"timing it op by op in eager instead", stacklevel=2)  # fmt: skip
-            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
+            why = first_line(e, 160)
             return Runner(eager(region, inputs), f"eager, Inductor failed: {why}")
     return Runner(eager(region, inputs), "eager")
 

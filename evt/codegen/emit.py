@@ -198,9 +198,8 @@ def _type_names(nodes: tuple[Node, ...]) -> dict[str, str]:
 def _store_d(spec: KernelSpec, config: TileConfig) -> dict | None:
     """D stored by the tree's root (`TileConfig.store_align`: from registers; `staged_stores`:
     through shared memory by the epilogue's threads): the element type is void for CUTLASS's
-    collective (no TMA store, no shared memory for D) and an Sm90AuxStore of 0 stages (`align`
-    elements per store) or an `evt::Sm90AuxStoreStaged` at the root of the tree writes output 0;
-    None for D through TMA."""
+    collective (no TMA store) and an Sm90AuxStore of 0 stages (`align` elements per store) or an
+    `evt::Sm90AuxStoreStaged` at the root of the tree writes output 0; None for D through TMA."""
     if config.staged_stores:
         return {"staged": True}
     if not config.store_align:
@@ -237,8 +236,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         view["comment"] += "; its lines evicted from L2 first"
     if isinstance(n, (AuxStore, RowReduction, ColReduction, ScalarReduction)):
         view["output"] = n.output
-    if isinstance(n, AuxStore) and config.staged_stores:
-        view["stages"] = f"{names[n.name]}_desc::Stages"
+    if isinstance(n, AuxStore) and config.staged_stores:  # its descriptor's stages
         view["staged"] = True
         view["comment"] += "; through shared memory, copied out by the epilogue's threads"
     elif isinstance(n, AuxStore):  # CUTLASS's 0 stages: registers straight to global memory

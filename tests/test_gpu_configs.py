@@ -243,22 +243,30 @@ def test_padded_rows_are_stored_through_tma(spec, label, shapes):
         (specs.mlp_fc1_forward, "128x256x64_c1x1_cooperative_ss", [(1024, 198, 512), (200, 100, 72)]),
         (specs.scaled_scores, "128x256x64_c1x1_cooperative_e64_ss", [(197, 197, 64), (200, 131, 72)]),
         (specs.mlp_dgrad_gelu_bias, "128x128x64_c1x1_pingpong_ss", [(1024, 197, 512), (200, 144, 72)]),
+        (specs.activations, "128x256x64_c1x1_cooperative_ss", [(1024, 200, 512), (300, 131, 72)]),
+        (specs.batched_row_statistics, "128x128x64_c1x1_pingpong_ss", [(1024, 197, 512), (200, 131, 72)]),
     ],
-    ids=["fc1-pingpong", "fc1-cooperative", "scores", "dgrad-bias-pingpong"],
+    ids=["fc1-pingpong", "fc1-cooperative", "scores", "dgrad-bias-pingpong", "activations-bool",
+         "statistics-dag"],
 )  # fmt: skip
 def test_staged_stores_write_every_element_and_nothing_else(spec, label, shapes):
     """Outputs through shared memory, copied out by the epilogue's threads
     (`TileConfig.staged_stores`, evt_staged_store.inc; not a candidate): D and the aux stores
     written in full at any N, residue tiles included, as the reference computes them, beside
-    a reduction over M; and, unlike a TMA store, nothing in a padded row's pad and nothing
-    past the storage (every element checked against its bounds)."""
+    a reduction over M, statistics over N (a DAG visitor) and bool aux loads and stores; and,
+    unlike a TMA store, nothing in a padded row's pad and nothing past the storage (every
+    element checked against its bounds). Aux loads TMA cannot read go through the launch's
+    padded copies, as in `dispatch.run`."""
+    from evt.runtime import guards
+
     spec = spec()
     config = cfgs.TileConfig.from_label(label)
     kernel = launch.Kernel(spec, launch.load(build.prefetch(spec, config).result()))
     assert kernel.library.any_row_length and not kernel.library.pad_rows
     for m, n, k in shapes:
-        inputs = make_inputs(spec, m, n, k, seed=17, device="cuda")
-        want = reference.run(spec, inputs)
+        given = make_inputs(spec, m, n, k, seed=17, device="cuda")
+        want = reference.run(spec, given)
+        inputs = guards.pad_aux_rows(spec, given) or given
         check(kernel, inputs, want, (label, (m, n, k)))
         fresh = kernel(inputs)
         sizes = [ir.padded_storage(o.shape, o.stride()) or o.numel() for o in fresh]

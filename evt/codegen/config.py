@@ -576,10 +576,10 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     epi_m, epi_n = cfg.epilogue_tile
     epi_tiles = epilogue_subtiles(cfg)
     stages_c, stages_d = cfg.epi_stages_c or min(epi_tiles, 4), cfg.epi_stages_d or min(epi_tiles, 2)
-    # outputs stored from registers (`store_align`) take no shared memory
-    epi_bytes = 0 if cfg.store_align else epi_m * epi_n * stages_d * _bytes(spec.d_dtype)
-    if cfg.staged_stores:  # the collective keeps D's stages (a void D's are the root's type's)
-        epi_bytes *= 2  # beside those of the root (`evt::Sm90AuxStoreStaged`), which stores D
+    # D's stages: CUTLASS's collective keeps them for a void D too (in the root's element type),
+    # so a D stored from registers (`store_align`) takes them as well, and staged stores take
+    # them beside the root's own (`evt::Sm90AuxStoreStaged`); aux stores from registers take none
+    epi_bytes = epi_m * epi_n * stages_d * _bytes(spec.d_dtype) * (2 if cfg.staged_stores else 1)
     for n in spec.nodes:
         if isinstance(n, AuxLoad) and not cfg.register_loads:
             epi_bytes += epi_m * epi_n * stages_c * _bytes(n.dtype)

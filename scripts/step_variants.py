@@ -16,6 +16,10 @@ although each of its six regions beat the unfused path by 10-20%).
     python scripts/step_variants.py --steps step/llama,step/bert \\
         --variant "default:" --variant "nostats: EVT_STATISTICS=0" [--rounds 11] [--no-compile]
     CPU smoke run:  ... --device cpu --small --rounds 1
+
+`--steps` takes any of the bench's cases, GEMM+epilogue ones too (`--steps attention_scores/vit
+--variant "default:" --variant "staged: EVT_STAGED_STORES=1"`: ViT's scores stored into padded
+rows and copied, against staged stores into dense rows).
 """
 
 from __future__ import annotations

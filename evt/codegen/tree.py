@@ -22,6 +22,7 @@ import torch
 from torch.fx import Node
 
 from evt import ir
+from evt.codegen.config import pads_rows
 from evt.codegen.emit import c_identifier
 from evt.errors import UnsupportedPattern
 from evt.graph.epilogue_rules import REDUCTION_OPS, Expr, epilogue_expr
@@ -137,29 +138,25 @@ def build_region(region: Region, name: str) -> BuiltRegion:
     d = _choose_d(outputs, reductions, b.value)
     rest = [fx for fx in outputs if fx is not d]
     writers = _writers(rest, b.value, reductions)
-    full = [fx for fx in (d, *rest) if fx not in reductions]
     spec = ir.KernelSpec(
         c_identifier(name), gemm, _insert_writers(b.nodes, writers), b.value[d],
-        ir.dtype_name(d.meta["val"].dtype), len(b.inputs), dense_rows(gemm, full),
+        ir.dtype_name(d.meta["val"].dtype), len(b.inputs),
     )  # fmt: skip
+    if dense_rows(spec, d.meta["val"].shape[-1]):
+        spec = dataclasses.replace(spec, dense_rows=True)
     return BuiltRegion(spec, tuple(b.inputs), (d, *rest))
 
 
-def dense_rows(gemm: ir.Gemm, full: list[Node]) -> bool:
-    """With `EVT_STAGED_STORES=1` (an experiment until measured on a GPU): whether the region's
-    [L,] M, N outputs (`full`) have rows TMA cannot store as they are (ViT's 197 x 197 bf16
-    scores) at a static N, so that they are allocated dense (`KernelSpec.dense_rows`) and its
-    kernel stores them with its threads (`TileConfig.staged_stores`): no reader then needs the
-    dense copy `contain_padded_outputs` gives padded rows. Not for a nested batch (no staged
-    stores there yet)."""
-    if os.environ.get("EVT_STAGED_STORES", "0") in ("", "0") or gemm.nested:
+def dense_rows(spec: ir.KernelSpec, n) -> bool:
+    """With `EVT_STAGED_STORES=1` (an experiment until measured on a GPU): whether `spec`'s
+    [L,] M, N outputs have rows TMA cannot store as they are (`config.pads_rows`: ViT's 197 x 197
+    bf16 scores) at a static N (`n`), so that they are allocated dense (`KernelSpec.dense_rows`)
+    and its kernel stores them with its threads (`TileConfig.staged_stores`): no reader then
+    needs the dense copy `contain_padded_outputs` gives padded rows. Not for a nested batch (no
+    staged stores there yet)."""
+    if os.environ.get("EVT_STAGED_STORES", "0") in ("", "0") or spec.gemm.nested:
         return False
-    for fx in full:
-        val = fx.meta["val"]
-        n = val.shape[-1] if val.dim() >= 2 else None
-        if isinstance(n, int) and ir.row_pitch(n, ir.dtype_name(val.dtype)) != n:
-            return True
-    return False
+    return isinstance(n, int) and pads_rows(spec, n)
 
 
 def _choose_d(outputs: list[Node], reductions: dict, value: dict[Node, str]) -> Node:

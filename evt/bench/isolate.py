@@ -23,6 +23,7 @@ with the rest while the stage has time. A child's stderr is echoed when it ends:
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -194,7 +195,9 @@ def run_stage(
         if remaining <= 0:
             store.mark(left, "skipped", f"stage {stage}'s time limit ran out first", skip="time")
             break
-        ends = ["--stage-ends", f"{time.time() + remaining:.1f}"]  # the child's time left
+        # the child's time left, rounded down to the 0.1 s written: rounded to nearest, the
+        # child could be told an end up to 50 ms after the stage's own (a test caught it)
+        ends = ["--stage-ends", f"{math.floor((time.time() + remaining) * 10) / 10:.1f}"]
         outcome = run_child(*command([*argv, *ends]), remaining, limits, hb)
         store.reload()
         left = todo()

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 import warnings
 
 import pytest
@@ -124,3 +125,56 @@ def test_dense_rows_train_like_eager(rest, monkeypatch):
     """The dense rows of `EVT_STAGED_STORES=1` on the reference path, forward and backward."""
     monkeypatch.setenv("EVT_STAGED_STORES", "1")
     test_padded_outputs_train_like_eager(rest)
+
+
+def test_the_pieces_of_a_split_padded_output_are_followed_to_their_readers():
+    """`unbind` keeps the padded rows in each piece; a piece the graph returns gets the dense
+    copy, one a reduction reads does not. (Before, the pieces kept the fake values traced on a
+    dense input, so the returned piece left padded, unlike its fake value.)"""
+    def f(x, w):
+        y = torch.relu(x @ w)  # 16 x 6 fp32: padded rows
+        a, b = y.view(2, 8, 6).unbind(0)
+        return a, b.sum(0)
+
+    x, w = torch.randn(16, 32), torch.randn(32, 6)
+    with torch.no_grad():
+        graph = capture_joint(f, x, w)
+    pipeline.fuse(graph, check=True)
+    (clone,) = [n for n in graph.nodes if n.target is aten.clone.default]
+    assert clone.args[0].target is operator.getitem and clone.args[0].args[1] == 0
+    assert clone in graph.output_node().all_input_nodes
+    (total,) = [n for n in graph.nodes if n.target is aten.sum.dim_IntList]
+    assert total.args[0].meta["val"].stride() == (8, 1)  # the other piece, read as it is
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    got = gm(x, w)
+    assert got[0].is_contiguous()
+    for g, want in zip(got, f(x, w), strict=True):
+        torch.testing.assert_close(g, want)
+
+
+def test_dense_readers_predicts_the_copies_without_changing_the_graph():
+    """What max-autotune asks before lowering (`autotune.dense_outputs`): for a region output
+    (still the aten node) and the padded value the kernel gives it, which readers get a copy;
+    the region's own readers left out; nothing in the graph changes."""
+    from torch._guards import detect_fake_mode
+
+    from evt.graph.contain_padded_outputs import dense_readers
+
+    def f(x, w):
+        y = torch.relu(x @ w)
+        return y.view(4, 4, 6).sum(1), y.reshape(-1) * 2
+
+    x, w = torch.randn(16, 32), torch.randn(32, 6)
+    with torch.no_grad():
+        graph = capture_joint(f, x, w)
+    (relu,) = [n for n in graph.nodes if n.target is aten.relu.default]
+    with detect_fake_mode([relu.meta["val"]]):
+        padded, dense = torch.empty_strided((16, 6), (8, 1)), torch.empty(16, 6)
+    before = {n: n.meta.get("val") for n in graph.nodes}
+    readers, views = dense_readers(relu, padded)
+    assert [(p, u.target, u.args[1]) for p, u in readers] == [(relu, aten.view.default, [-1])]
+    assert {u.args[1] == [4, 4, 6] for u in views} == {True}
+    assert all(n.meta.get("val") is v for n, v in before.items())
+    readers, again = dense_readers(relu, padded, outside=lambda u: u.args[1] != [-1])
+    assert readers == [] and list(again) == list(views)
+    assert dense_readers(relu, dense) == ([], {})

@@ -19,6 +19,8 @@ followed: their readers are checked the same way. Runs after `lower_regions`.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.fx import Graph, Node
@@ -40,35 +42,57 @@ VIEWS = {aten.permute.default, aten.transpose.int, aten.t.default, aten.unsqueez
 def contain_padded_outputs(graph: Graph) -> Graph:
     for call in [n for n in graph.nodes if n.target is FUSED_GEMM]:
         for item in list(call.users):
-            if not _dense(item):
-                _contain(graph, item)
+            readers, views = dense_readers(item, item.meta.get("val"))
+            for view, val in views.items():
+                view.meta["val"] = val  # traced on a dense input, traced again on the padded one
+            copies: dict[Node, Node] = {}
+            for padded, user in readers:
+                if padded not in copies:
+                    with graph.inserting_after(padded):
+                        copies[padded] = make_node(graph, aten.clone.default, (padded,),
+                                                   {"memory_format": torch.contiguous_format},
+                                                   padded, f"{padded.name}_dense")  # fmt: skip
+                user.replace_input_with(padded, copies[padded])
     return graph
 
 
-def _contain(graph: Graph, padded: Node) -> None:
-    """Route `padded`'s readers that need dense storage through one contiguous copy of it;
-    follow the views that keep its layout (their fake values, traced on a dense input, are
-    traced again on the padded one)."""
-    dense: Node | None = None
-    for user in list(padded.users):
-        if _takes_padded(user):
-            if user.target in VIEWS or user.target in RESHAPES:
-                user.meta["val"] = fake_value(user.target, user.args, user.kwargs, user)
-                if not _dense(user):
-                    _contain(graph, user)
-            elif user.target is operator.getitem and not _dense(user):
-                _contain(graph, user)  # an output of a split / unbind above
-            continue
-        if dense is None:
-            with graph.inserting_after(padded):
-                dense = make_node(graph, aten.clone.default, (padded,),
-                                  {"memory_format": torch.contiguous_format}, padded,
-                                  f"{padded.name}_dense")  # fmt: skip
-        user.replace_input_with(padded, dense)
+def dense_readers(
+    node: Node, val, outside: Callable[[Node], bool] = lambda user: True
+) -> tuple[list[tuple[Node, Node]], dict[Node, Any]]:
+    """Were `node`'s value `val` (a region output, padded or not): the (padded node, reader)
+    pairs where `contain_padded_outputs` hands the reader a dense copy, and the fake values of the
+    views it follows from `node`, traced on the padded value. Only the readers `outside` accepts
+    are looked at (max-autotune asks before lowering, when the region's own nodes still read its
+    outputs: `evt.runtime.autotune.dense_outputs`). Changes nothing."""
+    readers: list[tuple[Node, Node]] = []
+    views: dict[Node, Any] = {}
+
+    def walk(padded: Node, val) -> None:
+        if all(_dense_val(v) for v in _as_list(val)):
+            return
+        for user in padded.users:
+            if not outside(user):
+                continue
+            if not _takes_padded(user, val):
+                readers.append((padded, user))
+            elif user.target in VIEWS or user.target in RESHAPES or user.target is operator.getitem:
+                views[user] = _traced(user, padded, val)
+                walk(user, views[user])
+
+    walk(node, val)
+    return readers, views
 
 
-def _takes_padded(user: Node) -> bool:
-    """Whether `user` reads a padded (row-strided) input correctly as it is."""
+def _traced(view: Node, src: Node, val):
+    """`view`'s value were `src`'s `val`: a split's output by its index, a view traced again."""
+    if view.target is operator.getitem:
+        return val[view.args[1]]
+    args = [val if a is src else a for a in view.args]
+    return fake_value(view.target, args, view.kwargs, view)
+
+
+def _takes_padded(user: Node, val) -> bool:
+    """Whether `user` reads a padded (row-strided) input of value `val` correctly as it is."""
     if user.op != "call_function":  # the graph's output among them
         return False
     target = user.target
@@ -79,27 +103,21 @@ def _takes_padded(user: Node) -> bool:
     if target in STORAGE_READERS:
         return False
     if target in RESHAPES:
-        return _views(user)
+        return _views(val, user.args[1])
     return isinstance(target, torch._ops.OpOverload) and target.namespace in ("aten", "prims")
 
 
-def _views(node: Node) -> bool:
-    """Whether the padded fake input can be viewed as `node` asks (else eager raises)."""
-    src, shape = node.args[0], node.args[1]
+def _views(val, shape) -> bool:
+    """Whether the padded fake value can be viewed as `shape` (else eager raises)."""
     try:
-        src.meta["val"].view(shape)
+        val.view(shape)
     except (RuntimeError, ValueError):  # eager's and the fake tensor's refusals
         return False
     return True
 
 
-def _values(node: Node) -> list:
-    val = node.meta.get("val")
+def _as_list(val) -> list:
     return list(val) if isinstance(val, (list, tuple)) else [val]
-
-
-def _dense(node: Node) -> bool:
-    return all(v is None or _dense_val(v) for v in _values(node))
 
 
 def _dense_val(val) -> bool:

@@ -9,6 +9,7 @@ from concurrent.futures import Future
 
 import pytest
 import torch
+from torch import nn
 
 from evt import ir, pipeline
 from evt.bench.patterns import attention_scores
@@ -307,7 +308,8 @@ def test_a_candidate_that_cannot_be_planned_is_rejected_not_the_region(monkeypat
     as failed; the others are timed as usual."""
     from evt.errors import CodegenError
 
-    built, problem, labels, built_for = _fake_candidates(monkeypatch, wrong=None)
+    region, built = _first_region(LinearAct(act="gelu"), torch.randn(16, 32))
+    built, problem, labels, built_for = _fake_candidates(monkeypatch, wrong=None, built=built)
     fake = build.prefetch
 
     def prefetch(spec, cfg, compile_fn=None):
@@ -324,7 +326,7 @@ def test_a_candidate_that_cannot_be_planned_is_rejected_not_the_region(monkeypat
     monkeypatch.setattr(dispatch, "sm90_available", lambda: True)
     monkeypatch.setattr(autotune.guards, "static_reason", lambda spec: None)
     built_for.clear()
-    autotune.prefetch([(None, built)])
+    autotune.prefetch([(region, built)])
     assert built_for == labels[1:]
 
 
@@ -528,7 +530,7 @@ def test_region_module_computes_what_the_nodes_do():
 
 
 def _made_up_kernel_timings(built, problem, timer, device, phases=None, others=None,
-                            rejected=None) -> dict[str, float]:
+                            rejected=None, dense=()) -> dict[str, float]:
     """1.0 ms for each of the heuristic's first two configs (no kernel is built); `others` (the
     unfused path) timed by `timer` once, as one round would."""
     made_up = {c.label: 1.0 for c in cfgs.heuristic(built.spec, *problem)[:2]}
@@ -571,7 +573,7 @@ def _timed_by(monkeypatch, region, built, capturable: bool):
     """`autotune.measure` with its own timer choice, CUDA graphs and timers replaced by fakes that
     record what each timed: (decision, [(timer, what)])."""
     monkeypatch.setattr(autotune, "time_candidates",
-                        lambda b, p, timer, device, phases, others, rejected: {  # others first, as a round
+                        lambda b, p, timer, device, phases, others, rejected, dense: {  # others first, as a round
                             **{k: timer(r) for k, r in others.items()}, "cfg": timer("kernel")})  # fmt: skip
     seen = []
 
@@ -818,7 +820,7 @@ def test_every_regions_candidates_start_building_before_the_first_is_timed(monke
     monkeypatch.setattr(build, "prefetch", lambda spec, cfg=None, compile_fn=None: events.append(
         ("build", spec.name, cfg.label)) or Future())  # fmt: skip
 
-    def timed(built, problem, timer, device, phases=None, others=None, rejected=None):
+    def timed(built, problem, timer, device, phases=None, others=None, rejected=None, dense=()):
         events.append(("time", built.spec.name, None))
         return _made_up_kernel_timings(built, problem, timer, device, others=others)
 
@@ -1218,3 +1220,39 @@ def test_a_decision_the_cache_cannot_keep_still_holds_in_this_process(monkeypatc
     key = autotune.decision_key(built.spec, _problem(built))
     assert autotune._decided[key].unfused_ms == 0.5 and autotune.load(key) is None
     autotune.reset()
+
+
+def test_candidates_are_timed_with_the_dense_copies_the_graph_makes(monkeypatch):
+    """A region output in padded rows (6 fp32 features: 24-byte rows, padded to 32) that the
+    graph returns is copied to dense rows after each launch (`contain_padded_outputs`): every
+    candidate is checked and timed with that copy (`dense_outputs`), and the decision's key and
+    description say so. Read by a reduction, the padded rows stay and nothing is copied; a
+    region with no copy keeps the key it had."""
+    region, built = _first_region(LinearAct(n=6, act="relu"), torch.randn(16, 32))
+    assert autotune.dense_outputs(region, built) == (0,)
+    summed = _first_region(nn.Sequential(LinearAct(n=6, act="relu"), Sum1()), torch.randn(16, 32))
+    assert autotune.dense_outputs(*summed) == ()
+    built, problem, labels, _ = _fake_candidates(monkeypatch, wrong=None, built=built)
+    monkeypatch.setenv("EVT_AUTOTUNE_ORDERS", "")
+    layouts = []
+
+    def timer(fn):
+        layouts.append([o.is_contiguous() for o in fn()])
+        return 1.0
+
+    plain = [o.is_contiguous() for o in _OrderedFake(built.spec, labels[0])(
+        autotune.candidate_inputs(built, problem, "cpu"))]  # fmt: skip
+    assert plain == [False]  # the kernel's own output: padded rows
+    timings = autotune.time_candidates(built, problem, timer, device="cpu", dense=(0,))
+    assert all(math.isfinite(timings[c]) for c in labels) and layouts and all(x == [True] for x in layouts)
+    monkeypatch.setattr(autotune, "time_candidates", _made_up_kernel_timings)
+    monkeypatch.setattr(autotune.unfused, "runner", lambda *a, **k: None)
+    decision = autotune.measure(region, built, problem, timer=lambda fn: 1.0, device="cpu", dense=(0,))
+    assert decision.dense_copies == (0,) and "dense copies of outputs [0]" in autotune.describe(decision)
+    keys = {autotune.decision_key(built.spec, problem, d) for d in ((), (0,))}
+    assert len(keys) == 2 and autotune.decision_key(built.spec, problem) in keys
+
+
+class Sum1(nn.Module):
+    def forward(self, y):
+        return y.sum(1)

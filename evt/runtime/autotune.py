@@ -101,6 +101,9 @@ class Decision:
     timer: str = ""  # how both sides were timed (`pick_timer`)
     # wall seconds of `measure`'s phases (`PHASES`); empty in a decision cached before them
     seconds: dict[str, float] = field(default_factory=dict)
+    # the outputs the graph copies out of padded rows after each launch (`dense_outputs`), timed
+    # with the fused kernel
+    dense_copies: tuple[int, ...] = ()
 
 
 # `Decision.seconds`' keys: building the unfused path (`unfused.runner`: Inductor's compile),
@@ -176,7 +179,7 @@ def prefetch(regions, rest: str = "inductor") -> None:
     todo = set()
     for region, built in regions:
         problem = _problem(built)
-        key = None if problem is None else decision_key(built.spec, problem)
+        key = None if problem is None else decision_key(built.spec, problem, dense_outputs(region, built))
         if key is None or key in todo or _measured(region, key, unfused.baseline(rest)):
             continue
         todo.add(key)
@@ -192,13 +195,14 @@ def decide(region, built, rest: str = "inductor") -> bool:
     problem = _problem(built)
     if problem is None:
         return True
-    key, wanted = decision_key(spec, problem), unfused.baseline(rest)
+    dense = dense_outputs(region, built)
+    key, wanted = decision_key(spec, problem, dense), unfused.baseline(rest)
     decision, took = _measured(region, key, wanted), "cached"
     if decision is None:
         start = time.monotonic()
         try:
             with _disable_current_modes():  # a pass may run under a fake mode: measure real tensors
-                decision = measure(region, built, problem, baseline=wanted)
+                decision = measure(region, built, problem, baseline=wanted, dense=dense)
         except Exception as e:  # noqa: BLE001 - one region's failed measurement must not unfuse the graph
             decision, took = _unmeasured(spec, problem, e), "not measured"
         else:
@@ -285,6 +289,7 @@ def outcome(spec: ir.KernelSpec, problem, decision: Decision, measured: bool) ->
         "measured": measured,
         "seconds": dict(decision.seconds) if measured else {},
         "reason": decision.reason,
+        "dense_copies": list(decision.dense_copies),  # timed with each candidate
         "timings": {k: (ms if math.isfinite(ms) else None) for k, ms in decision.timings.items()},
     }
 
@@ -323,6 +328,8 @@ def describe(d: Decision) -> str:
         verdict = "lowered with the heuristic's config"
     timed = f"({d.unfused_by}) {d.unfused_ms:.4f} ms" if d.unfused_ms is not None else "n/a"
     how = f"; timed as {d.timer}" if d.timer else ""
+    if d.dense_copies:
+        how += f", each candidate with the dense copies of outputs {list(d.dense_copies)}"
     took = ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in d.seconds.items())
     return f"{verdict} ({d.reason}); unfused {timed}; {times}{how}" + (f"; took {took}" if took else "")
 
@@ -335,12 +342,14 @@ def config_of(spec: ir.KernelSpec, problem, label: str) -> TileConfig:
 
 
 def measure(
-    region, built, problem, timer: Timer | None = None, baseline: str = "inductor", device="cuda"
+    region, built, problem, timer: Timer | None = None, baseline: str = "inductor", device="cuda",
+    dense: Sequence[int] = (),
 ) -> Decision:
     """Time the candidates and the unfused path (see the module docstring) with `timer`, by
     default from CUDA graph replays (`pick_timer`). The unfused path is timed in the candidates'
     rounds (`time_candidates`), so both sides keep a median over the same stretch of the
-    GPU's clock. The decision records the wall seconds of each of `PHASES`."""
+    GPU's clock; each candidate with the dense copies of the outputs in `dense`
+    (`dense_outputs`). The decision records the wall seconds of each of `PHASES`."""
     phases: dict[str, float] = {}
     start = time.monotonic()
     runner = unfused.runner(region, baseline, device)
@@ -352,7 +361,7 @@ def measure(
     others = {UNFUSED: runner.run} if runner is not None else {}
     rejected: dict[str, str] = {}
     timings = time_candidates(built, problem, timer, device, phases=phases, others=others,
-                              rejected=rejected)  # fmt: skip
+                              rejected=rejected, dense=dense)  # fmt: skip
     unfused_ms = timings.pop(UNFUSED, None)
     decision = choose(timings, unfused_ms)
     if decision.reason == NO_CANDIDATE and rejected:
@@ -363,7 +372,7 @@ def measure(
                       f"{decision.reason}; it is left unfused", stacklevel=2)  # fmt: skip
     seconds = {p: round(phases.get(p, 0.0), 2) for p in PHASES}
     return replace(decision, baseline=baseline, unfused_by=runner.by if runner else "", timer=how,
-                   seconds=seconds)  # fmt: skip
+                   seconds=seconds, dense_copies=tuple(dense))  # fmt: skip
 
 
 def _spent(phases: dict[str, float], phase: str, since: float) -> float:
@@ -407,6 +416,7 @@ def rounds() -> int:
 def time_candidates(
     built, problem, timer: Timer, device: str = "cuda", phases: dict[str, float] | None = None,
     others: dict[str, Callable[[], object]] | None = None, rejected: dict[str, str] | None = None,
+    dense: Sequence[int] = (),
 ) -> dict[str, float]:
     """`timing_key(config, order)` -> ms of the `shortlist`'s kernels in each of `tile_orders()`
     (inf: failed or wrong): every candidate checked, then timed once per round for `rounds()`
@@ -419,7 +429,8 @@ def time_candidates(
     session 35's timing found for another config of GPT-2's did not show in the case's own
     time. In rounds, a drift falls on every candidate alike. The wall seconds of "builds",
     "checks" and "timing" (`PHASES`) are added to `phases`; why each rejected key was, to
-    `rejected`."""
+    `rejected`. Each candidate is called as the graph will call it (`_as_dispatched`), followed by
+    the dense copies of the outputs in `dense`."""
     phases = {} if phases is None else phases
     rejected = {} if rejected is None else rejected
     start = time.monotonic()
@@ -447,7 +458,7 @@ def time_candidates(
         for order in orders:
             key = timing_key(label, order)
             try:
-                ordered = _as_dispatched(spec, kernel.ordered(order))
+                ordered = _as_dispatched(spec, kernel.ordered(order), dense)
                 if not _close(ordered(inputs), want):
                     raise ValueError("its outputs differ from the reference path")
                 checked[key] = lambda ordered=ordered: ordered(inputs)
@@ -483,13 +494,38 @@ def _reject(spec: ir.KernelSpec, key: str, e: Exception, rejected: dict[str, str
     debug.log(1, f"autotune {spec.name}: config {key} rejected: {why}")
 
 
-def _as_dispatched(spec: ir.KernelSpec, kernel: launch.Kernel) -> Callable:
-    """`kernel` called as `dispatch.run` calls it: each call first copies the aux tensors TMA
+def _as_dispatched(spec: ir.KernelSpec, kernel: launch.Kernel, dense: Sequence[int] = ()) -> Callable:
+    """`kernel` called as the graph calls it: `dispatch.run` first copies the aux tensors TMA
     cannot read as they are into padded rows (`guards.pad_aux_rows`: ViT's 197 x 197 bool mask),
-    so a candidate is checked on, and timed with, the copy its region's launches make. Called
-    on the inputs as they are, every candidate of ViT's attention scores failed its guards, and
-    max-autotune left the region unfused for want of any (session 44)."""
-    return lambda inputs: kernel(guards.pad_aux_rows(spec, inputs) or inputs)
+    and the graph then copies the outputs in `dense` out of their padded rows
+    (`dense_outputs`), so a candidate is checked on, and timed with, the copies its region's
+    launches make. Called on the inputs as they are, every candidate of ViT's attention scores
+    failed its guards, and max-autotune left the region unfused for want of any (session 44)."""
+
+    def call(inputs):
+        outs = kernel(guards.pad_aux_rows(spec, inputs) or inputs)
+        return [o.contiguous() if i in dense else o for i, o in enumerate(outs)]
+
+    return call
+
+
+def dense_outputs(region, built) -> tuple[int, ...]:
+    """The outputs of `built` stored in padded rows (`ir.row_pitch`) that a reader outside
+    `region` needs dense: after lowering, `contain_padded_outputs` gives that reader a copy, which
+    runs after every launch. Timed without it, max-autotune fused ViT's attention scores as the
+    graph's output (the kernel 0.052 ms, the unfused path 0.083 ms; H200, session 45), and the
+    graph then ran 0.089 ms with the copy."""
+    from evt.graph.contain_padded_outputs import dense_readers
+    from evt.graph.lower_regions import fake_outputs
+
+    try:
+        fakes = fake_outputs(built.spec, list(built.inputs))
+    except Exception as e:  # noqa: BLE001 - a spec its fake implementation refuses: lowering says so
+        debug.log(1, f"autotune {built.spec.name}: no fake outputs ({first_line(e)})")
+        return ()
+    inside = set(region.nodes)
+    return tuple(i for i, (node, val) in enumerate(zip(built.outputs, fakes, strict=True))
+                 if dense_readers(node, val, outside=lambda user: user not in inside)[0])  # fmt: skip
 
 
 def _submit(spec: ir.KernelSpec, cfg: TileConfig):
@@ -545,10 +581,14 @@ def _close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> bool:
 # --- the decision cache -------------------------------------------------------------------------
 
 
-def decision_key(spec: ir.KernelSpec, problem) -> str:
+def decision_key(spec: ir.KernelSpec, problem, dense: Sequence[int] = ()) -> str:
+    """The decision's cache key: the region, the problem, the GPU, evt's and torch's versions,
+    and the outputs the graph copies to dense rows (`dense_outputs`; none: the key as before)."""
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     versions = f"evt {evt.__version__} ({source_hash()}), torch {torch.__version__}, schema {SCHEMA}"
     parts = (dispatch.identity(spec), repr(tuple(problem)), gpu, versions)
+    if dense:
+        parts += (f"dense copies of outputs {tuple(dense)}",)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
@@ -560,6 +600,7 @@ def load(key: str) -> Decision | None:
     try:
         data = json.loads(_path(key).read_text())
         data["timings"] = {k: math.inf if v is None else v for k, v in data["timings"].items()}
+        data["dense_copies"] = tuple(data.get("dense_copies", ()))
         return Decision(**data)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None  # missing or unreadable: measure again

@@ -20,7 +20,7 @@ from evt.codegen import profit
 from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
 from evt.graph.attention_to_sdpa import attention_to_sdpa
-from evt.graph.contain_padded_outputs import contain_padded_outputs
+from evt.graph.contain_padded_outputs import contain_padded_outputs, copied_outputs
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.eliminate_noop_clones import eliminate_noop_clones
@@ -170,7 +170,9 @@ def fuse(
             return False
         if keep is None and all(map(guards.static_cuda, vals)):  # max-autotune measures
             problem = dispatch.problem_hint(built.spec, vals)
-            slower = profit.slower_reason(built.spec, problem, inductor_savings(region, taken))
+            # the dense copies the graph will make of padded outputs cost what they move
+            saved = inductor_savings(region, taken) - sum(copied_outputs(region, built).values())
+            slower = profit.slower_reason(built.spec, problem, saved)
             if slower:
                 why[region.anchor] = slower
                 debug.log(1, f"region {built.spec.name}: {slower}")

@@ -139,3 +139,26 @@ def test_cpu_captures_are_not_judged():
     """On the CPU the reference path runs every region: no kernel, no tile, nothing to judge."""
     (region,) = backward_regions(explain_head("cpu", 64, 32, 96))
     assert region.fused.count("aten.sum") == 4, region.fused
+
+
+@pytest.mark.parametrize("returned", [True, False])
+def test_the_dense_copy_of_a_padded_output_counts_against_the_fusion(monkeypatch, returned):
+    """A region output in padded rows (6 bf16 features: 12-byte rows, padded to 32) that the
+    graph returns gets a dense copy after every launch (`contain_padded_outputs`): the check
+    counts its bytes (read padded, written dense: 2 x 16 x 6 x 2) against the bytes the fusion
+    saves; read by a reduction, the padded rows stay and nothing is counted."""
+    from evt import pipeline
+    from evt.graph.capture import capture_joint
+
+    def f(x, w):
+        y = torch.relu(x @ w.t())  # a Linear's weight: K-major, TMA reads it
+        return y if returned else y.sum(1)
+
+    seen = []
+    monkeypatch.setattr(pipeline.guards, "static_cuda", lambda v: isinstance(v, torch.Tensor))
+    monkeypatch.setattr(pipeline, "inductor_savings", lambda region, taken: 10_000)
+    monkeypatch.setattr(profit, "slower_reason", lambda spec, problem, saved: seen.append(saved))
+    with torch.no_grad():
+        graph = capture_joint(f, torch.randn(16, 32).bfloat16(), torch.randn(6, 32).bfloat16())
+    pipeline.fuse(graph)
+    assert seen == [10_000 - (2 * 16 * 6 * 2 if returned else 0)]

@@ -17,7 +17,9 @@ compares, with `config.estimate` at the region's problem shape,
 - the same epilogue at the best config ignoring the stage tier, its partial wave spread over the
   SMs (a stand-in for cuBLAS and the epilogue's work, wherever it runs), plus the time
   Inductor's kernels take for the memory traffic the fusion saves
-  (`trim_for_inductor.inductor_savings`) and one more launch.
+  (`trim_for_inductor.inductor_savings`), less the bytes of the dense copies the graph will
+  make of the kernel's padded outputs (`contain_padded_outputs.copied_outputs`), and one more
+  launch.
 The region stays unfused where the fused kernel is predicted slower by more than `MARGIN`;
 where its tiles fill the waves and nothing restricts the tile, it always stays. max-autotune
 measures instead (`evt.runtime.autotune`). `EVT_PROFIT=0` turns the check off.

@@ -148,7 +148,8 @@ def build_region(region: Region, name: str) -> BuiltRegion:
 
 
 def dense_rows(spec: ir.KernelSpec, n) -> bool:
-    """With `EVT_STAGED_STORES=1` (an experiment until measured on a GPU): whether `spec`'s
+    """With `EVT_STAGED_STORES=1` (an experiment: correct on an H200 but slower than padded rows
+    and the copy, session 45): whether `spec`'s
     [L,] M, N outputs have rows TMA cannot store as they are (`config.pads_rows`: ViT's 197 x 197
     bf16 scores) at a static N (`n`), so that they are allocated dense (`KernelSpec.dense_rows`)
     and its kernel stores them with its threads (`TileConfig.staged_stores`): no reader then

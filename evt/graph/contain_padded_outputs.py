@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch.fx import Graph, Node
 
+from evt import debug
+from evt.errors import first_line
 from evt.graph.fake import fake_value, make_node
 
 aten = torch.ops.aten
@@ -54,6 +56,26 @@ def contain_padded_outputs(graph: Graph) -> Graph:
                                                    padded, f"{padded.name}_dense")  # fmt: skip
                 user.replace_input_with(padded, copies[padded])
     return graph
+
+
+def copied_outputs(region, built) -> dict[int, int]:
+    """Before lowering: output index -> bytes of its copy, for the outputs of `region` (built as
+    `built`) that its kernel stores in padded rows (`KernelSpec.output_layouts`) and a reader
+    outside the region needs dense: after lowering this pass gives that reader a copy, which
+    runs after every launch, reading the padded rows and writing dense ones. The default mode's
+    profitability check counts those bytes (`evt.pipeline.fuse`); max-autotune times each
+    candidate with the copies (`evt.runtime.autotune`)."""
+    from evt.graph.lower_regions import fake_outputs
+
+    try:
+        fakes = fake_outputs(built.spec, list(built.inputs))
+    except Exception as e:  # noqa: BLE001 - a spec its fake implementation refuses: lowering says so
+        debug.log(1, f"region {built.spec.name}: no fake outputs to find its copies ({first_line(e)})")
+        return {}
+    inside = set(region.nodes)
+    return {i: 2 * val.numel() * val.element_size()
+            for i, (node, val) in enumerate(zip(built.outputs, fakes, strict=True))
+            if dense_readers(node, val, outside=lambda user: user not in inside)[0]}  # fmt: skip
 
 
 def dense_readers(

@@ -71,6 +71,7 @@ import evt
 from evt import debug, ir
 from evt.codegen.config import TileConfig, heuristic
 from evt.errors import LaunchError, first_line
+from evt.graph.contain_padded_outputs import copied_outputs
 from evt.runtime import build, dispatch, guards, launch, progress, reference, timing, unfused
 from evt.runtime import cache as kernel_cache
 from evt.runtime.launch import EVT_ORDER, TileOrder
@@ -510,22 +511,11 @@ def _as_dispatched(spec: ir.KernelSpec, kernel: launch.Kernel, dense: Sequence[i
 
 
 def dense_outputs(region, built) -> tuple[int, ...]:
-    """The outputs of `built` stored in padded rows (`ir.row_pitch`) that a reader outside
-    `region` needs dense: after lowering, `contain_padded_outputs` gives that reader a copy, which
-    runs after every launch. Timed without it, max-autotune fused ViT's attention scores as the
-    graph's output (the kernel 0.052 ms, the unfused path 0.083 ms; H200, session 45), and the
-    graph then ran 0.089 ms with the copy."""
-    from evt.graph.contain_padded_outputs import dense_readers
-    from evt.graph.lower_regions import fake_outputs
-
-    try:
-        fakes = fake_outputs(built.spec, list(built.inputs))
-    except Exception as e:  # noqa: BLE001 - a spec its fake implementation refuses: lowering says so
-        debug.log(1, f"autotune {built.spec.name}: no fake outputs ({first_line(e)})")
-        return ()
-    inside = set(region.nodes)
-    return tuple(i for i, (node, val) in enumerate(zip(built.outputs, fakes, strict=True))
-                 if dense_readers(node, val, outside=lambda user: user not in inside)[0])  # fmt: skip
+    """The outputs the graph copies out of padded rows after each launch
+    (`contain_padded_outputs.copied_outputs`). Timed without those copies, max-autotune fused
+    ViT's attention scores as the graph's output (the kernel 0.052 ms, the unfused path
+    0.083 ms; H200, session 45), and the graph then ran 0.089 ms with the copy."""
+    return tuple(copied_outputs(region, built))
 
 
 def _submit(spec: ir.KernelSpec, cfg: TileConfig):

@@ -1256,3 +1256,54 @@ def test_candidates_are_timed_with_the_dense_copies_the_graph_makes(monkeypatch)
 class Sum1(nn.Module):
     def forward(self, y):
         return y.sum(1)
+
+
+def test_the_unfused_path_computes_a_mask_the_graph_computes_from_iota():
+    """Causal scores: the mask `triu(ones(S, S), 1)` reaches the region as a bool tensor the
+    graph computes from `iota` alone. The unfused path computes it too (`constant_producers`),
+    as Inductor does inside the whole graph, instead of taking it as a loaded argument; its
+    outputs are the graph's, in the module Inductor compiles and op by op alike."""
+    q, k = torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8)
+    want = attention_scores(q, k)
+    seen = []
+
+    def check(region, built) -> bool:
+        produced = unfused.constant_producers(region)
+        assert {n.target for n in produced} >= {torch.ops.prims.iota.default}
+        mask = [n for n in region.inputs() if n in produced]
+        assert len(mask) == 1 and mask[0].meta["val"].dtype == torch.bool
+        assert unfused.arguments(region) == [n for n in region.inputs() if n not in mask]
+        gm = unfused.module(region)
+        assert len(gm.graph.find_nodes(op="placeholder")) == len(region.inputs()) - 1
+        given = [x.reshape(4, 16, 8) for x in (q, k)]  # the bmm's operands: q and k, batch flat
+        given = [given[0], given[1].transpose(1, 2)]
+        assert [tuple(v.shape) for v in given] == [tuple(n.meta["val"].shape) for n in unfused.arguments(region)]
+        for got in (gm(*given), unfused.eager(region, given)()):
+            torch.testing.assert_close(got[0].reshape(want.shape), want)
+        seen.append(region)
+        return True
+
+    with torch.no_grad():
+        pipeline.fuse(capture_joint(attention_scores, q, k), keep=check)
+    assert len(seen) == 1
+
+
+def test_a_random_or_input_read_producer_stays_an_argument():
+    """Only deterministic chains from factory ops are computed: a dropout-like mask from
+    `rand` and a value computed from a graph input stay arguments of the unfused path."""
+    x = torch.randn(16, 32)
+
+    def f(x, w):
+        keep = torch.rand(16, 48) > 0.5
+        scale = (x.sum() > 0).float()
+        return torch.where(keep, x @ w, 0.0) * scale
+
+    seen = []
+
+    def check(region, built) -> bool:
+        seen.append((unfused.constant_producers(region), unfused.arguments(region), region.inputs()))
+        return True
+
+    with torch.no_grad():
+        pipeline.fuse(capture_joint(f, x, torch.randn(32, 48)), keep=check)
+    assert seen and all(produced == [] and args == inputs for produced, args, inputs in seen)

@@ -5,7 +5,9 @@ On evt's default route Inductor compiles everything outside the regions: a regio
 becomes an extern cuBLAS call (or, under Inductor's max-autotune, whichever GEMM it measures
 fastest) and one or two Triton kernels for the ops after it, not one kernel per op. So the
 region's nodes are copied into a small `GraphModule` (`module`: the region's inputs become
-placeholders, its outputs read outside the region become the outputs; `evt::softmax_sum` is turned
+placeholders, except those the graph computes from no input, such as a causal mask from `iota`,
+which it computes as the graph does (`constant_producers`); its outputs read outside the region
+become the outputs; `evt::softmax_sum` is turned
 back into aten as `restore_statistics` does for an unfused graph) and compiled with Inductor
 under the settings of the compile that is running (`mode="max-autotune"`'s included), minus evt's
 own pass and Inductor's CUDA graphs (max-autotune captures and replays both sides itself,
@@ -75,14 +77,63 @@ def runner(region, wanted: str, device: str = "cuda") -> Runner | None:
 def timeable(region) -> bool:
     """Whether every input is a tensor of static shape (a SymInt input, or a symbolic size whose
     hint need not be the shape that runs, is not timed)."""
-    vals = [n.meta.get("val") for n in region.inputs()]
+    vals = [n.meta.get("val") for n in arguments(region)]
     return all(isinstance(v, torch.Tensor) and not _symbolic(v) for v in vals)
 
 
 def random_inputs(region, device: str) -> list[torch.Tensor] | None:
+    """Random tensors for the region's `arguments` (laid out as the graph's), or None where one is
+    not a tensor of static shape."""
     if not timeable(region):
         return None
-    return [random_like(n.meta["val"], device) for n in region.inputs()]
+    return [random_like(n.meta["val"], device) for n in arguments(region)]
+
+
+def arguments(region) -> list[Node]:
+    """The region's inputs its unfused path takes as arguments: all but those the graph computes
+    from no input at all (`constant_producers`), which it computes itself."""
+    computed = set(constant_producers(region))
+    return [n for n in region.inputs() if n not in computed]
+
+
+# the ops a chain of `constant_producers` may start from: each makes the same tensor every call
+CONSTANT_SOURCES = {torch.ops.prims.iota.default, torch.ops.aten.full.default,
+                    torch.ops.aten.arange.default, torch.ops.aten.arange.start,
+                    torch.ops.aten.arange.start_step, torch.ops.aten.scalar_tensor.default,
+                    torch.ops.aten.zeros.default, torch.ops.aten.ones.default}  # fmt: skip
+MAX_CONSTANT_NODES = 16
+
+
+def constant_producers(region) -> list[Node]:
+    """The nodes, in graph order, of the region's inputs that the graph computes from no input
+    (a causal mask from `iota`: `ge(iota[None, :] - iota[:, None], 1)`), with what they read:
+    the unfused path computes them as the graph does, where Inductor can fold them into the
+    kernel that reads them, instead of loading them as arguments. ViT's scores, their mask a
+    loaded argument, timed 0.083 ms unfused in max-autotune's rounds, where Inductor ran evt's
+    whole graph, the region left unfused, in 0.054 (H200, sessions 44-45). An input whose chain
+    reads a graph input, a random op or more than `MAX_CONSTANT_NODES` nodes stays an argument."""
+    chosen: set[Node] = set()
+    for node in region.inputs():
+        chain: set[Node] = set()
+        if _constant(node, chain):
+            chosen |= chain
+    return [n for n in next(iter(region.nodes)).graph.nodes if n in chosen] if chosen else []
+
+
+def _constant(node: Node, chain: set[Node]) -> bool:
+    """Whether `node` is computed from `CONSTANT_SOURCES` alone, deterministically (its nodes
+    added to `chain`, at most `MAX_CONSTANT_NODES`)."""
+    if node in chain:
+        return True
+    if node.op != "call_function" or len(chain) >= MAX_CONSTANT_NODES:
+        return False
+    target = node.target
+    if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
+        return False
+    if not node.all_input_nodes and target not in CONSTANT_SOURCES:
+        return False
+    chain.add(node)
+    return all(_constant(a, chain) for a in node.all_input_nodes)
 
 
 def _symbolic(t: torch.Tensor) -> bool:
@@ -90,12 +141,13 @@ def _symbolic(t: torch.Tensor) -> bool:
 
 
 def module(region) -> GraphModule:
-    """The region's nodes as a module of its inputs, returning its outputs read outside it."""
+    """The region's nodes as a module of its `arguments`, computing the rest (`constant_producers`),
+    returning its outputs read outside it."""
     graph, env = Graph(), {}
-    for node in region.inputs():
+    for node in arguments(region):
         env[node] = graph.placeholder(node.name)
         env[node].meta = dict(node.meta)
-    for node in region.nodes:
+    for node in [*constant_producers(region), *region.nodes]:
         env[node] = graph.node_copy(node, env.__getitem__)
     graph.output(tuple(env[n] for n in region.outputs()))
     restore_statistics(graph)  # traces on the nodes' fake values: metadata dropped after it
@@ -106,12 +158,14 @@ def module(region) -> GraphModule:
 
 
 def eager(region, inputs: list[torch.Tensor]) -> Callable[[], tuple[torch.Tensor, ...]]:
-    """The region's nodes called one by one, as eager runs them."""
-    start: dict[Node, Any] = dict(zip(region.inputs(), inputs))
+    """The region's nodes called one by one, as eager runs them, after the inputs it computes
+    (`constant_producers`); `inputs` are the values of its `arguments`."""
+    start: dict[Node, Any] = dict(zip(arguments(region), inputs, strict=True))
+    nodes = [*constant_producers(region), *region.nodes]
 
     def run() -> tuple[torch.Tensor, ...]:
         values = dict(start)
-        for node in region.nodes:
+        for node in nodes:
             args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
             values[node] = node.target(*args, **kwargs)
         return tuple(values[n] for n in region.outputs())

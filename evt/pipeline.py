@@ -26,6 +26,7 @@ from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.eliminate_noop_clones import eliminate_noop_clones
 from evt.graph.fake import recompute_tagged
 from evt.graph.float_index_compares import rewrite_index_compares
+from evt.graph.float_index_masks import rewrite_index_masks
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
@@ -77,6 +78,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("fold_gemm_operands", fold_gemm_operands),
     ("rewrite_one_hot_scatters", rewrite_one_hot_scatters),
     ("rewrite_index_compares", rewrite_index_compares),
+    ("rewrite_index_masks", rewrite_index_masks),
     ("read_heads_in_place", read_heads_in_place),
     ("recognize_statistics", recognize_statistics),
 ]

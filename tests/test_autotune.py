@@ -358,10 +358,17 @@ def test_candidates_are_timed_in_rounds_and_keep_their_median(monkeypatch):
 
 class _Scores(torch.nn.Module):
     """ViT's attention scores in small: (q @ k^T) / sqrt(D), -inf above the diagonal, at S = 5
-    (the bool mask's rows are 5 bytes: TMA cannot read them as they are)."""
+    (the bool mask's rows are 5 bytes: TMA cannot read them as they are). The mask is a buffer,
+    as GPT-2's causal mask is in Hugging Face's model: one computed from `iota` in the graph the
+    epilogue computes itself (`float_index_masks`)."""
+
+    def __init__(self, s: int = 5):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(s, s, dtype=torch.bool).triu(1))
 
     def forward(self, q, k):
-        return attention_scores(q, k)
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        return scores.masked_fill(self.mask, float("-inf"))
 
 
 class _GuardedFake(_OrderedFake):
@@ -1258,11 +1265,14 @@ class Sum1(nn.Module):
         return y.sum(1)
 
 
-def test_the_unfused_path_computes_a_mask_the_graph_computes_from_iota():
-    """Causal scores: the mask `triu(ones(S, S), 1)` reaches the region as a bool tensor the
-    graph computes from `iota` alone. The unfused path computes it too (`constant_producers`),
-    as Inductor does inside the whole graph, instead of taking it as a loaded argument; its
+@pytest.mark.parametrize("index_masks", ["1", "0"])
+def test_the_unfused_path_computes_a_mask_the_graph_computes_from_iota(monkeypatch, index_masks):
+    """Causal scores: the mask `triu(ones(S, S), 1)` is computed from `iota` alone. The region
+    reads it as two index vectors (`float_index_masks`) or, with `EVT_INDEX_MASKS=0`, as a bool
+    [S, S] tensor. Either way the unfused path computes those inputs (`constant_producers`), as
+    Inductor does inside the whole graph, instead of taking them as loaded arguments; its
     outputs are the graph's, in the module Inductor compiles and op by op alike."""
+    monkeypatch.setenv("EVT_INDEX_MASKS", index_masks)
     q, k = torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8)
     want = attention_scores(q, k)
     seen = []
@@ -1270,11 +1280,12 @@ def test_the_unfused_path_computes_a_mask_the_graph_computes_from_iota():
     def check(region, built) -> bool:
         produced = unfused.constant_producers(region)
         assert {n.target for n in produced} >= {torch.ops.prims.iota.default}
-        mask = [n for n in region.inputs() if n in produced]
-        assert len(mask) == 1 and mask[0].meta["val"].dtype == torch.bool
-        assert unfused.arguments(region) == [n for n in region.inputs() if n not in mask]
+        computed = [n for n in region.inputs() if n in produced]
+        dtypes = [n.meta["val"].dtype for n in computed]
+        assert dtypes == ([torch.float32] * 2 if index_masks == "1" else [torch.bool]), dtypes
+        assert unfused.arguments(region) == [n for n in region.inputs() if n not in computed]
         gm = unfused.module(region)
-        assert len(gm.graph.find_nodes(op="placeholder")) == len(region.inputs()) - 1
+        assert len(gm.graph.find_nodes(op="placeholder")) == len(region.inputs()) - len(computed) == 2
         given = [x.reshape(4, 16, 8) for x in (q, k)]  # the bmm's operands: q and k, batch flat
         given = [given[0], given[1].transpose(1, 2)]
         assert [tuple(v.shape) for v in given] == [tuple(n.meta["val"].shape) for n in unfused.arguments(region)]

@@ -19,6 +19,23 @@ pytestmark = pytest.mark.gpu
 BF16 = torch.bfloat16
 
 
+def causal_scores_spec() -> ir.KernelSpec:
+    """The causal scores' region as the pipeline builds it from `attention_scores`: the mask
+    computed in the epilogue from a row and a column index vector (`float_index_masks`)."""
+    from evt.bench.patterns import attention_scores
+    from tests.graphs import explain
+
+    q = torch.randn(2, 3, 16, 8, dtype=BF16)
+    (region,) = explain(attention_scores, q, q.clone()).regions
+    return region.spec
+
+
+def prebuilt_specs() -> list[ir.KernelSpec]:
+    """The kernels this module builds at their default configs (`kernel_pack.py build --tests
+    batched` builds them ahead of a device call)."""
+    return [specs.attention_scores(), causal_scores_spec()]
+
+
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> ir.KernelSpec:
     if not os.environ.get("EVT_CACHE_DIR"):
@@ -56,3 +73,23 @@ def test_batched_kernel_reads_a_padded_batch_stride(spec):
     (got,) = poisoned_launch(spec, inputs)
     (want,) = reference.run(spec, inputs)
     assert verify.relative_error(got, want) <= verify.TOLERANCE["bf16"]
+
+
+@pytest.mark.parametrize("L, S, D", [(4, 256, 64), (3, 200, 72), (2, 136, 64)])
+def test_causal_mask_computed_from_index_vectors(spec, L, S, D):
+    """The mask `triu(ones(S, S), 1)` computed by the kernel from the column and row indices
+    (an N- and an M-vector every batch shares): -inf exactly above the diagonal in every batch,
+    the rest as the reference path computes it, residue tiles included."""
+    causal = causal_scores_spec()
+    build.prefetch(causal).result()
+    assert {type(n).__name__ for n in causal.nodes} >= {"RowBroadcast", "ColBroadcast"}
+    q = torch.randn(L, S, D, device="cuda").to(BF16)
+    k = (torch.randn(L, S, D, device="cuda") * D**-0.5).to(BF16)
+    index = torch.arange(S, device="cuda", dtype=torch.float32)
+    inputs = [q, k.transpose(1, 2), index[None, :], index[:, None]]
+    (got,) = poisoned_launch(causal, inputs)
+    (want,) = reference.run(causal, inputs)
+    above = torch.ones(S, S, dtype=torch.bool, device="cuda").triu(1).expand(L, S, S)
+    assert torch.equal(got.isinf(), above) and bool((got[above] < 0).all())
+    assert not got.float().isnan().any(), "elements left unwritten"
+    assert verify.relative_error(got.masked_fill(above, 0), want.masked_fill(above, 0)) <= verify.TOLERANCE["bf16"]

@@ -153,8 +153,9 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
     launch (an aux tensor of that kind stays outside the epilogue from the start:
     `graph/layouts.py`).
     ViT's 197-token attention scores form a region as GPT-2's 1024-token scores do: its outputs
-    stored into padded rows, its 197-byte bool mask read from a copy with padded rows
-    (`guards.pad_aux_rows`), so the mask's `where` is in the epilogue too."""
+    stored into padded rows, its causal mask computed in the epilogue from two index vectors
+    (`float_index_masks`), or with `EVT_INDEX_MASKS=0` its 197-byte bool mask read from a copy
+    with padded rows (`guards.pad_aux_rows`): the mask's `where` is in the epilogue either way."""
     import warnings
 
     import torch.nn.functional as F
@@ -176,7 +177,11 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
 
     assert len(case("attention_scores/gpt2").regions) == 1
     (vit,) = case("attention_scores/vit").regions  # 197 x 197 bf16 scores: rows padded to 208
-    assert any(isinstance(n, ir.AuxLoad) and n.dtype == "b8" for n in vit.spec.nodes)  # the mask
+    assert any(isinstance(n, ir.Compute) and n.op == "ge" for n in vit.spec.nodes)  # the mask
+    monkeypatch.setenv("EVT_INDEX_MASKS", "0")
+    (loaded,) = case("attention_scores/vit").regions
+    assert any(isinstance(n, ir.AuxLoad) and n.dtype == "b8" for n in loaded.spec.nodes)
+    monkeypatch.delenv("EVT_INDEX_MASKS")
     config = dispatch.config_for(vit.spec, vit.problem)
     assert config.store_align == 0 and config.pad_rows
 

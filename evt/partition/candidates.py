@@ -126,8 +126,8 @@ def load_tree(node: Node, anchor: Node, shape: tuple[int, ...], order: dict[Node
     aux: set[Node] = set()
 
     def walk(n, loads: bool) -> bool:  # n computed from broadcasts (and, with `loads`, aux tensors)
-        if (not isinstance(n, Node) or not _eligible(n, anchor, shape) or is_reduction(n)
-                or len(out) >= MAX_TREE):  # fmt: skip
+        if (not isinstance(n, Node) or not _eligible(n, anchor, shape, shared=True)
+                or is_reduction(n) or len(out) >= MAX_TREE):  # fmt: skip
             return False
         out.append(n)
         for a in tensor_args(epilogue_expr(n)):
@@ -150,12 +150,15 @@ def load_tree(node: Node, anchor: Node, shape: tuple[int, ...], order: dict[Node
     return out, frozenset(aux)
 
 
-def _eligible(node: Node, anchor: Node, shape: tuple[int, ...]) -> bool:
-    return (
-        epilogue_expr(node) is not None
-        and value_shape(node) == shape
-        and side(node) == side(anchor)
-    )
+def _eligible(node: Node, anchor: Node, shape: tuple[int, ...], shared: bool = False) -> bool:
+    """Whether `node` is an epilogue op of `anchor`'s side over its shape; with `shared` (a load
+    tree's node) also one over [M, N] alone that a batched GEMM's batches share (a causal mask
+    computed from index vectors, `float_index_masks`), read by one node only, so that it is
+    never a region output, which the kernel would store per batch."""
+    if epilogue_expr(node) is None or side(node) != side(anchor):
+        return False
+    own = value_shape(node)
+    return own == shape or (shared and len(shape) == 3 and own == shape[1:] and len(node.users) == 1)
 
 
 def value_shape(node: Node) -> tuple | None:

@@ -59,7 +59,7 @@ def _check_region(r: Region, where: str, backward: set[Node]) -> None:
         expr = epilogue_expr(n)
         if expr is None:
             raise PartitionError(f"{where}: {n.format_node()} is not epilogue-able")
-        if _value_shape(n, expr) != shape:
+        if _value_shape(n, expr) != shape and not _shared(r, n, expr, shape, loads_only):
             raise PartitionError(f"{where}: {n.name} works on shape {_value_shape(n, expr)}")
         args = tensor_args(expr)
         if not any(a in inside for a in args) and n not in loads_only:
@@ -85,6 +85,14 @@ def _loads_only(r: Region, shape: tuple) -> set[Node]:
                         for a in args):  # fmt: skip
             out.add(n)
     return out
+
+
+def _shared(r: Region, n: Node, expr, shape: tuple, loads_only: set[Node]) -> bool:
+    """Whether `n` is an [M, N] value every batch of a batched region shares: computed from
+    loads alone and read inside the region only (a region output is stored per batch)."""
+    inside = set(r.nodes)
+    return (len(shape) == 3 and _value_shape(n, expr) == shape[1:] and n in loads_only
+            and all(u in inside for u in n.users))  # fmt: skip
 
 
 def _value_shape(n: Node, expr) -> tuple:

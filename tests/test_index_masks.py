@@ -1,0 +1,130 @@
+"""Masks computed from indices alone (`torch.ones(S, S).triu(1)`: integer iota arithmetic and a
+compare) computed in float32 (`evt/graph/float_index_masks.py`), so the causal scores' region
+computes its mask from a row and a column broadcast instead of loading a bool [S, S] tensor."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from evt import ir, pipeline
+from evt.backend import evt_backend
+from evt.bench.patterns import attention_scores
+from evt.graph.capture import capture_joint
+from evt.graph.float_index_masks import rewrite_index_masks
+from tests.graphs import explain
+
+aten, prims = torch.ops.aten, torch.ops.prims
+
+
+def qk(s=16, d=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(2, 3, s, d, generator=g, dtype=dtype) for _ in range(2)]
+
+
+def region_spec(f, *args) -> ir.KernelSpec:
+    (region,) = explain(f, *args).regions
+    return region.spec
+
+
+def test_the_causal_mask_is_computed_in_the_epilogue_from_two_index_vectors():
+    spec = region_spec(attention_scores, *qk())
+    kinds = {type(n).__name__ for n in spec.nodes}
+    assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, spec.nodes
+    ops = [n.op for n in spec.nodes if isinstance(n, ir.Compute)]
+    assert ops == ["mul", "sub", "ge", "where"], ops
+    assert all(n.dtype == "f32" for n in spec.nodes if isinstance(n, (ir.RowBroadcast, ir.ColBroadcast)))
+
+
+@pytest.mark.parametrize("s", [16, 13])
+def test_fused_scores_match_eager(s):
+    """The region runs (reference path, as on a machine without the GPU) with the vectors the
+    graph computes; -inf exactly above the diagonal, the rest as eager computes it."""
+    q, k = qk(s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(attention_scores, backend=evt_backend, options={"rest": "eager"})(q, k)
+    want = attention_scores(q, k)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_rewrite_keeps_every_value():
+    """The graph after the pass computes what it did before (the compare in float32, the
+    `logical_and` with the all-true `full` gone)."""
+    q, k = qk()
+    with torch.no_grad():
+        graph = capture_joint(attention_scores, q, k)
+    before = torch.fx.GraphModule(torch.nn.Module(), graph)(q, k)
+    rewrite_index_masks(graph)
+    graph.lint()
+    targets = [n.target for n in graph.nodes]
+    assert aten.logical_and.default not in targets
+    (compare,) = [n for n in graph.nodes if n.target is aten.ge.Scalar]
+    (sub,) = compare.args[:1]
+    assert sub.meta["val"].dtype == torch.float32 and compare.meta["val"].dtype == torch.bool
+    after = torch.fx.GraphModule(torch.nn.Module(), graph)(q, k)
+    for a, b in zip(before, after, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_chains_the_rewrite_leaves_alone():
+    """An iota of 2**24 or more (float32 would round), a compare with a tensor the graph reads
+    (a one-hot's target: `float_index_compares`' case) and an index another reader takes as
+    integers stay integer compares."""
+
+    def wide(x):
+        i = torch.arange(2**24 + 2)
+        return x * (i[-4:] - 2**24 >= 0)
+
+    def target(x, t):
+        return x * (torch.arange(4) == t[:, None])
+
+    def shared(x):
+        i = torch.arange(4)
+        return x * (i[None, :] - i[:, None] >= 1), i * 3
+
+    x = torch.randn(4, 4)
+    cases = [(wide, (torch.randn(4),)), (target, (x, torch.tensor([0, 1, 2, 3]))), (shared, (x,))]
+    for f, args in cases:
+        with torch.no_grad():
+            graph = capture_joint(f, *args)
+        rewrite_index_masks(graph)
+        compares = [n for n in graph.nodes if n.target in (aten.ge.Scalar, aten.eq.Tensor)]
+        assert compares, f.__name__
+        assert all(a.meta["val"].dtype == torch.int64 for n in compares for a in n.args
+                   if isinstance(a, torch.fx.Node)), f.__name__  # fmt: skip
+
+
+def test_a_mask_read_outside_the_region_stays_a_load():
+    """A batched region's [S, S] mask node is stored per batch if it were a region output, so a
+    mask another node reads too (here the graph returns it) is loaded as before; the validator
+    refuses a partition that computes such a node in the region."""
+    from evt.errors import PartitionError
+    from evt.partition.region import Region
+    from evt.partition.validate import validate
+
+    def f(q, k):
+        s = q.shape[-2]
+        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        return (q @ k.transpose(-2, -1)).masked_fill(mask, 0.0), mask
+
+    spec = region_spec(f, *qk())
+    assert any(isinstance(n, ir.AuxLoad) and n.broadcast_l for n in spec.nodes), spec.nodes
+    with torch.no_grad():
+        graph = capture_joint(f, *qk())
+    pipeline.run_passes(graph, pipeline.GRAPH_PASSES, check=True)
+    (bmm,) = [n for n in graph.nodes if n.target is aten.bmm.default]
+    (compare,) = [n for n in graph.nodes if n.target is aten.ge.Scalar]
+    sub = compare.args[0]
+    where = next(u for u in compare.users if u.op == "call_function")
+    with pytest.raises(PartitionError, match="works on shape"):
+        validate(graph, [Region(bmm, (bmm, sub, compare, where), "forward")])
+
+
+def test_off_by_setting(monkeypatch):
+    monkeypatch.setenv("EVT_INDEX_MASKS", "0")
+    spec = region_spec(attention_scores, *qk())
+    assert any(isinstance(n, ir.AuxLoad) and n.broadcast_l and n.dtype == "b8" for n in spec.nodes)

@@ -128,7 +128,9 @@ class TileConfig:
     # copied to global memory by the epilogue's threads, consecutive threads along the row, each
     # element predicated on the bounds (`evt::Sm90AuxStoreStaged`, evt_staged_store.inc): any N,
     # dense rows where TMA needs 16-byte ones (ViT's 197 x 197 scores; an LM head at an odd
-    # vocabulary). Not a candidate, and not yet run on a GPU: a config-sweep experiment (`_ss`).
+    # vocabulary). Not a candidate: correct on an H200, but its element-by-element copy ran at
+    # 0.22-0.25 of the bare GEMM where TMA's store reached 0.78-0.84 (session 45): a config-sweep
+    # experiment (`_ss`).
     staged_stores: bool = False
 
     def __post_init__(self) -> None:

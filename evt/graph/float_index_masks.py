@@ -24,23 +24,19 @@ Inductor computes the float chain instead of the integer one: the same values.
 
 from __future__ import annotations
 
-import operator
 import os
 
 import torch
 from torch.fx import Graph, Node
 
+from evt.graph.epilogue_rules import COMPARISONS
 from evt.graph.fake import fake_value, make_node, value
 from evt.graph.one_hot_scatters import EXACT, INTEGERS
 
 aten, prims = torch.ops.aten, torch.ops.prims
-COMPARES = {getattr(aten, op).Scalar for op in ("gt", "ge", "lt", "le", "eq", "ne")} | {
-    getattr(aten, op).Tensor for op in ("gt", "ge", "lt", "le", "eq", "ne")
-}
 SHAPE_OPS = {aten.unsqueeze.default, aten.view.default, aten.reshape.default,
              aten._unsafe_view.default, aten.expand.default}  # fmt: skip
-SUMS = {aten.add.Tensor: operator.add, aten.sub.Tensor: operator.add,
-        aten.add.Scalar: operator.add, aten.sub.Scalar: operator.add}  # fmt: skip
+SUMS = {aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar}
 MAX_CHAIN = 8  # nodes of one operand's chain
 
 
@@ -52,7 +48,7 @@ def rewrite_index_masks(graph: Graph) -> Graph:
     if not enabled():
         return graph
     for node in list(graph.nodes):
-        if node.op == "call_function" and node.target in COMPARES:
+        if node.op == "call_function" and node.target in COMPARISONS:
             chain = _index_compare(node)
             if chain:
                 _in_float(graph, node, chain)

@@ -117,7 +117,7 @@ def constant_producers(region) -> list[Node]:
         chain: set[Node] = set()
         if _constant(node, chain):
             chosen |= chain
-    return [n for n in next(iter(region.nodes)).graph.nodes if n in chosen] if chosen else []
+    return [n for n in region.anchor.graph.nodes if n in chosen] if chosen else []
 
 
 def _constant(node: Node, chain: set[Node]) -> bool:

@@ -21,6 +21,7 @@ from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
 from evt.graph.attention_to_sdpa import attention_to_sdpa
 from evt.graph.contain_padded_outputs import contain_padded_outputs, copied_outputs
+from evt.graph.copy_index_masks import copy_index_masks
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
 from evt.graph.eliminate_dead_code import eliminate_dead_code
 from evt.graph.eliminate_noop_clones import eliminate_noop_clones
@@ -79,6 +80,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("rewrite_one_hot_scatters", rewrite_one_hot_scatters),
     ("rewrite_index_compares", rewrite_index_compares),
     ("rewrite_index_masks", rewrite_index_masks),
+    ("copy_index_masks", copy_index_masks),
     ("read_heads_in_place", read_heads_in_place),
     ("recognize_statistics", recognize_statistics),
 ]

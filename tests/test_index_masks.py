@@ -98,30 +98,81 @@ def test_chains_the_rewrite_leaves_alone():
                    if isinstance(a, torch.fx.Node)), f.__name__  # fmt: skip
 
 
-def test_a_mask_read_outside_the_region_stays_a_load():
-    """A batched region's [S, S] mask node is stored per batch if it were a region output, so a
-    mask another node reads too (here the graph returns it) is loaded as before; the validator
-    refuses a partition that computes such a node in the region."""
+def returns_its_mask(q, k):
+    s = q.shape[-2]
+    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    return (q @ k.transpose(-2, -1)).masked_fill(mask, 0.0), mask
+
+
+def test_each_reader_of_a_mask_gets_its_own_copy():
+    """A mask the graph also returns: the returned one is a copy of the chain
+    (`copy_index_masks`), and the scores' region computes its own from the index vectors."""
+    spec = region_spec(returns_its_mask, *qk())
+    kinds = {type(n).__name__ for n in spec.nodes}
+    assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, spec.nodes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(returns_its_mask, backend=evt_backend, options={"rest": "eager"})(*qk())
+    for a, b in zip(got, returns_its_mask(*qk()), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_mask_read_outside_the_region_is_refused_in_it():
+    """A batched region's [S, S] mask node is stored per batch if it were a region output, so
+    without its copies (the passes before `copy_index_masks`) the validator refuses a partition
+    that computes the shared node in the region."""
     from evt.errors import PartitionError
     from evt.partition.region import Region
     from evt.partition.validate import validate
 
-    def f(q, k):
-        s = q.shape[-2]
-        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
-        return (q @ k.transpose(-2, -1)).masked_fill(mask, 0.0), mask
-
-    spec = region_spec(f, *qk())
-    assert any(isinstance(n, ir.AuxLoad) and n.broadcast_l for n in spec.nodes), spec.nodes
     with torch.no_grad():
-        graph = capture_joint(f, *qk())
-    pipeline.run_passes(graph, pipeline.GRAPH_PASSES, check=True)
+        graph = capture_joint(returns_its_mask, *qk())
+    passes = [(name, fn) for name, fn in pipeline.GRAPH_PASSES if name != "copy_index_masks"]
+    pipeline.run_passes(graph, passes, check=True)
     (bmm,) = [n for n in graph.nodes if n.target is aten.bmm.default]
     (compare,) = [n for n in graph.nodes if n.target is aten.ge.Scalar]
+    assert len(compare.users) == 2
     sub = compare.args[0]
     where = next(u for u in compare.users if u.op == "call_function")
     with pytest.raises(PartitionError, match="works on shape"):
         validate(graph, [Region(bmm, (bmm, sub, compare, where), "forward")])
+
+
+class CausalAttention(torch.nn.Module):
+    """Math attention with GPT-2's causal mask as `tril` and `~mask` (`scripts/model_fuzz.py`'s):
+    the forward's `where` and the backward's read one mask node of the joint graph."""
+
+    def forward(self, q, k, v):
+        s = q.shape[-2]
+        mask = torch.ones(s, s, dtype=torch.bool).tril()
+        scores = (q @ k.transpose(-2, -1) * 0.5).masked_fill(~mask, float("-inf"))
+        return (scores.softmax(-1) @ v).sum()
+
+
+@pytest.mark.parametrize("s", [16, 13])
+def test_training_computes_the_mask_in_the_forward_kernel_and_matches_eager(monkeypatch, s):
+    """In training the backward reads the mask too: with a copy of its own (a backward node) the
+    forward's scores region computes the mask, `~tril` folded into one compare, and the
+    gradients match eager's (reference path)."""
+    monkeypatch.setenv("EVT_SDPA", "0")  # keep the math attention
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, s, 8, generator=g, requires_grad=True) for _ in range(3))
+    report = explain(lambda *a: CausalAttention()(*a).backward(), q, k, v)
+    (scores,) = [r.spec for r in report.regions if r.anchor == "aten.bmm" and r.side == "forward"]
+    kinds = {type(n).__name__ for n in scores.nodes}
+    assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, scores.nodes
+    ops = sorted(n.op for n in scores.nodes if isinstance(n, ir.Compute))
+    assert ops == ["gt", "mul", "sub", "where"], ops
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = torch.compile(CausalAttention(), backend=evt_backend, options={"rest": "eager"})
+        loss = compiled(q, k, v)
+    grads = torch.autograd.grad(loss, (q, k, v))
+    want_loss = CausalAttention()(q, k, v)
+    want = torch.autograd.grad(want_loss, (q, k, v))
+    torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_off_by_setting(monkeypatch):

@@ -3,6 +3,7 @@
 
     ge(sub(iota(S)[None, :], iota(S)[:, None]), 1)  ->  the same on float(iota(S))
     logical_and(mask, full(True))                    ->  mask
+    bitwise_not(le(d, 0))  (`~torch.ones(S, S).tril()`)  ->  gt(d, 0)
 
 An epilogue holds no integers, and `logical_and` is no op of its own, so the mask stayed a bool
 [S, S] tensor that Inductor computed and the scores' kernel loaded through TMA (GPT-2's and
@@ -17,7 +18,10 @@ integer constants) is an integer of magnitude below 2**24, which float32 holds, 
 gives what the integer one gives; wider chains are left alone. Only a compare whose every tensor
 operand is such a chain, each node of which is read by the chain or the compare alone, is
 rewritten (a one-hot `iota == target` is `float_index_compares`'); `logical_and` with a
-`full(True)` of a shape that broadcasts nothing folds away. Where no region takes the compare,
+`full(True)` of a shape that broadcasts nothing folds away, and a `bitwise_not` of a rewritten
+compare becomes the complementary compare (an epilogue has no logical not; index values are never
+NaN, so the two agree everywhere). `copy_index_masks` then gives each of the mask's readers its
+own copy (in training the backward reads it too). Where no region takes the compare,
 Inductor computes the float chain instead of the integer one: the same values.
 `EVT_INDEX_MASKS=0` turns the pass off.
 """
@@ -38,6 +42,10 @@ SHAPE_OPS = {aten.unsqueeze.default, aten.view.default, aten.reshape.default,
              aten._unsafe_view.default, aten.expand.default}  # fmt: skip
 SUMS = {aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar}
 MAX_CHAIN = 8  # nodes of one operand's chain
+# `~mask` of a compare: the complementary compare (exact: index values are never NaN)
+NEGATED = {"gt": "le", "ge": "lt", "lt": "ge", "le": "gt", "eq": "ne", "ne": "eq"}
+NOTS = {aten.bitwise_not.default, aten.logical_not.default}
+INDEX_MASK = "evt_index_mask"  # node.meta: a compare this pass rewrote (`copy_index_masks`)
 
 
 def enabled() -> bool:
@@ -52,9 +60,12 @@ def rewrite_index_masks(graph: Graph) -> Graph:
             chain = _index_compare(node)
             if chain:
                 _in_float(graph, node, chain)
+                node.meta[INDEX_MASK] = True
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target is aten.logical_and.default:
             _fold_all_true(graph, node)
+        elif node.op == "call_function" and node.target in NOTS:
+            _fold_not(graph, node)
     return graph
 
 
@@ -112,6 +123,23 @@ def _in_float(graph: Graph, compare: Node, chain: list[Node]) -> None:
                 user.replace_input_with(node, f32)
     for node in [*[n for n in chain if n.target is not prims.iota.default], compare]:
         node.meta["val"] = fake_value(node.target, node.args, node.kwargs, node)
+
+
+def _fold_not(graph: Graph, node: Node) -> None:
+    """`bitwise_not(compare)` of a rewritten compare -> the complementary compare (`tril()`'s mask
+    masked as `~mask`): an epilogue has no logical not."""
+    compare = node.args[0]
+    if not (isinstance(compare, Node) and compare.meta.get(INDEX_MASK)):
+        return
+    op, overload = compare.target._opname, compare.target._overloadname
+    with graph.inserting_after(node):
+        negated = make_node(graph, getattr(getattr(aten, NEGATED[op]), overload), compare.args,
+                            compare.kwargs, node, f"not_{compare.name}")  # fmt: skip
+    negated.meta[INDEX_MASK] = True
+    node.replace_all_uses_with(negated)
+    graph.erase_node(node)
+    if not compare.users:
+        graph.erase_node(compare)
 
 
 def _fold_all_true(graph: Graph, node: Node) -> None:

@@ -334,8 +334,8 @@ def test_padded_rows_check_the_extent_rounded_up():
 def test_staged_stores_copy_every_output_out_of_shared_memory():
     """`staged_stores` (`_ss`): D is void to CUTLASS's collective and the tree's root is evt's
     Sm90AuxStoreStaged (its stages, tile, shared-memory layout and stmatrix copy from CUTLASS's
-    aux-store descriptor), each aux store one too; the node's text is inlined into these kernels
-    alone, the label reads back, and the config refuses register stores, padded rows and a
+    aux-store descriptor), each aux store one too, copying rows out in 16-byte stores; the node's
+    text is inlined into these kernels alone, the label reads back, and the config refuses register stores, padded rows and a
     nested batch."""
     from dataclasses import replace
 
@@ -348,6 +348,7 @@ def test_staged_stores_copy_every_output_out_of_shared_memory():
             "EvtStoreD_desc::EpilogueTile,\n    ElementDOut, kRound, EvtStoreD_desc::Stride") in text
     assert "fusion::Sm90EVT<evt::Sm90AuxStoreStaged<\n    evt_save_add_desc::Stages" in text
     assert "struct Sm90AuxStoreStaged {" in text and "fusion::Sm90AuxStore<" not in text
+    assert "*reinterpret_cast<uint4*>(row_ptr + col)" in text  # rows out in 16-byte stores
     assert "Sm90AuxStoreStaged" not in plain and "EvtStoreD" not in plain
     assert "staged_stores" not in repr(TileConfig()) and "staged_stores=True" in repr(cfg)
     with pytest.raises(CodegenError, match="staged stores"):

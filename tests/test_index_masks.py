@@ -179,3 +179,20 @@ def test_off_by_setting(monkeypatch):
     monkeypatch.setenv("EVT_INDEX_MASKS", "0")
     spec = region_spec(attention_scores, *qk())
     assert any(isinstance(n, ir.AuxLoad) and n.broadcast_l and n.dtype == "b8" for n in spec.nodes)
+
+
+def test_layers_sharing_one_mask_each_compute_it(monkeypatch):
+    """Two attention layers: common-subexpression elimination leaves one mask node for both
+    layers' forwards and backwards; each scores region computes its own copy."""
+    monkeypatch.setenv("EVT_SDPA", "0")
+
+    def two_layers(q, k, v):
+        return (CausalAttention()(q, k, v) + CausalAttention()(q * 2, k, v)).backward()
+
+    q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
+    report = explain(two_layers, q, k, v)
+    scores = [r.spec for r in report.regions if r.anchor == "aten.bmm" and r.side == "forward"]
+    assert len(scores) == 2
+    for spec in scores:
+        kinds = {type(n).__name__ for n in spec.nodes}
+        assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, spec.nodes

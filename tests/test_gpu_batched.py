@@ -36,6 +36,32 @@ def prebuilt_specs() -> list[ir.KernelSpec]:
     return [specs.attention_scores(), causal_scores_spec()]
 
 
+TRAINING_SHAPES = [(2, 4, 256, 64), (2, 3, 197, 64)]  # (B, H, S, D)
+
+
+def training_regions(shape) -> list:
+    """The regions of `causal_attention_step` at `shape` in bf16, captured on the CPU with the
+    math attention kept (`EVT_SDPA=0`)."""
+    from tests.graphs import explain
+
+    before = os.environ.get("EVT_SDPA")
+    os.environ["EVT_SDPA"] = "0"
+    try:
+        q, k, v = (torch.randn(*shape, dtype=BF16, requires_grad=True) for _ in range(3))
+        return explain(lambda *a: causal_attention(*a).sum().backward(), q, k, v).regions
+    finally:
+        os.environ.pop("EVT_SDPA") if before is None else os.environ.update(EVT_SDPA=before)
+
+
+def prebuilt_kernels() -> list[tuple]:
+    """The training test's kernels at the configs its process picks (the heuristic's first at
+    each region's problem), for `kernel_pack.py build --tests batched`."""
+    from evt.codegen.config import heuristic
+
+    return [(r.spec, heuristic(r.spec, *r.problem)[0]) for shape in TRAINING_SHAPES
+            for r in training_regions(shape)]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> ir.KernelSpec:
     if not os.environ.get("EVT_CACHE_DIR"):
@@ -93,3 +119,51 @@ def test_causal_mask_computed_from_index_vectors(spec, L, S, D):
     assert torch.equal(got.isinf(), above) and bool((got[above] < 0).all())
     assert not got.float().isnan().any(), "elements left unwritten"
     assert verify.relative_error(got.masked_fill(above, 0), want.masked_fill(above, 0)) <= verify.TOLERANCE["bf16"]
+
+
+def causal_attention(q, k, v):
+    """Math attention with a causal mask written as models write it (`~tril()`, `-inf`)."""
+    s = q.shape[-2]
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    scores = (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).masked_fill(~mask, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.usefixtures("attention_as_written")
+@pytest.mark.parametrize("shape", TRAINING_SHAPES, ids=["whole-tiles", "vit-197"])
+def test_causal_attention_trains_with_the_mask_computed_in_the_forward(shape):
+    """Training math attention (`EVT_SDPA=0`): the backward reads the mask too, and with its own
+    copy (`copy_index_masks`) the forward's scores kernel computes the mask; the output and
+    q/k/v gradients in bf16 against fp32 eager, within max(2e-2, 2x bf16 eager's error), no
+    region falling back."""
+    from evt.backend import evt_backend
+    from evt.runtime import dispatch
+    from evt.testing.models import _rel
+
+    regions = training_regions(shape)
+    forward = [r.spec for r in regions if r.anchor == "aten.bmm" and r.side == "forward"]
+    kinds = [{type(n).__name__ for n in f.nodes} for f in forward]
+    assert any({"RowBroadcast", "ColBroadcast"} <= k and "AuxLoad" not in k for k in kinds), kinds
+    dispatch.reset()  # the capture above chose configs on the CPU; the run chooses its own
+    g = torch.Generator(device="cuda").manual_seed(11)
+    base = [torch.randn(*shape, device="cuda", generator=g) for _ in range(3)]
+    grad = torch.randn(*shape, device="cuda", generator=g)
+
+    def step(fn, dtype):
+        q, k, v = (t.to(dtype).requires_grad_() for t in base)
+        out = fn(q, k, v)
+        out.backward(grad.to(dtype))
+        return {"out": out.detach(), "q": q.grad, "k": k.grad, "v": v.grad}
+
+    want, eager = step(causal_attention, torch.float32), step(causal_attention, BF16)
+    dispatch.FALLBACKS.clear()
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(causal_attention, backend=evt_backend, options={"rest": "eager"})
+        got = step(compiled, BF16)
+    finally:
+        torch._dynamo.reset()
+    assert not dispatch.FALLBACKS, dispatch.FALLBACKS
+    for name in want:
+        err, bound = _rel(got[name], want[name]), max(2e-2, 2 * _rel(eager[name], want[name]))
+        assert err <= bound, (name, err, bound)

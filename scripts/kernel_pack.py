@@ -76,9 +76,9 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
 def build_tests(names: list[str]) -> None:
     """Build the kernels GPU test modules build first (`tests/test_gpu_NAME.py`'s `captured()`:
     its regions captured on the CPU at the GPU's sizes), each at the config the test's process
-    would pick (`dispatch.build_for`), or its `prebuilt_specs()` at their default config (the
-    fuzzer's), or its `prebuilt_kernels()` at their own configs (the config tests'), so the
-    device call only runs the tests. Each entry of
+    would pick (`dispatch.build_for`), and its `prebuilt_specs()` at their default config (the
+    fuzzer's) and its `prebuilt_kernels()` at their own configs (the config tests'), whichever it
+    has, so the device call only runs the tests. Each entry of
     `captured()` starts from a fresh dispatch state, as each test does (the modules reset it per
     test): a kernel signature seen again at another problem is built at that problem's config."""
     import importlib
@@ -94,6 +94,10 @@ def build_tests(names: list[str]) -> None:
             if e.name != f"tests.test_gpu_{name}":  # the module is there; something it imports is not
                 raise
             sys.exit(f"kernel_pack: no tests/test_gpu_{name}.py")
+        if not any(hasattr(module, f) for f in ("captured", "prebuilt_specs", "prebuilt_kernels")):
+            sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has none of captured(), "
+                     "prebuilt_specs() and prebuilt_kernels(): its kernels are built inside "
+                     "its tests")  # fmt: skip
         if hasattr(module, "prebuilt_specs") or hasattr(module, "prebuilt_kernels"):
             from evt.runtime import build
 
@@ -101,12 +105,7 @@ def build_tests(names: list[str]) -> None:
             pairs = [(spec, None) for spec in getattr(module, "prebuilt_specs", list)()]
             pairs += getattr(module, "prebuilt_kernels", list)()
             futures += [(spec.name, build.prefetch(spec, cfg)) for spec, cfg in pairs]
-            continue
-        if not hasattr(module, "captured"):
-            sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has none of captured(), "
-                     "prebuilt_specs() and prebuilt_kernels(): its kernels are built inside "
-                     "its tests")  # fmt: skip
-        for seen in module.captured().values():
+        for seen in getattr(module, "captured", dict)().values():
             dispatch.reset()
             for spec, problem in seen:
                 future = dispatch.build_for(spec, problem)  # None: the test's region runs unfused

@@ -6,6 +6,7 @@ batch stride larger than M * K)."""
 from __future__ import annotations
 
 import os
+from unittest import mock
 
 import pytest
 import torch
@@ -40,26 +41,20 @@ TRAINING_SHAPES = [(2, 4, 256, 64), (2, 3, 197, 64)]  # (B, H, S, D)
 
 
 def training_regions(shape) -> list:
-    """The regions of `causal_attention_step` at `shape` in bf16, captured on the CPU with the
-    math attention kept (`EVT_SDPA=0`)."""
+    """The regions of `causal_attention`'s training step at `shape` in bf16, captured on the CPU
+    with the math attention kept (`EVT_SDPA=0`)."""
     from tests.graphs import explain
 
-    before = os.environ.get("EVT_SDPA")
-    os.environ["EVT_SDPA"] = "0"
-    try:
+    with mock.patch.dict(os.environ, {"EVT_SDPA": "0"}):
         q, k, v = (torch.randn(*shape, dtype=BF16, requires_grad=True) for _ in range(3))
         return explain(lambda *a: causal_attention(*a).sum().backward(), q, k, v).regions
-    finally:
-        os.environ.pop("EVT_SDPA") if before is None else os.environ.update(EVT_SDPA=before)
 
 
-def prebuilt_kernels() -> list[tuple]:
-    """The training test's kernels at the configs its process picks (the heuristic's first at
-    each region's problem), for `kernel_pack.py build --tests batched`."""
-    from evt.codegen.config import heuristic
-
-    return [(r.spec, heuristic(r.spec, *r.problem)[0]) for shape in TRAINING_SHAPES
-            for r in training_regions(shape)]  # fmt: skip
+def captured() -> dict[str, list[tuple]]:
+    """The training test's regions at its shapes (`kernel_pack.py build --tests batched` builds
+    them at the configs its process picks)."""
+    return {str(shape): [(r.spec, r.problem) for r in training_regions(shape)]
+            for shape in TRAINING_SHAPES}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -72,8 +72,8 @@ def test_device_env_unpacks_every_carried_archive():
 def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatch, capsys):
     """`build --tests NAME` builds `tests/test_gpu_NAME.py`'s `captured()` regions at the configs
     the test's process picks, skips a region with a static reason against it, builds a module's
-    `prebuilt_specs()` at their default config and its `prebuilt_kernels()` at their own, and
-    refuses a module with none of them or one that does not exist."""
+    `prebuilt_specs()` at their default config and its `prebuilt_kernels()` at their own, both
+    kinds where a module has both, and refuses a module with none of them or one that does not exist."""
     import sys
     import types
 
@@ -109,6 +109,9 @@ def test_build_tests_builds_what_a_gpu_test_module_captures(machines, monkeypatc
     monkeypatch.setitem(sys.modules, "tests.test_gpu_configs_fake", configs)
     kernel_pack.build_tests(["configs_fake"])
     assert "2 of 2 test kernels built" in capsys.readouterr().out
+    configs.captured = module.captured  # a module with both: its pairs and its captured regions
+    kernel_pack.build_tests(["configs_fake"])
+    assert "4 of 4 test kernels built" in capsys.readouterr().out
     for paired, config in pairs:
         assert cache.lookup(build.plan(paired, config, fake_compile).key) is not None
     with pytest.raises(SystemExit, match="none of captured"):

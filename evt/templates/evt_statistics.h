@@ -700,7 +700,6 @@ cudaError_t finish_all(cudaStream_t stream, Jobs const&... jobs) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(detail::kFinishRows * detail::kFinishSplits);
-  config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = launch::pdl_level() >= 1 ? 1 : 0;

@@ -19,11 +19,10 @@ does. `EVT_INDEX_MASKS=0` turns this off with `rewrite_index_masks`.
 
 from __future__ import annotations
 
-import torch
 from torch.fx import Graph, Node
 
 from evt.graph.annotate_sides import side
-from evt.graph.fake import copy_nodes
+from evt.graph.fake import copy_nodes, draws_random
 from evt.graph.float_index_masks import INDEX_MASK, enabled
 
 MAX_DERIVED = 4  # nodes computed from the compare alone, beyond it (bitwise_not, a view)
@@ -68,7 +67,7 @@ def _ancestors(node: Node) -> set[Node]:
 def _derived(node: Node, nodes: set[Node]) -> bool:
     """Whether `node` computes, deterministically, from `nodes` alone."""
     return (node.op == "call_function"
-            and torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ())
+            and not draws_random(node.target)
             and all(a in nodes for a in node.all_input_nodes))  # fmt: skip
 
 

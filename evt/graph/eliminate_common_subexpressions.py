@@ -21,6 +21,7 @@ import torch
 from torch.fx import Graph, Node
 
 from evt.graph.annotate_sides import side
+from evt.graph.fake import draws_random
 
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
@@ -53,7 +54,7 @@ def _pure(target) -> bool:
         return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    if torch.Tag.nondeterministic_seeded in target.tags:
+    if draws_random(target):
         return False
     return not target._schema.is_mutable
 

@@ -25,6 +25,12 @@ def recompute_tagged(node: Node) -> bool:
                                           CheckpointPolicy.PREFER_RECOMPUTE)  # fmt: skip
 
 
+def draws_random(target) -> bool:
+    """Whether a call of `target` draws random numbers (`nondeterministic_seeded`: dropout's
+    masks, rand): a copy of such a node, or two merged, would not give the graph's values."""
+    return torch.Tag.nondeterministic_seeded in getattr(target, "tags", ())
+
+
 def value(a):
     """An argument with its nodes replaced by their values (a size list may hold sym_size nodes)."""
     if isinstance(a, Node):

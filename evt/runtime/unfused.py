@@ -31,6 +31,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from evt.errors import first_line
+from evt.graph.fake import draws_random
 from evt.graph.restore_statistics import restore_statistics
 from evt.runtime.timing import random_like
 
@@ -128,7 +129,7 @@ def _constant(node: Node, chain: set[Node]) -> bool:
     if node.op != "call_function" or len(chain) >= MAX_CONSTANT_NODES:
         return False
     target = node.target
-    if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
+    if draws_random(target):
         return False
     if not node.all_input_nodes and target not in CONSTANT_SOURCES:
         return False

@@ -236,6 +236,24 @@ def test_a_crash_costs_its_item_only(tmp_path):
     assert "exited with code 3" in recs["bias/vit"]["error"]
 
 
+def test_a_crash_after_an_item_finished_costs_no_other_item(tmp_path):
+    """The child dies between items (session 47: an illegal memory access one item left behind
+    surfaced in the case's cleanup) after measuring one: the next item is not charged for it, a
+    fresh child measures it. A child that measured nothing before dying still costs the next
+    item, so a child crashing at its start cannot be restarted forever."""
+    acts = ["beat bias/gpt2 eager; ok bias/gpt2 eager; exit 1", "ok bias/vit eager; ok step/mlp eager"]
+    recs, children = _watched_stage(tmp_path, acts)
+    assert children == 2
+    assert [recs[c]["status"] for c in ("bias/gpt2", "bias/vit", "step/mlp")] == ["ok", "ok", "ok"]
+    (tmp_path / "again").mkdir()  # the second child dies between items having measured nothing
+    acts = ["beat bias/gpt2 eager; ok bias/gpt2 eager; exit 1", "beat bias/gpt2 eager; exit 1",
+            "ok step/mlp eager"]
+    recs, children = _watched_stage(tmp_path / "again", acts)
+    assert children == 3
+    assert [recs[c]["status"] for c in ("bias/gpt2", "bias/vit", "step/mlp")] == ["ok", "n/a", "ok"]
+    assert "exited with code 1" in recs["bias/vit"]["error"]
+
+
 def test_a_stage_out_of_time_leaves_its_items_not_measured(tmp_path):
     recs, children = _watched_stage(tmp_path, ["ok bias/gpt2 eager; beat bias/vit eager; hang"], 2)
     assert children == 1 and recs["bias/gpt2"]["status"] == "ok"

@@ -146,8 +146,12 @@ def blamed(outcome: Outcome, left: list[Item]) -> list[Item]:
     return list(left)
 
 
-def settle(outcome: Outcome, left: list[Item], store: Store) -> bool:
-    """Record what the child left unmeasured; True when the stage may go on in a fresh child."""
+def settle(outcome: Outcome, left: list[Item], store: Store, measured: bool = False) -> bool:
+    """Record what the child left unmeasured; True when the stage may go on in a fresh child.
+    A crash with no item in flight costs the next item only when the child measured nothing
+    (else a child crashing as it starts would be restarted forever): one after an item finished
+    (session 47: Inductor's CUTLASS backend left an illegal memory access that surfaced in the
+    case's cleanup) costs nothing, and a fresh child goes on with the next item."""
     who = blamed(outcome, left)
     if outcome.kind == "stage-time":
         rest = [i for i in left if i not in who]
@@ -163,7 +167,7 @@ def settle(outcome: Outcome, left: list[Item], store: Store) -> bool:
     if outcome.kind == "item-timeout":
         store.mark(who, "timeout", outcome.why)
     elif outcome.kind == "crash":  # it costs what it was measuring, or the next item
-        store.mark(who or left[:1], "n/a", outcome.why)
+        store.mark(who or ([] if measured else left[:1]), "n/a", outcome.why)
     else:  # the child stopped early without saying why
         store.mark(left, "n/a", outcome.why)
     return True
@@ -200,12 +204,13 @@ def run_stage(
         ends = ["--stage-ends", f"{math.floor((time.time() + remaining) * 10) / 10:.1f}"]
         outcome = run_child(*command([*argv, *ends]), remaining, limits, hb)
         store.reload()
-        left = todo()
+        before, left = left, todo()
+        measured = len(left) < len(before)
         if outcome.kind == "done" and not left:
             break
         at = "; ".join("/".join(i.key) for i in blamed(outcome, left)[:3]) or "between items"
         log(f"[{stage}] {outcome.kind} ({outcome.why.splitlines()[0]}) at {at}")
-        if not left or not settle(outcome, left, store):
+        if not left or not settle(outcome, left, store, measured):
             break
     mine = {i.key for i in plan.items if i.stage == stage}  # not the ones --only left out
     n = sum(r["status"] == "skipped" and (r["case"], r["baseline"]) in mine for r in store.results)

@@ -32,6 +32,7 @@ out the entries the carried archives already hold.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -71,6 +72,16 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
         extra = [TileConfig.from_label(label) for label in configs]
         n = prebuild(op_cases, dtype, print, configs=lambda spec, problem: extra)
         print(f"{n} kernels at {', '.join(configs)}")
+
+
+# a GPU test module whose kernels `build --tests` builds ahead names them in one of these
+TEST_KERNELS = re.compile(r"^def (captured|prebuilt_specs|prebuilt_kernels)\(", re.MULTILINE)
+
+
+def test_modules() -> list[str]:
+    """The NAMEs of `tests/test_gpu_NAME.py` that list their kernels for `build --tests`."""
+    paths = sorted((ROOT / "tests").glob("test_gpu_*.py"))
+    return [p.stem.removeprefix("test_gpu_") for p in paths if TEST_KERNELS.search(p.read_text())]
 
 
 def build_tests(names: list[str]) -> None:
@@ -234,8 +245,8 @@ def main() -> None:
     b = sub.add_parser("build", help="build the selected cases' kernels into the local cache")
     b.add_argument("--only", default="", help="comma-separated globs, as evt bench --only")
     b.add_argument("--tests", default="",
-                   help="comma-separated GPU test modules (mlp, models, node_coverage, nested_batch, "
-                        "one_hot, fuzz, configs: tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
+                   help=f"comma-separated GPU test modules ({', '.join(test_modules())}: "
+                        "tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
     b.add_argument(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -201,3 +202,15 @@ def test_the_gpu_fuzzers_prebuilt_specs_are_its_seeds():
     specs = test_gpu_fuzz.prebuilt_specs()
     assert len(specs) == len(test_gpu_fuzz.SEEDS) + len(test_gpu_fuzz.REGRESSIONS)
     assert specs[0] == fuzz.generate(test_gpu_fuzz.SEEDS[0])
+
+
+def test_build_tests_names_the_modules_that_list_their_kernels():
+    """`build --tests`'s help names every GPU test module with captured(), prebuilt_specs() or
+    prebuilt_kernels() (its list was written by hand and had left out `batched`), and no other."""
+    names = kernel_pack.test_modules()
+    assert {"batched", "configs", "fuzz", "mlp", "models", "nested_batch", "node_coverage",
+            "one_hot"} <= set(names)  # fmt: skip
+    assert "ops" not in names and "statistics" not in names  # their kernels build inside the tests
+    usage = subprocess.run([sys.executable, "scripts/kernel_pack.py", "build", "--help"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert all(name in usage for name in names)

@@ -8,7 +8,9 @@ set -euo pipefail
 py=${PYTHON:-.venv/bin/python}
 for whl in .whl/pulp-*.whl; do
   [ -f "$whl" ] || continue
-  if ! unzip -l "$whl" | grep -q "solverdir/cbc/win/"; then
+  # grep reads the whole listing: `grep -q` quits at its match, unzip then dies of SIGPIPE, and
+  # under pipefail a fat wheel looked slim (a flaky CI run, session 47)
+  if ! unzip -Z1 "$whl" | grep "solverdir/cbc/win/" >/dev/null; then
     echo "$whl: already slim"; continue
   fi
   tmp=$(mktemp -d)

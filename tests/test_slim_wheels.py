@@ -15,12 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PLATFORMS = ("linux/i64", "linux/i32", "linux/arm64", "osx/i64", "win/i64", "win/i32")
 
 
-def fake_pulp_wheel(whl_dir: Path, work: Path) -> Path:
-    """pulp-3.3.2 with a CBC file per platform, packed by `wheel` (it writes the RECORD)."""
+def fake_pulp_wheel(whl_dir: Path, work: Path, extra: int = 0) -> Path:
+    """pulp-3.3.2 with a CBC file per platform, packed by `wheel` (it writes the RECORD), and
+    `extra` more modules listed after them."""
     src = work / "pulp-3.3.2"
     for plat in PLATFORMS:
         (src / "pulp/solverdir/cbc" / plat).mkdir(parents=True)
         (src / "pulp/solverdir/cbc" / plat / "cbc").write_bytes(b"\0" * 1000)
+    if extra:
+        (src / "pulp/zz").mkdir(parents=True)
+    for i in range(extra):
+        (src / f"pulp/zz/module_with_a_long_name_to_fill_the_listing_{i:05d}.py").write_text("")
     (src / "pulp/__init__.py").write_text("VERSION = '3.3.2'\n")
     info = src / "pulp-3.3.2.dist-info"
     info.mkdir()
@@ -48,3 +53,20 @@ def test_pulps_wheel_keeps_only_linux_x86_64s_cbc_and_installs(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                     "--target", str(tmp_path / "site"), str(whl)], check=True)  # fmt: skip
     assert (tmp_path / "site/pulp/solverdir/cbc/linux/i64/cbc").exists()
+
+
+@pytest.mark.skipif(shutil.which("unzip") is None, reason="the script lists wheels with unzip")
+def test_a_long_listing_is_still_slimmed(tmp_path):
+    """With `set -o pipefail`, `unzip -l | grep -q` failed whenever grep quit at its match before
+    unzip had written the rest (SIGPIPE), and the wheel was called "already slim": in CI under
+    load (session 47). A listing far past a pipe's buffer after the match makes that certain."""
+    pytest.importorskip("wheel", reason="the script repacks with the `wheel` package")
+    project = tmp_path / "project"
+    (project / ".whl").mkdir(parents=True)
+    whl = fake_pulp_wheel(project / ".whl", tmp_path, extra=3000)
+    out = subprocess.run(["bash", str(ROOT / "scripts/slim_wheels.sh")], cwd=project, check=True,
+                         text=True, capture_output=True,
+                         env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}).stdout  # fmt: skip
+    assert "CBC for linux x86-64 only" in out
+    kept = {n for n in zipfile.ZipFile(whl).namelist() if n.startswith("pulp/solverdir/")}
+    assert kept == {"pulp/solverdir/cbc/linux/i64/cbc"}

@@ -75,7 +75,8 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
 
 
 # a GPU test module whose kernels `build --tests` builds ahead names them in one of these
-TEST_KERNELS = re.compile(r"^def (captured|prebuilt_specs|prebuilt_kernels)\(", re.MULTILINE)
+KERNEL_LISTS = ("captured", "prebuilt_specs", "prebuilt_kernels")
+TEST_KERNELS = re.compile(rf"^def ({'|'.join(KERNEL_LISTS)})\(", re.MULTILINE)
 
 
 def test_modules() -> list[str]:
@@ -105,7 +106,7 @@ def build_tests(names: list[str]) -> None:
             if e.name != f"tests.test_gpu_{name}":  # the module is there; something it imports is not
                 raise
             sys.exit(f"kernel_pack: no tests/test_gpu_{name}.py")
-        if not any(hasattr(module, f) for f in ("captured", "prebuilt_specs", "prebuilt_kernels")):
+        if not any(hasattr(module, f) for f in KERNEL_LISTS):
             sys.exit(f"kernel_pack: tests/test_gpu_{name}.py has none of captured(), "
                      "prebuilt_specs() and prebuilt_kernels(): its kernels are built inside "
                      "its tests")  # fmt: skip

@@ -29,10 +29,20 @@ def region_spec(f, *args) -> ir.KernelSpec:
     return region.spec
 
 
-def test_the_causal_mask_is_computed_in_the_epilogue_from_two_index_vectors():
-    spec = region_spec(attention_scores, *qk())
+def assert_computes_its_mask(spec: ir.KernelSpec) -> None:
+    """The region loads no mask: it computes it from a row and a column index vector."""
     kinds = {type(n).__name__ for n in spec.nodes}
     assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, spec.nodes
+
+
+def forward_scores(report) -> list[ir.KernelSpec]:
+    """The specs of the forward's scores regions (a bmm's) in an `explain` report."""
+    return [r.spec for r in report.regions if r.anchor == "aten.bmm" and r.side == "forward"]
+
+
+def test_the_causal_mask_is_computed_in_the_epilogue_from_two_index_vectors():
+    spec = region_spec(attention_scores, *qk())
+    assert_computes_its_mask(spec)
     ops = [n.op for n in spec.nodes if isinstance(n, ir.Compute)]
     assert ops == ["mul", "sub", "ge", "where"], ops
     assert all(n.dtype == "f32" for n in spec.nodes if isinstance(n, (ir.RowBroadcast, ir.ColBroadcast)))
@@ -108,8 +118,7 @@ def test_each_reader_of_a_mask_gets_its_own_copy():
     """A mask the graph also returns: the returned one is a copy of the chain
     (`copy_index_masks`), and the scores' region computes its own from the index vectors."""
     spec = region_spec(returns_its_mask, *qk())
-    kinds = {type(n).__name__ for n in spec.nodes}
-    assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, spec.nodes
+    assert_computes_its_mask(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = torch.compile(returns_its_mask, backend=evt_backend, options={"rest": "eager"})(*qk())
@@ -158,9 +167,8 @@ def test_training_computes_the_mask_in_the_forward_kernel_and_matches_eager(monk
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 3, s, 8, generator=g, requires_grad=True) for _ in range(3))
     report = explain(lambda *a: CausalAttention()(*a).backward(), q, k, v)
-    (scores,) = [r.spec for r in report.regions if r.anchor == "aten.bmm" and r.side == "forward"]
-    kinds = {type(n).__name__ for n in scores.nodes}
-    assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, scores.nodes
+    (scores,) = forward_scores(report)
+    assert_computes_its_mask(scores)
     ops = sorted(n.op for n in scores.nodes if isinstance(n, ir.Compute))
     assert ops == ["gt", "mul", "sub", "where"], ops
     with warnings.catch_warnings():
@@ -191,8 +199,7 @@ def test_layers_sharing_one_mask_each_compute_it(monkeypatch):
 
     q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
     report = explain(two_layers, q, k, v)
-    scores = [r.spec for r in report.regions if r.anchor == "aten.bmm" and r.side == "forward"]
+    scores = forward_scores(report)
     assert len(scores) == 2
     for spec in scores:
-        kinds = {type(n).__name__ for n in spec.nodes}
-        assert "AuxLoad" not in kinds and {"RowBroadcast", "ColBroadcast"} <= kinds, spec.nodes
+        assert_computes_its_mask(spec)

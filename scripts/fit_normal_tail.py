@@ -22,11 +22,26 @@ minimax. Prints, per candidate C, the worst errors in float64 and, for the chose
 tau), the coefficients as the header writes them (highest degree first).
 
     python scripts/fit_normal_tail.py [--degree 5] [--c 0.28] [--tau 1e-2]
+
+`--form exp2` fits the bf16 GELU's tail instead (`normal_tail_exp2`): one exp2 of a polynomial,
+
+    Phi(-x) = 2^P(x),   x = min(|z|, 13)
+
+P fitted to log2 Phi(-x) on [0, 13] (Phi(-13) = 2^-126.9: the SFU's ex2 flushes it to 0, as it
+flushes the t form's exp(-x^2 / 2) beyond 13.2). An error e of P is a relative error
+2^e - 1 of the tail at every x, and no reciprocal: one SFU instruction an element instead of
+two, for a few more multiply-adds (the SFU issues an eighth as many instructions a cycle as the
+multiply-adds). Float32's own rounding of P (values down to -127) sets a floor near 5e-5 relative,
+below the bf16 fit's budget (a tenth of 2^-8) but not far enough below fp16's (2^-11) to keep
+that form for both. Prints the worst relative error in float64 and with P evaluated in float32.
+
+    python scripts/fit_normal_tail.py --form exp2 [--degree 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 
@@ -47,14 +62,20 @@ def weight(t: torch.Tensor, c: float, tau: float) -> torch.Tensor:
     return factor / (factor * target(t, c)).clamp_min(tau)
 
 
-def fit(degree: int, c: float, tau: float, iterations: int = 1000) -> torch.Tensor:
-    t_min = 1 / (1 + c * X_MAX)
-    t = t_min + (1 - t_min) * (0.5 - 0.5 * torch.cos(torch.linspace(0, torch.pi, 4000)))
+def chebyshev_points(lo: float, hi: float, n: int = 4000) -> torch.Tensor:
+    return lo + (hi - lo) * (0.5 - 0.5 * torch.cos(torch.linspace(0, torch.pi, n)))
+
+
+def fit(degree: int, c: float, tau: float) -> torch.Tensor:
+    t = chebyshev_points(1 / (1 + c * X_MAX), 1)
     w_err = weight(t, c, tau)
-    v = torch.vander(t, degree + 1, increasing=True) * w_err[:, None]
-    rhs = target(t, c) * w_err
-    w = torch.full_like(t, 1 / len(t))
-    coef = torch.zeros(degree + 1)
+    return lawson(torch.vander(t, degree + 1, increasing=True) * w_err[:, None], target(t, c) * w_err)
+
+
+def lawson(v: torch.Tensor, rhs: torch.Tensor, iterations: int = 1000) -> torch.Tensor:
+    """Coefficients minimizing max |v @ coef - rhs| (Lawson's reweighted least squares)."""
+    w = torch.full_like(rhs, 1 / len(rhs))
+    coef = torch.zeros(v.shape[1])
     for _ in range(iterations):
         sw = w.sqrt()
         coef = torch.linalg.lstsq(v * sw[:, None], (rhs * sw)[:, None]).solution[:, 0]
@@ -74,6 +95,40 @@ def errors(coef: torch.Tensor, c: float) -> dict[str, float]:
             "rel x<5": float(rel[x < 5].max()), "rel": float(rel.max())}  # fmt: skip
 
 
+EXP2_X_MAX = 13.0  # log2 Phi(-13) = -126.9: ex2.approx.ftz flushes the tail to 0 from there on
+
+
+def log2_tail(x: torch.Tensor) -> torch.Tensor:
+    return torch.special.log_ndtr(-x) / math.log(2)
+
+
+def fit_exp2(degree: int) -> torch.Tensor:
+    """P's coefficients (of x^k, lowest first) for Phi(-x) = 2^P(x), x in [0, 13], fitted in
+    x / 13 (a well-conditioned basis) and scaled back."""
+    x = chebyshev_points(0, EXP2_X_MAX, 6000)
+    coef = lawson(torch.vander(x / EXP2_X_MAX, degree + 1, increasing=True), log2_tail(x))
+    return coef / EXP2_X_MAX ** torch.arange(degree + 1)
+
+
+def horner_float32(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """P(x) as the epilogue computes it: float32 coefficients, one rounding per multiply-add."""
+    c = coef.float().double()
+    x = x.float().double()
+    p = torch.full_like(x, float(c[-1]))
+    for k in reversed(range(len(c) - 1)):
+        p = (p * x + c[k]).float().double()
+    return p
+
+
+def exp2_errors(coef: torch.Tensor) -> dict[str, float]:
+    x = torch.linspace(0, EXP2_X_MAX, 400001)
+    want = log2_tail(x)
+    float64 = (torch.vander(x, len(coef), increasing=True) @ coef - want).abs().max()
+    float32 = (horner_float32(coef, x) - want).abs().max()
+    return {"rel": math.expm1(float(float64) * math.log(2)),
+            "rel in float32": math.expm1(float(float32) * math.log(2))}
+
+
 def show(e: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1e}" for k, v in e.items())
 
@@ -84,7 +139,17 @@ def main() -> None:
     p.add_argument("--c", type=float, default=0.28)
     p.add_argument("--tau", type=float, default=1e-2,
                    help="tail value below which the error counts as absolute (0: relative)")
+    p.add_argument("--form", choices=("t", "exp2"), default="t",
+                   help="t: t exp(-x^2 / 2) Q(t) (float32); exp2: 2^P(x) (bf16)")
     a = p.parse_args()
+    if a.form == "exp2":
+        for degree in range(max(a.degree - 2, 2), a.degree + 3):
+            print(f"degree {degree}: {show(exp2_errors(fit_exp2(degree)))}")
+        coef = fit_exp2(a.degree)
+        print(f"chosen: degree {a.degree}: {show(exp2_errors(coef))}")
+        for k in reversed(range(len(coef))):
+            print(f"  x^{k}: {float(coef[k]):.9e}f")
+        return
     tau = a.tau or 1e-300
     for c in (0.25, 0.28, 0.3, 0.32, 0.35, 0.4):
         print(f"degree {a.degree}, C {c}: {show(errors(fit(a.degree, c, tau), c))}")

@@ -159,6 +159,22 @@ def mlp_dgrad_gelu_bias() -> KernelSpec:
     return KernelSpec("mlp_dgrad_gelu_bias", spec.gemm, nodes, "gelu_backward", "bf16", 3)
 
 
+def gelu_forms() -> KernelSpec:
+    """The exact GELU's 16-bit forms of one pre-activation h = acc + bias, each kept in fp32 (D:
+    the bf16 form; aux: h itself and the fp16 form), so that the device's values, the SFU's ex2
+    and reciprocal included, can be held to float64 element by element."""
+    nodes = (
+        AccFetch("acc"),
+        RowBroadcast("bias", 2, "bf16"),
+        Compute("h", "add", ("acc", "bias")),
+        AuxStore("save_h", "h", 1, "f32"),
+        Compute("gelu_f16", "gelu_for_f16", ("h",)),
+        AuxStore("save_gelu_f16", "gelu_f16", 2, "f32"),
+        Compute("gelu_bf16", "gelu_for_bf16", ("h",)),
+    )
+    return KernelSpec("gelu_forms", LINEAR, nodes, "gelu_bf16", "f32", 3)
+
+
 def activations() -> KernelSpec:
     """The newer functors in one kernel: a SiLU forward that saves a bool mask (x > 0) and a
     select/compare/math chain reading a saved mask, plus the activation backwards:
@@ -337,7 +353,7 @@ ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, mlp_fc2_residual_stats, layer_norm_backward,
               layer_norm_backward_recomputed, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
-              activations, attention_scores, row_statistics, batched_row_statistics,
+              activations, gelu_forms, attention_scores, row_statistics, batched_row_statistics,
               statistics_edge_cases, nested_attention_scores, nested_attention_statistics,
               nested_attention_values,
               nested_attention_key_grad)

@@ -20,7 +20,7 @@ from tests.test_gpu_mlp import random_inputs
 pytestmark = pytest.mark.gpu
 
 SPECS = ("activations", "mlp_dgrad_gelu_bias", "mlp_fc1_forward_tf32", "layer_norm_backward",
-         "layer_norm_backward_recomputed")
+         "layer_norm_backward_recomputed", "gelu_forms")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,28 @@ def test_kernel_matches_the_reference(kernels, name, shape):
             assert torch.equal(got.float().isnan(), legit), (name, i, "NaN pattern differs")
             ok = ~legit
             assert verify.relative_error(got[ok], want[ok]) <= verify.tolerance(spec, i), (name, i)
+
+
+def test_16_bit_gelus_match_float64_on_the_device(kernels):
+    """The exact GELU's bf16 and fp16 forms with the SFU's ex2 and reciprocal (the host test,
+    tests/test_functors_host.py, checks the same formulas through libm) against float64 at every
+    element, pre-activations from -14 to 14: relative error a small share of the dtype's unit
+    roundoff (bf16 2^-8, fp16 2^-11) for |h| <= 12.5; past it the GELU is h itself above 0 and
+    below 1e-33 below 0 (its tail a float32 subnormal from -12.97 on, which the SFU flushes)."""
+    spec = kernels["gelu_forms"]
+    inputs = random_inputs(spec, 1024, 2048, 64)
+    inputs[2] = torch.linspace(-14, 14, 2048, device="cuda").to(torch.bfloat16)
+    d, h, gelu_f16 = poisoned_launch(spec, inputs)
+    z = h.double()
+    want = z * 0.5 * torch.special.erfc(-z / math.sqrt(2))
+    normal = z.abs() <= 12.5
+    assert normal.float().mean() > 0.8 and (~normal & (z < 0)).any() and (~normal & (z > 0)).any()
+    for got, dtype, share in ((d, torch.bfloat16, 0.07), (gelu_f16, torch.float16, 0.11)):
+        got = got.double()
+        rel = (got - want).abs() / want.abs().clamp_min(1e-300)
+        assert rel[normal].max() < share * torch.finfo(dtype).eps / 2, (dtype, float(rel[normal].max()))
+        assert torch.equal(got[~normal & (z > 0)], z[~normal & (z > 0)])
+        assert (got[~normal & (z < 0)].abs() < 1e-33).all()
 
 
 def test_row_reduction_is_deterministic(kernels):

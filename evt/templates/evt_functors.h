@@ -113,12 +113,13 @@ CUTLASS_HOST_DEVICE float exp_approx(float x) { return exp2_approx(x * 1.4426950
 //   K <= 1024 waits for (bias + GELU at K = 768: 5% slower). GELU's backward always takes this
 //   fit: its derivative crosses zero (z = -0.75), where only an absolute error this small keeps
 //   grad * gelu'(z) as exact as torch's.
-// - BF16 (degree 3, C 0.3) and F16 (degree 4, C 0.25), fitted to the tail's error relative to
-//   itself for every z (|z| <= 13.5): 2.3e-4 and 4.9e-5, 6% and 10% of the unit roundoff of the
-//   dtype the graph's GELU rounds its result to (bf16 2^-8, fp16 2^-11; the forward's error is
-//   relative: z Phi(z) = z tail below 0, z (1 - tail) above, Phi >= 1/2 there). Eager rounds that
-//   result to the dtype, so every value the epilogue computes from it stays nearer the exact GELU
-//   than eager's; two and one multiply-adds fewer an element than F32.
+// - F16 (degree 4, C 0.25), fitted to the tail's error relative to itself for every z
+//   (|z| <= 13.5): 4.9e-5, 10% of the unit roundoff of the dtype the graph's GELU rounds its
+//   result to (fp16 2^-11; the forward's error is relative: z Phi(z) = z tail below 0,
+//   z (1 - tail) above, Phi >= 1/2 there). Eager rounds that result to the dtype, so every value
+//   the epilogue computes from it stays nearer the exact GELU than eager's; one multiply-add fewer
+//   an element than F32.
+// - BF16 takes another form, normal_tail_exp2 below: one SFU instruction instead of two.
 // The density shares the tail's exp: GELU's backward takes one exp2 and one reciprocal per
 // element (the Numerical Recipes erfc, t exp(-u^2 + P(t)), takes two exp2). Against float64
 // (tests/test_functors_host.py, libm's exp2 for the SFU's) the F32 gelu has relative error below
@@ -131,7 +132,7 @@ struct NormalTail {
   float tq;    // t Q(t)
 };
 
-enum class TailFit { F32, F16, BF16 };
+enum class TailFit { F32, F16 };
 
 // Q(t) by Horner's rule, coefficients from the highest degree down
 CUTLASS_HOST_DEVICE float horner(float, float q) { return q; }
@@ -148,28 +149,38 @@ CUTLASS_HOST_DEVICE NormalTail normal_tail(float z) {
     t = rcp_approx(fmaf(0.28f, fabsf(z), 1.0f));
     q = horner(t, -1.068262401e-01f, 3.942018720e-01f, -2.442924314e-01f, 2.750126889e-01f,
                6.496798009e-02f, 1.169361579e-01f);
-  } else if constexpr (Fit == TailFit::F16) {
+  } else {
     t = rcp_approx(fmaf(0.25f, fabsf(z), 1.0f));
     q = horner(t, 2.413298898e-01f, -1.032329570e-01f, 1.798425987e-01f, 8.071466864e-02f,
                1.013242062e-01f);
-  } else {
-    t = rcp_approx(fmaf(0.3f, fabsf(z), 1.0f));
-    q = horner(t, 2.088449449e-01f, 3.558742403e-02f, 1.374783382e-01f, 1.182043596e-01f);
   }
   float const tq = t * q;
   return {tq * e, e, tq};
 }
 
-// Phi(z) from its tail
-CUTLASS_HOST_DEVICE float normal_cdf(NormalTail n, float z) {
-  return z < 0.0f ? n.tail : 1.0f - n.tail;
+// Phi(-|z|) = 2^P(x), x = min(|z|, 13), for a GELU whose result the graph rounds to bf16: P of
+// degree 8 fitted to log2 Phi(-x) (scripts/fit_normal_tail.py --form exp2), so the tail's error
+// relative to itself is the same at every z: 1.4e-4 with P evaluated in float32, 3.6% of bf16's
+// unit roundoff (2^-8). One ex2 and no reciprocal: the SFU, which issues an eighth as many
+// instructions a cycle as the multiply-adds, is what the t form's two instructions an element kept
+// busy while a small-K GEMM's epilogue ran (session 48). Beyond x = 13 the tail is below float32's
+// smallest normal (2^-126.9) and ex2.approx.ftz flushes it to 0, as the t form's exp does from
+// 13.2; the clamp keeps P where it was fitted (and a NaN z at x = 13: its GELU stays NaN).
+CUTLASS_HOST_DEVICE float normal_tail_exp2(float z) {
+  float const x = fminf(fabsf(z), 13.0f);
+  return exp2_approx(horner(x, 2.860469899e-08f, -1.801150337e-06f, 4.891808992e-05f,
+                            -7.573352268e-04f, 7.493295468e-03f, -5.102522099e-02f,
+                            -4.624555007e-01f, -1.149219004e+00f, -1.000167427e+00f));
 }
+
+// Phi(z) from its tail Phi(-|z|)
+CUTLASS_HOST_DEVICE float normal_cdf(float tail, float z) { return z < 0.0f ? tail : 1.0f - tail; }
 
 // The exact (erf) GELU, torch's gelu(approximate="none"): z Phi(z); GeluForBf16 / GeluForF16
 // where the graph rounds its result to bf16 / fp16 (the fits above).
-EVT_ELEMENTWISE(Gelu, z * normal_cdf(normal_tail(z), z), float z)
-EVT_ELEMENTWISE(GeluForBf16, z * normal_cdf(normal_tail<TailFit::BF16>(z), z), float z)
-EVT_ELEMENTWISE(GeluForF16, z * normal_cdf(normal_tail<TailFit::F16>(z), z), float z)
+EVT_ELEMENTWISE(Gelu, z * normal_cdf(normal_tail(z).tail, z), float z)
+EVT_ELEMENTWISE(GeluForBf16, z * normal_cdf(normal_tail_exp2(z), z), float z)
+EVT_ELEMENTWISE(GeluForF16, z * normal_cdf(normal_tail<TailFit::F16>(z).tail, z), float z)
 
 // grad * d/dz gelu(z) for the exact GELU: grad * (Phi(z) + z phi(z)), as torch's
 // gelu_backward(approximate="none") computes it; phi(z) = exp(-z^2 / 2) / sqrt(2 pi). With

@@ -23,19 +23,20 @@ tau), the coefficients as the header writes them (highest degree first).
 
     python scripts/fit_normal_tail.py [--degree 5] [--c 0.28] [--tau 1e-2]
 
-`--form exp2` fits the bf16 GELU's tail instead (`normal_tail_exp2`): one exp2 of a polynomial,
+`--form exp2` fits the 16-bit GELUs' tail instead (`normal_tail_exp2`): one exp2 of a polynomial,
 
     Phi(-x) = 2^P(x),   x = min(|z|, 13)
 
 P fitted to log2 Phi(-x) on [0, 13] (Phi(-13) = 2^-126.9: the SFU's ex2 flushes it to 0, as it
 flushes the t form's exp(-x^2 / 2) beyond 13.2). An error e of P is a relative error
 2^e - 1 of the tail at every x, and no reciprocal: one SFU instruction an element instead of
-two, for a few more multiply-adds (the SFU issues an eighth as many instructions a cycle as the
-multiply-adds). Float32's own rounding of P (values down to -127) sets a floor near 5e-5 relative,
-below the bf16 fit's budget (a tenth of 2^-8) but not far enough below fp16's (2^-11) to keep
-that form for both. Prints the worst relative error in float64 and with P evaluated in float32.
+two, and no compare and select for Phi(z) (evt_functors.h, gelu_16_bit: 12 instructions an
+element for bf16, where the t form took 14). Float32's own rounding of P (values down to -127)
+sets a floor near 4e-5 relative: bf16 takes degree 8 (1.4e-4, 3.6% of its unit roundoff 2^-8),
+fp16 degree 10 (3.8e-5, 7.8% of 2^-11; degree 11 and 12 gain nothing in float32). Prints the
+worst relative error in float64 and with P evaluated in float32.
 
-    python scripts/fit_normal_tail.py --form exp2 [--degree 8]
+    python scripts/fit_normal_tail.py --form exp2 [--degree 8 | --degree 10]
 """
 
 from __future__ import annotations

@@ -101,86 +101,94 @@ CUTLASS_HOST_DEVICE float min_nan(float a, float b) {
 // |x| = 10), as Triton's exp (torch.compile's kernels) computes it.
 CUTLASS_HOST_DEVICE float exp_approx(float x) { return exp2_approx(x * 1.4426950408889634f); }
 
-// The standard normal distribution's lower tail and density at z:
+// The standard normal distribution's lower tail and density at z, for the float32 GELU and every
+// GELU backward:
 //   tail = Phi(-|z|) = erfc(|z| / sqrt 2) / 2 = t e Q(t),  t = 1 / (1 + C |z|),  e = exp(-z^2 / 2)
-// with Q a polynomial fitted by scripts/fit_normal_tail.py (which prints its coefficients and
-// errors), one fit per precision a GELU's result is rounded to (`TailFit`):
-// - F32 (degree 5, C 0.28), fitted to the tail's error relative to max(tail, 1e-2): in float64
-//   3.3e-8 absolute for every z, 1.9e-7 relative at |z| < 3 and 7.3e-5 at |z| < 5, each below
-//   torch's float32 formula's, 0.5 (1 + erf(z / sqrt 2)), which cancels where Phi is small (2e-4
-//   relative at |z| < 3, 0.2 at |z| < 5, all digits below z = -5.5). Degree 8 reached 1.7e-7
-//   relative everywhere at three multiply-adds more per element, which a GEMM epilogue at
-//   K <= 1024 waits for (bias + GELU at K = 768: 5% slower). GELU's backward always takes this
-//   fit: its derivative crosses zero (z = -0.75), where only an absolute error this small keeps
-//   grad * gelu'(z) as exact as torch's.
-// - F16 (degree 4, C 0.25), fitted to the tail's error relative to itself for every z
-//   (|z| <= 13.5): 4.9e-5, 10% of the unit roundoff of the dtype the graph's GELU rounds its
-//   result to (fp16 2^-11; the forward's error is relative: z Phi(z) = z tail below 0,
-//   z (1 - tail) above, Phi >= 1/2 there). Eager rounds that result to the dtype, so every value
-//   the epilogue computes from it stays nearer the exact GELU than eager's; one multiply-add fewer
-//   an element than F32.
-// - BF16 takes another form, normal_tail_exp2 below: one SFU instruction instead of two.
-// The density shares the tail's exp: GELU's backward takes one exp2 and one reciprocal per
-// element (the Numerical Recipes erfc, t exp(-u^2 + P(t)), takes two exp2). Against float64
-// (tests/test_functors_host.py, libm's exp2 for the SFU's) the F32 gelu has relative error below
-// 6e-7 for |z| < 3 and 1e-4 for |z| < 5, its derivative absolute error 1.9e-7, below torch's
-// float32 gelu_backward's (2.1e-7) on each of z < -3, -3..0, 0..3, z > 3 (3e-8 against 1e-7 at
-// z < -3, where its 0.5 + sign(z) (0.5 + r) cancels).
+// with Q a polynomial of degree 5 (C 0.28) fitted by scripts/fit_normal_tail.py (which prints its
+// coefficients and errors) to the tail's error relative to max(tail, 1e-2): in float64 3.3e-8
+// absolute for every z, 1.9e-7 relative at |z| < 3 and 7.3e-5 at |z| < 5, each below torch's
+// float32 formula's, 0.5 (1 + erf(z / sqrt 2)), which cancels where Phi is small (2e-4 relative
+// at |z| < 3, 0.2 at |z| < 5, all digits below z = -5.5). Degree 8 reached 1.7e-7 relative
+// everywhere at three multiply-adds more per element, which a GEMM epilogue at K <= 1024 waits
+// for (bias + GELU at K = 768: 5% slower). GELU's backward always takes this fit: its derivative
+// crosses zero (z = -0.75), where only an absolute error this small keeps grad * gelu'(z) as
+// exact as torch's. The density shares the tail's exp: GELU's backward takes one exp2 and one
+// reciprocal per element (the Numerical Recipes erfc, t exp(-u^2 + P(t)), takes two exp2).
+// Against float64 (tests/test_functors_host.py, libm's exp2 for the SFU's) the float32 gelu has
+// relative error below 6e-7 for |z| < 3 and 1e-4 for |z| < 5, its derivative absolute error
+// 1.9e-7, below torch's float32 gelu_backward's (2.1e-7) on each of z < -3, -3..0, 0..3, z > 3
+// (3e-8 against 1e-7 at z < -3, where its 0.5 + sign(z) (0.5 + r) cancels).
 struct NormalTail {
   float tail;  // Phi(-|z|) = e tq
   float e;     // exp(-z^2 / 2)
   float tq;    // t Q(t)
 };
 
-enum class TailFit { F32, F16 };
-
-// Q(t) by Horner's rule, coefficients from the highest degree down
+// a polynomial by Horner's rule, coefficients from the highest degree down
 CUTLASS_HOST_DEVICE float horner(float, float q) { return q; }
 template <class... Rest>
 CUTLASS_HOST_DEVICE float horner(float t, float q, float next, Rest... rest) {
   return horner(t, fmaf(q, t, next), rest...);
 }
 
-template <TailFit Fit = TailFit::F32>
 CUTLASS_HOST_DEVICE NormalTail normal_tail(float z) {
   float const e = exp2_approx(-0.72134752044448170f * z * z);  // log2(e) / 2
-  float t, q;
-  if constexpr (Fit == TailFit::F32) {
-    t = rcp_approx(fmaf(0.28f, fabsf(z), 1.0f));
-    q = horner(t, -1.068262401e-01f, 3.942018720e-01f, -2.442924314e-01f, 2.750126889e-01f,
-               6.496798009e-02f, 1.169361579e-01f);
-  } else {
-    t = rcp_approx(fmaf(0.25f, fabsf(z), 1.0f));
-    q = horner(t, 2.413298898e-01f, -1.032329570e-01f, 1.798425987e-01f, 8.071466864e-02f,
-               1.013242062e-01f);
-  }
+  float const t = rcp_approx(fmaf(0.28f, fabsf(z), 1.0f));
+  float const q = horner(t, -1.068262401e-01f, 3.942018720e-01f, -2.442924314e-01f,
+                         2.750126889e-01f, 6.496798009e-02f, 1.169361579e-01f);
   float const tq = t * q;
   return {tq * e, e, tq};
-}
-
-// Phi(-|z|) = 2^P(x), x = min(|z|, 13), for a GELU whose result the graph rounds to bf16: P of
-// degree 8 fitted to log2 Phi(-x) (scripts/fit_normal_tail.py --form exp2), so the tail's error
-// relative to itself is the same at every z: 1.4e-4 with P evaluated in float32, 3.6% of bf16's
-// unit roundoff (2^-8). One ex2 and no reciprocal: the SFU, which issues an eighth as many
-// instructions a cycle as the multiply-adds, is what the t form's two instructions an element kept
-// busy while a small-K GEMM's epilogue ran (session 48). Beyond x = 13 the tail is below float32's
-// smallest normal (2^-126.9) and ex2.approx.ftz flushes it to 0, as the t form's exp does from
-// 13.2; the clamp keeps P where it was fitted (and a NaN z at x = 13: its GELU stays NaN).
-CUTLASS_HOST_DEVICE float normal_tail_exp2(float z) {
-  float const x = fminf(fabsf(z), 13.0f);
-  return exp2_approx(horner(x, 2.860469899e-08f, -1.801150337e-06f, 4.891808992e-05f,
-                            -7.573352268e-04f, 7.493295468e-03f, -5.102522099e-02f,
-                            -4.624555007e-01f, -1.149219004e+00f, -1.000167427e+00f));
 }
 
 // Phi(z) from its tail Phi(-|z|)
 CUTLASS_HOST_DEVICE float normal_cdf(float tail, float z) { return z < 0.0f ? tail : 1.0f - tail; }
 
+// The dtype a GELU's result is rounded to, for the fit of its tail (normal_tail_exp2)
+enum class TailFit { BF16, F16 };
+
+// Phi(-x) = 2^P(x) for 0 <= x <= 13, the tail of a GELU whose result the graph rounds to bf16 or
+// fp16: P fitted to log2 Phi(-x) (scripts/fit_normal_tail.py --form exp2), so the tail's error
+// relative to itself is the same at every x, with P evaluated in float32: bf16 (degree 8) 1.4e-4,
+// 3.6% of its unit roundoff (2^-8); fp16 (degree 10) 3.8e-5, 7.8% of 2^-11. The forward's error
+// is relative: z Phi(z) = z tail below 0, z (1 - tail) above, Phi >= 1/2 there; eager rounds the
+// result to the dtype, so every value the epilogue computes from it stays nearer the exact GELU
+// than eager's. Beyond x = 13 the tail is below float32's smallest normal (2^-126.9):
+// ex2.approx.ftz flushes it to 0, as the t form's exp does from 13.2.
+template <TailFit Fit>
+CUTLASS_HOST_DEVICE float normal_tail_exp2(float x) {
+  if constexpr (Fit == TailFit::BF16) {
+    return exp2_approx(horner(x, 2.860469899e-08f, -1.801150337e-06f, 4.891808992e-05f,
+                              -7.573352268e-04f, 7.493295468e-03f, -5.102522099e-02f,
+                              -4.624555007e-01f, -1.149219004e+00f, -1.000167427e+00f));
+  } else {
+    return exp2_approx(horner(x, 5.819735134e-11f, -5.841803084e-09f, 2.526602591e-07f,
+                              -6.290078732e-06f, 1.013572488e-04f, -1.127763165e-03f,
+                              9.062416345e-03f, -5.480961400e-02f, -4.578313351e-01f,
+                              -1.151426907e+00f, -9.999875543e-01f));
+  }
+}
+
+// The exact GELU for a 16-bit result as max(z, 0) - x Phi(-x), x = min(|z|, 13): z (1 - tail)
+// above 0, z tail below, one multiply-add for both sides (x = |z| wherever the tail is not
+// flushed to 0, and finite, so z = +inf gives inf; -inf gives 0, GELU's limit, where torch's
+// 0.5 z (1 + erf) gives NaN; max.NaN keeps a NaN z NaN). In a small-K GEMM's epilogue every
+// instruction an element counts, the SFU's as one (session 48, config_sweep --functor at K = 768
+// and 1024 on an H200, before this form's max and FFMA: the fp16 t form's 15, two of them SFU,
+// ran within 3% of the bf16 exp2 form's 14 with one, either way; Estrin's scheme for P, 2 more,
+// ran 3-4% slower; the tanh GELU's ~6 ran 11% faster).
+// This is 12 for bf16 (a compare, select, add and multiply for z Phi(z) taken by the clamp's min,
+// a max and one FFMA) and 14 for fp16.
+template <TailFit Fit>
+CUTLASS_HOST_DEVICE float gelu_16_bit(float z) {
+  float const x = fminf(fabsf(z), 13.0f);
+  return fmaf(-x, normal_tail_exp2<Fit>(x), max_nan(z, 0.0f));
+}
+
 // The exact (erf) GELU, torch's gelu(approximate="none"): z Phi(z); GeluForBf16 / GeluForF16
-// where the graph rounds its result to bf16 / fp16 (the fits above).
+// where the graph rounds its result to bf16 / fp16.
 EVT_ELEMENTWISE(Gelu, z * normal_cdf(normal_tail(z).tail, z), float z)
-EVT_ELEMENTWISE(GeluForBf16, z * normal_cdf(normal_tail_exp2(z), z), float z)
-EVT_ELEMENTWISE(GeluForF16, z * normal_cdf(normal_tail<TailFit::F16>(z).tail, z), float z)
+EVT_ELEMENTWISE(GeluForBf16, gelu_16_bit<TailFit::BF16>(z), float z)
+EVT_ELEMENTWISE(GeluForF16, gelu_16_bit<TailFit::F16>(z), float z)
 
 // grad * d/dz gelu(z) for the exact GELU: grad * (Phi(z) + z phi(z)), as torch's
 // gelu_backward(approximate="none") computes it; phi(z) = exp(-z^2 / 2) / sqrt(2 pi). With

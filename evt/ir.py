@@ -354,8 +354,8 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     "neg": ComputeOp(1, "cutlass::negate", "neg"),
     "relu": ComputeOp(1, "cutlass::epilogue::thread::ReLu", "relu"),
     "gelu": ComputeOp(1, "evt::Gelu", "gelu"),  # through erfc: no cancellation in the tail
-    # the same where the graph rounds the GELU's result to bf16 / fp16: a cheaper normal tail
-    # whose relative error is 6% / 10% of that rounding's (evt_functors.h, TailFit)
+    # the same where the graph rounds the GELU's result to bf16 / fp16: a cheaper form whose
+    # relative error is 3.6% / 7.8% of that rounding's (evt_functors.h, gelu_16_bit)
     "gelu_for_bf16": ComputeOp(1, "evt::GeluForBf16", "gelu"),
     "gelu_for_f16": ComputeOp(1, "evt::GeluForF16", "gelu"),
     "gelu_tanh": ComputeOp(1, "evt::GeluTanh", "gelu_tanh"),
@@ -365,6 +365,8 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     # evt's SiLU and sigmoid take the SFU's exp and reciprocal (CUTLASS's: expf and a division)
     "silu": ComputeOp(1, "evt::Silu", "silu"),
     "silu_backward": ComputeOp(2, "evt::SiluBackward", "silu_backward"),  # (grad, x)
+    # (grad, x, sigmoid(x)): where a region shares sigmoid(x) (evt.codegen.tree.share_sigmoids)
+    "silu_backward_sigmoid": ComputeOp(3, "evt::SiluBackwardFromSigmoid", "silu_backward_sigmoid"),
     "sigmoid": ComputeOp(1, "evt::Sigmoid", "sigmoid"),
     "sigmoid_backward": ComputeOp(2, "evt::SigmoidBackward", "sigmoid_backward"),  # (grad, y)
     # CUTLASS's Tanh is tanh.approx.f32 (relative error ~2^-11): evt's uses tanhf

@@ -175,6 +175,25 @@ def gelu_forms() -> KernelSpec:
     return KernelSpec("gelu_forms", LINEAR, nodes, "gelu_bf16", "f32", 3)
 
 
+def swiglu_backward() -> KernelSpec:
+    """SwiGLU's backward in the down projection's dgrad dh = grad @ W (W [K, N] row-major: B
+    n-major), as `share_sigmoids` builds it: the gate's gradient silu_backward(dh * up, gate)
+    (an aux store) and the up projection's dh * silu(gate) (D), one sigmoid of the gate for both."""
+    gemm = Gemm(Operand(0, False, "k"), Operand(1, False, "n"), "bf16")
+    nodes = (
+        AccFetch("acc"),
+        AuxLoad("up", 2, "bf16", "n"),
+        Compute("dh_up", "mul", ("acc", "up")),
+        AuxLoad("gate", 3, "bf16", "n"),
+        Compute("s", "sigmoid", ("gate",)),
+        Compute("grad_gate", "silu_backward_sigmoid", ("dh_up", "gate", "s")),
+        AuxStore("grad_gate_store", "grad_gate", 1, "bf16"),
+        Compute("silu", "mul", ("gate", "s")),
+        Compute("grad_up", "mul", ("acc", "silu")),
+    )
+    return KernelSpec("swiglu_backward", gemm, nodes, "grad_up", "bf16", 4)
+
+
 def activations() -> KernelSpec:
     """The newer functors in one kernel: a SiLU forward that saves a bool mask (x > 0) and a
     select/compare/math chain reading a saved mask, plus the activation backwards:
@@ -353,7 +372,7 @@ ALL = {
     f.__name__: f
     for f in (mlp_fc1_forward, mlp_fc1_forward_tf32, mlp_fc2_residual, mlp_fc2_residual_stats, layer_norm_backward,
               layer_norm_backward_recomputed, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
-              activations, gelu_forms, attention_scores, row_statistics, batched_row_statistics,
+              activations, gelu_forms, swiglu_backward, attention_scores, row_statistics, batched_row_statistics,
               statistics_edge_cases, nested_attention_scores, nested_attention_statistics,
               nested_attention_values,
               nested_attention_key_grad)

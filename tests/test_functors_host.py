@@ -26,12 +26,13 @@ PROGRAM = r"""
 int main() {
   for (int i = 0; i <= 40002; ++i) {
     float z = i < 40001 ? -10.0f + i * 5e-4f : (i == 40001 ? -0.0f : 0.0f);  // then both zeros
-    std::printf("%.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
+    std::printf("%.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", z, evt::Gelu<float>{}(z),
                 evt::GeluBackward<float>{}(1.0f, z), evt::Sigmoid<float>{}(2.0f * z),
                 evt::Silu<float>{}(2.0f * z), evt::Exp<float>{}(2.0f * z),
                 evt::GeluForBf16<float>{}(z), evt::GeluForF16<float>{}(z),
                 evt::GeluTanh<float>{}(z), evt::GeluTanhBackward<float>{}(1.0f, z),
-                evt::SiluBackward<float>{}(1.0f, 2.0f * z));
+                evt::SiluBackward<float>{}(1.0f, 2.0f * z),
+                evt::SiluBackwardFromSigmoid<float>{}(1.0f, 2.0f * z, evt::Sigmoid<float>{}(2.0f * z)));
   }
 }
 """
@@ -141,6 +142,8 @@ def test_exp_sigmoid_and_silu_through_exp2_match_float64(values):
     x64 = x.clone().requires_grad_()
     F.silu(x64).sum().backward()  # torch's silu_backward
     assert (values[:, 10] - x64.grad).abs().max() < 3e-6  # it crosses 0 at x = -1.28: absolute
+    # from a shared sigmoid node (SwiGLU's backward): the same arithmetic, the same bits
+    assert torch.equal(values[:, 11], values[:, 10])
 
 
 def test_tanh_gelu_and_its_backward_match_torchs_in_float64(values):
@@ -197,6 +200,8 @@ __global__ void apply(float const* a, float const* b, float* out) {
     [("Gelu", "a[threadIdx.x]", 1, 1), ("GeluForBf16", "a[threadIdx.x]", 1, 0),
      ("GeluForF16", "a[threadIdx.x]", 1, 0), ("GeluBackward", "a[threadIdx.x], b[threadIdx.x]", 1, 1),
      ("Sigmoid", "a[threadIdx.x]", 1, 1), ("Silu", "a[threadIdx.x]", 1, 1),
+     ("SiluBackward", "a[threadIdx.x], b[threadIdx.x]", 1, 1),
+     ("SiluBackwardFromSigmoid", "a[threadIdx.x], b[threadIdx.x], a[threadIdx.x + 1]", 0, 0),
      ("Exp", "a[threadIdx.x]", 1, 0)],
 )  # fmt: skip
 def test_special_functions_take_the_sfu_once_each(tmp_path, functor, args, ex2, rcp):

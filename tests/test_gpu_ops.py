@@ -1,4 +1,5 @@
-"""The newer functors, bool masks, the row reduction, a TF32 GEMM (fp32 operands) and LayerNorm's
+"""The newer functors (the 16-bit GELUs against float64; SwiGLU's backward from one shared
+sigmoid), bool masks, the row reduction, a TF32 GEMM (fp32 operands) and LayerNorm's
 backward (row and column reductions together; and with xhat computed in the epilogue from the
 bf16 input and the row statistics, `recompute_inside`) on an SM90 GPU: the hand-built kernels of
 `tests.specs` (the ones the nvcc tier compiles) against the reference path, with NaN-poisoned
@@ -20,7 +21,7 @@ from tests.test_gpu_mlp import random_inputs
 pytestmark = pytest.mark.gpu
 
 SPECS = ("activations", "mlp_dgrad_gelu_bias", "mlp_fc1_forward_tf32", "layer_norm_backward",
-         "layer_norm_backward_recomputed", "gelu_forms")
+         "layer_norm_backward_recomputed", "gelu_forms", "swiglu_backward")
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,7 @@ class _Builder:
         self.inputs: list[Node] = []
         self.nodes: list[ir.Node] = []
         self.value: dict[Node, str] = {}  # FX node -> IR node name holding its value
+        self.computed: dict[Expr, str] = {}  # expression -> IR node name: each computed once
 
     def add(self, node: ir.Node) -> str:
         self.nodes.append(node)
@@ -83,13 +84,16 @@ class _Builder:
         return self.add(ir.ScalarBroadcast(f"{c_identifier(owner.name)}_c{counter[0]}", float(a)))
 
     def expr(self, e: Expr, owner: Node, counter: list[int], final: bool = True) -> str:
+        if e in self.computed:  # pure: an expression shared by several (`share_sigmoids`)
+            return self.computed[e]
         args = tuple(self.arg(a, owner, counter) for a in e.args)
         if self.no_op_cast(e, args):
             return args[0]
         counter[0] += 1
         name = c_identifier(owner.name) if final else f"{c_identifier(owner.name)}_{counter[0]}"
         dtype = "f32" if e.dtype is None else ir.dtype_name(e.dtype)
-        return self.add(ir.Compute(name, e.op, args, dtype))
+        self.computed[e] = self.add(ir.Compute(name, e.op, args, dtype))
+        return self.computed[e]
 
     def no_op_cast(self, e: Expr, args: tuple[str, ...]) -> bool:
         """A cast of a loaded value to the dtype it was loaded from (e.g. a comparison rounding
@@ -121,13 +125,41 @@ class _Ref(str):
     """An already-built IR value used as an expression argument."""
 
 
+# ops whose functor computes sigmoid(x) of their last argument x (an exp and a reciprocal)
+_SIGMOID_OF_LAST = ("sigmoid", "silu", "silu_backward")
+
+
+def share_sigmoids(exprs: dict[Node, Expr]) -> dict[Node, Expr]:
+    """silu(x), silu_backward(grad, x) and sigmoid(x) each compute sigmoid(x) in their functor.
+    Where a region holds two or more of them for one x (SwiGLU's backward in the down
+    projection's dgrad: silu_backward(dh * up, gate) and dh * silu(gate)), each takes it from one
+    shared sigmoid node instead: silu(x) = x * s, silu_backward = `silu_backward_sigmoid`(grad, x,
+    s). In a GEMM's epilogue every instruction an element counts (session 48): SwiGLU's backward
+    goes from 12 to 9 for the two, one exp and one reciprocal fewer. Alone, each op keeps its
+    functor (as many instructions either way)."""
+    uses: dict[object, int] = {}
+    for e in exprs.values():
+        if e.op in _SIGMOID_OF_LAST:
+            uses[e.args[-1]] = uses.get(e.args[-1], 0) + 1
+    shared = dict(exprs)
+    for fx, e in exprs.items():
+        if e.op in _SIGMOID_OF_LAST and uses[e.args[-1]] > 1:
+            x = e.args[-1]
+            s = Expr("sigmoid", (x,))
+            shared[fx] = {"sigmoid": Expr("sigmoid", (x,), e.dtype), "silu": Expr("mul", (x, s), e.dtype),
+                          "silu_backward": Expr("silu_backward_sigmoid", (e.args[0], x, s), e.dtype)}[e.op]  # fmt: skip
+    return shared
+
+
 def build_region(region: Region, name: str) -> BuiltRegion:
     b = _Builder(region)
     gemm = b.anchor()
     reductions: dict[Node, tuple[Expr, str]] = {}  # reduction -> (its expr, the value it reduces)
+    exprs = {fx: epilogue_expr(fx) for fx in region.epilogue}
+    assert all(e is not None for e in exprs.values()), exprs
+    exprs = share_sigmoids(exprs)  # type: ignore[arg-type]
     for fx in region.epilogue:
-        expr = epilogue_expr(fx)
-        assert expr is not None, fx
+        expr = exprs[fx]
         if expr.op in REDUCTION_OPS:
             summand = expr.args[0]
             assert isinstance(summand, Node) and summand in b.value, fx  # validated: inside

@@ -55,6 +55,7 @@ COMPUTE_REFERENCE = {
     "gelu_tanh_backward": _gelu_tanh_backward,
     "silu": torch.nn.functional.silu,
     "silu_backward": _silu_backward,
+    "silu_backward_sigmoid": lambda grad, x, s: grad * s * (1.0 + x * (1.0 - s)),
     "sigmoid": torch.sigmoid,
     "sigmoid_backward": lambda grad, y: grad * y * (1.0 - y),
     "tanh": torch.tanh,

@@ -189,6 +189,14 @@ CUTLASS_HOST_DEVICE float gelu_16_bit(float z) {
 EVT_ELEMENTWISE(Gelu, z * normal_cdf(normal_tail(z).tail, z), float z)
 EVT_ELEMENTWISE(GeluForBf16, gelu_16_bit<TailFit::BF16>(z), float z)
 EVT_ELEMENTWISE(GeluForF16, gelu_16_bit<TailFit::F16>(z), float z)
+// EXPERIMENT (session 48 A/B): session 47's bf16 GELU, the t form of degree 3 (C 0.3)
+CUTLASS_HOST_DEVICE float gelu_bf16_t_form(float z) {
+  float const e = exp2_approx(-0.72134752044448170f * z * z);
+  float const t = rcp_approx(fmaf(0.3f, fabsf(z), 1.0f));
+  float const q = horner(t, 2.088449449e-01f, 3.558742403e-02f, 1.374783382e-01f, 1.182043596e-01f);
+  return z * normal_cdf(t * q * e, z);
+}
+EVT_ELEMENTWISE(GeluForBf16TForm, gelu_bf16_t_form(z), float z)
 
 // grad * d/dz gelu(z) for the exact GELU: grad * (Phi(z) + z phi(z)), as torch's
 // gelu_backward(approximate="none") computes it; phi(z) = exp(-z^2 / 2) / sqrt(2 pi). With
@@ -236,13 +244,18 @@ CUTLASS_HOST_DEVICE float gelu_tanh_grad(float z) {
 }
 EVT_ELEMENTWISE(GeluTanhBackward, grad * gelu_tanh_grad(z), float grad, float z)
 
-// SiLU's backward, as torch's silu_backward: grad * s * (1 + x * (1 - s)) with s = sigmoid(x).
 // 1 / (1 + e^-x): 1 + e^-x >= 1, so the SFU reciprocal is exact to 1 ulp (x -> -inf: 1 / inf = 0)
 CUTLASS_HOST_DEVICE float sigmoid(float x) { return rcp_approx(1.0f + exp_approx(-x)); }
 EVT_ELEMENTWISE(Sigmoid, sigmoid(x), float x)
 EVT_ELEMENTWISE(Silu, x * sigmoid(x), float x)
-EVT_ELEMENTWISE(SiluBackward, grad * sigmoid(x) * (1.0f + x * (1.0f - sigmoid(x))),
-                float grad, float x)
+// SiLU's backward, as torch's silu_backward: grad * s * (1 + x * (1 - s)) with s = sigmoid(x),
+// computed once: the compiler does not merge two calls (their ex2 and rcp are asm statements),
+// and before session 48 this functor took two of each an element
+CUTLASS_HOST_DEVICE float silu_grad(float x, float s) { return s * (1.0f + x * (1.0f - s)); }
+EVT_ELEMENTWISE(SiluBackward, grad * silu_grad(x, sigmoid(x)), float grad, float x)
+// the same from s = sigmoid(x) computed by a node of its own, which a SiLU of the same x shares
+// (SwiGLU's backward: evt.codegen.tree.share_sigmoids): no exp or reciprocal of its own
+EVT_ELEMENTWISE(SiluBackwardFromSigmoid, grad * silu_grad(x, s), float grad, float x, float s)
 // sigmoid's and tanh's backwards from the forward output y
 EVT_ELEMENTWISE(SigmoidBackward, grad * y * (1.0f - y), float grad, float y)
 EVT_ELEMENTWISE(Tanh, tanhf(x), float x)

@@ -1,7 +1,7 @@
 """Random epilogue DAGs for differential testing: `generate(seed)` -> a valid `KernelSpec`.
 
 A spec reads the accumulator, aux loads (bf16/f16/f32 and bool masks), row/column broadcasts and
-scalars; computes with every op of `COMPUTE_OPS` but two (`SIXTEEN_BIT_FORMS`; some results cast to
+scalars; computes with every op of `COMPUTE_OPS` but three (`FORMS`; some results cast to
 bf16/f16); reuses values (shared subexpressions, so most specs are DAGs); writes several outputs
 (aux stores, bool mask stores of comparisons, row reductions, [N] or [1, N]), some read through by
 later nodes as `evt.codegen.tree` emits them; and stores D as bf16, f32, f16 (f16 GEMMs) or bool (a
@@ -26,11 +26,13 @@ from evt.testing.spec_check import MAX_AUX, check, facts_of, live
 __all__ = ["COMPARE", "check", "facts_of", "generate", "live"]
 
 SCALARS = (0.0, 0.5, 1.0, -1.0, 2.0, 3.0, -0.25, 0.1)
-# every op but the exact GELU's 16-bit forms (the same functor with a cheaper normal tail, which
-# the rules pick only for a GELU the graph rounds to 16 bits: tests/test_functors_host.py and the
-# node catalog's gelu_bf16 / gelu_f16 cover them), so the seeds keep the specs they had before
-SIXTEEN_BIT_FORMS = ("gelu_for_bf16", "gelu_for_f16")
-WEIGHTS = {op: 1.0 for op in ir.COMPUTE_OPS if op not in SIXTEEN_BIT_FORMS} | {
+# every op but the forms evt picks in one situation, so the seeds keep the specs they had before:
+# the exact GELU's 16-bit forms (a cheaper formula, which the rules pick only for a GELU the graph
+# rounds to 16 bits: tests/test_functors_host.py and the node catalog's gelu_bf16 / gelu_f16
+# cover them) and SiLU's backward from a shared sigmoid (`evt.codegen.tree.share_sigmoids`: the
+# catalog's swiglu)
+FORMS = ("gelu_for_bf16", "gelu_for_f16", "silu_backward_sigmoid")
+WEIGHTS = {op: 1.0 for op in ir.COMPUTE_OPS if op not in FORMS} | {
     "add": 3.0, "mul": 2.0, "where": 2.0, "sub": 1.5}  # fmt: skip
 REPAIR = {"log": 0, "rsqrt": 0, "div": 1, "exp": 0}  # op -> argument to make positive/small
 NESTED = 0.15  # the fraction of seeds with a nested batch

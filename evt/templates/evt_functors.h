@@ -172,12 +172,13 @@ CUTLASS_HOST_DEVICE float normal_tail_exp2(float x) {
 // above 0, z tail below, one multiply-add for both sides (x = |z| wherever the tail is not
 // flushed to 0, and finite, so z = +inf gives inf; -inf gives 0, GELU's limit, where torch's
 // 0.5 z (1 + erf) gives NaN; max.NaN keeps a NaN z NaN). In a small-K GEMM's epilogue every
-// instruction an element counts, the SFU's as one (session 48, config_sweep --functor at K = 768
-// and 1024 on an H200, before this form's max and FFMA: the fp16 t form's 15, two of them SFU,
-// ran within 3% of the bf16 exp2 form's 14 with one, either way; Estrin's scheme for P, 2 more,
-// ran 3-4% slower; the tanh GELU's ~6 ran 11% faster).
-// This is 12 for bf16 (a compare, select, add and multiply for z Phi(z) taken by the clamp's min,
-// a max and one FFMA) and 14 for fp16.
+// instruction an element counts, the SFU's as one, and so does the dependent chain's length
+// (session 48, config_sweep --functor at K = 768 and 1024 on an H200, fraction of cuBLAS's
+// GEMM in one process: this form, 12 instructions an element for bf16, and session 47's t form,
+// 14 with two SFU but a shorter chain, ran within 3% of each other either way, 0.72-0.86 of the
+// GEMM; P by Estrin's scheme, 2 more, ran 3-4% slower; the fp16 form, 14, 3-5% slower; the tanh
+// GELU's ~6, 0.82-0.96). This form's gain is its accuracy: 1.4e-4 relative for bf16 against the
+// t form's 2.3e-4, 3.8e-5 for fp16 against 4.9e-5. 14 instructions for fp16.
 template <TailFit Fit>
 CUTLASS_HOST_DEVICE float gelu_16_bit(float z) {
   float const x = fminf(fabsf(z), 13.0f);
@@ -189,14 +190,6 @@ CUTLASS_HOST_DEVICE float gelu_16_bit(float z) {
 EVT_ELEMENTWISE(Gelu, z * normal_cdf(normal_tail(z).tail, z), float z)
 EVT_ELEMENTWISE(GeluForBf16, gelu_16_bit<TailFit::BF16>(z), float z)
 EVT_ELEMENTWISE(GeluForF16, gelu_16_bit<TailFit::F16>(z), float z)
-// EXPERIMENT (session 48 A/B): session 47's bf16 GELU, the t form of degree 3 (C 0.3)
-CUTLASS_HOST_DEVICE float gelu_bf16_t_form(float z) {
-  float const e = exp2_approx(-0.72134752044448170f * z * z);
-  float const t = rcp_approx(fmaf(0.3f, fabsf(z), 1.0f));
-  float const q = horner(t, 2.088449449e-01f, 3.558742403e-02f, 1.374783382e-01f, 1.182043596e-01f);
-  return z * normal_cdf(t * q * e, z);
-}
-EVT_ELEMENTWISE(GeluForBf16TForm, gelu_bf16_t_form(z), float z)
 
 // grad * d/dz gelu(z) for the exact GELU: grad * (Phi(z) + z phi(z)), as torch's
 // gelu_backward(approximate="none") computes it; phi(z) = exp(-z^2 / 2) / sqrt(2 pi). With

@@ -155,9 +155,12 @@ def build_region(region: Region, name: str) -> BuiltRegion:
     b = _Builder(region)
     gemm = b.anchor()
     reductions: dict[Node, tuple[Expr, str]] = {}  # reduction -> (its expr, the value it reduces)
-    exprs = {fx: epilogue_expr(fx) for fx in region.epilogue}
-    assert all(e is not None for e in exprs.values()), exprs
-    exprs = share_sigmoids(exprs)  # type: ignore[arg-type]
+    exprs: dict[Node, Expr] = {}
+    for fx in region.epilogue:
+        expr = epilogue_expr(fx)
+        assert expr is not None, fx
+        exprs[fx] = expr
+    exprs = share_sigmoids(exprs)
     for fx in region.epilogue:
         expr = exprs[fx]
         if expr.op in REDUCTION_OPS:

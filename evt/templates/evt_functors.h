@@ -170,8 +170,9 @@ CUTLASS_HOST_DEVICE float normal_tail_exp2(float x) {
 
 // The exact GELU for a 16-bit result as max(z, 0) - x Phi(-x), x = min(|z|, 13): z (1 - tail)
 // above 0, z tail below, one multiply-add for both sides (x = |z| wherever the tail is not
-// flushed to 0, and finite, so z = +inf gives inf; -inf gives 0, GELU's limit, where torch's
-// 0.5 z (1 + erf) gives NaN; max.NaN keeps a NaN z NaN). In a small-K GEMM's epilogue every
+// flushed to 0, and finite, so z = +inf gives inf; -inf gives 0 on the device, where the SFU
+// flushes the tail at x = 13: GELU's limit, where torch's 0.5 z (1 + erf) gives NaN; max.NaN
+// keeps a NaN z NaN). In a small-K GEMM's epilogue every
 // instruction an element counts, the SFU's as one, and so does the dependent chain's length
 // (session 48, config_sweep --functor at K = 768 and 1024 on an H200, fraction of cuBLAS's
 // GEMM in one process: this form, 12 instructions an element for bf16, and session 47's t form,

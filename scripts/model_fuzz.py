@@ -9,7 +9,7 @@ max(2e-2, 2 x bf16 eager's), and no region may fall back. The kernels of all see
 the CPU first and built in parallel. Prints every seed that fails or raises, with its program.
 
     python scripts/model_fuzz.py [--seed 0] [--count 400] [--tol 1e-4] [--dynamic]
-    python scripts/model_fuzz.py --device cuda --count 30 [--mask padding]
+    python scripts/model_fuzz.py --device cuda --count 30 [--mask padding] [--op OP]
 
 (`EVT_NESTED_BATCH=1` in the environment fuzzes the in-place attention heads too.)
 
@@ -90,12 +90,14 @@ def main() -> None:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--mask", choices=ATTENTION_MASKS,
                    help="only seeds with an attention block with this mask (from --seed on)")
+    p.add_argument("--op", help="only seeds whose regions compute this op of evt.ir.COMPUTE_OPS "
+                   "(from --seed on; e.g. silu_backward_sigmoid, SwiGLU's shared sigmoid)")
     args = p.parse_args()
     warnings.simplefilter("ignore")
     start = time.time()
-    chosen = seeds(args.seed, args.count, args.mask, smooth=args.device == "cuda")
-    if args.mask:
-        print(f"seeds {chosen[0]}-{chosen[-1]}: {len(chosen)} with a {args.mask} mask")
+    chosen = seeds(args.seed, args.count, args.mask, smooth=args.device == "cuda", op=args.op)
+    if args.mask or args.op:
+        print(f"seeds {', '.join(map(str, chosen))}: {len(chosen)} with {args.mask or args.op}")
     bad, regions = on_gpu(chosen) if args.device == "cuda" else on_cpu(args, chosen)
     print(f"{args.count} seeds, {bad} failed, {regions} regions formed, {time.time() - start:.0f} s")
 

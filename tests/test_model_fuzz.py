@@ -14,6 +14,7 @@ from evt.testing.models import (
     describe,
     kernels_of,
     program,
+    region_ops,
     seeds,
 )
 
@@ -95,3 +96,14 @@ def test_seeds_with_a_mask_are_the_ones_that_draw_it():
     assert seeds(5, 3) == [5, 6, 7]
     with pytest.raises(ValueError, match="expected one of causal, padding, none"):
         seeds(0, 1, "sliding")
+
+
+def test_seeds_with_an_op_are_the_ones_whose_regions_compute_it():
+    """`scripts/model_fuzz.py --op silu_backward_sigmoid`: the seeds whose bf16 smooth program
+    has a region computing SwiGLU's shared sigmoid (a gated SiLU block), none skipped from 56 to
+    63; an op evt does not have is an error."""
+    got = seeds(56, 2, smooth=True, op="silu_backward_sigmoid")
+    assert got == [56, 63]
+    assert all("silu_backward_sigmoid" not in region_ops(s, True) for s in range(57, 63))
+    with pytest.raises(ValueError, match="not one of evt.ir.COMPUTE_OPS"):
+        seeds(0, 1, op="erf")

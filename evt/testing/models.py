@@ -177,20 +177,40 @@ def program(
     return model, [x, target]
 
 
-def seeds(start: int, count: int, mask: str | None = None, smooth: bool = False) -> list[int]:
+def seeds(start: int, count: int, mask: str | None = None, smooth: bool = False,
+          op: str | None = None) -> list[int]:  # fmt: skip
     """`count` seeds from `start` on; with `mask` (one of `ATTENTION_MASKS`) only those whose
     program (`smooth` as it will run: the draws differ) has an attention block with that mask,
-    e.g. to put BERT's padding mask through real kernels (`scripts/model_fuzz.py --mask`)."""
+    e.g. to put BERT's padding mask through real kernels (`scripts/model_fuzz.py --mask`); with
+    `op` (one of `evt.ir.COMPUTE_OPS`) only those whose regions compute it, as the program will
+    run (`region_ops`), e.g. a new form such as `silu_backward_sigmoid` (`--op`)."""
     if mask is not None and mask not in ATTENTION_MASKS:
         raise ValueError(f"mask {mask!r}: expected one of {', '.join(ATTENTION_MASKS)}")
+    from evt import ir
+
+    if op is not None and op not in ir.COMPUTE_OPS:
+        raise ValueError(f"op {op!r}: not one of evt.ir.COMPUTE_OPS")
     out, seed = [], start
     while len(out) < count:
-        if mask is None or any(b.mask == mask for b in program(seed, smooth=smooth)[0].blocks):
+        blocks = program(seed, smooth=smooth)[0].blocks
+        if (mask is None or any(b.mask == mask for b in blocks)) and (
+            op is None or op in region_ops(seed, smooth)
+        ):
             out.append(seed)
         seed += 1
-        if seed - start > 1000 * count:  # a mask no program draws: say so, do not spin
-            raise ValueError(f"no {count} seeds from {start} draw a {mask} mask")
+        if seed - start > 1000 * count:  # a mask or op no program draws: say so, do not spin
+            raise ValueError(f"no {count} seeds from {start} draw {mask or op}")
     return out
+
+
+def region_ops(seed: int, smooth: bool) -> set[str]:
+    """The compute ops of the seed's regions as the program will run: bf16 with smooth
+    activations (on a GPU), float32 with any (on the CPU). Captured on the CPU (`evt.explain`)."""
+    from evt import ir
+
+    dtype = torch.bfloat16 if smooth else torch.float32
+    return {n.op for spec, _ in kernels_of(seed, dtype, smooth) for n in spec.nodes
+            if isinstance(n, ir.Compute)}  # fmt: skip
 
 
 def describe(model: Program) -> str:
@@ -284,14 +304,15 @@ def against_fp32(
     return {n: (_rel(got[n], want[n]), _rel(eager[n], want[n])) for n in want}
 
 
-def kernels_of(seed: int, dtype: torch.dtype = torch.bfloat16) -> list[tuple]:
-    """(spec, problem shape) of every region the seed's smooth program forms in `dtype`, captured
-    on the CPU (`evt.explain`, the reference path runs them): what to build before `against_fp32`."""
+def kernels_of(seed: int, dtype: torch.dtype = torch.bfloat16, smooth: bool = True) -> list[tuple]:
+    """(spec, problem shape) of every region the seed's (smooth) program forms in `dtype`,
+    captured on the CPU (`evt.explain`, the reference path runs them): what to build before
+    `against_fp32`."""
     import copy
 
     import evt
 
-    model, (x, target) = program(seed, smooth=True)
+    model, (x, target) = program(seed, smooth=smooth)
     model = copy.deepcopy(model).to(dtype)
     report = evt.explain(lambda x, target: model(x, target).backward(), x.to(dtype), target)
     return [(r.spec, r.problem) for r in report.regions]

@@ -202,8 +202,9 @@ def test_swiglu_backward_loads_one_tensor_less_and_trains_as_eager():
         finally:
             reference.run = original
         grads[name] = {n: p.grad.double() for n, p in m.named_parameters()}
-    swiglu = [s for s in ran if s.name.startswith("evt_b") and any(n.op == "silu_backward" for n in s.nodes
-                                                                     if n.kind == "compute")]  # fmt: skip
+    # SwiGLU's backward: its silu_backward and silu share one sigmoid (`share_sigmoids`)
+    swiglu = [s for s in ran if s.name.startswith("evt_b") and any(n.op == "silu_backward_sigmoid"
+                                                                     for n in s.nodes if n.kind == "compute")]  # fmt: skip
     assert len(swiglu) == 2, [s.name for s in ran]
     for s in swiglu:
         assert sorted(n.dtype for n in s.nodes if n.kind == "aux_load") == ["bf16", "bf16"], s.nodes

@@ -353,7 +353,7 @@ _MAINLOOP = {
 _SPECIAL = {"exp", "log", "gelu_tanh", "gelu_tanh_backward", "silu", "silu_backward", "sigmoid",
             "tanh", "rsqrt"}  # fmt: skip
 # the exact GELU, each of its forms (ops sharing its reference): 12-20 FP32 instructions and 1
-# (bf16's) or 2 SFU an element
+# (the 16-bit forms') or 2 SFU an element
 _ERF = {op for op, c in COMPUTE_OPS.items() if c.reference in ("gelu", "gelu_backward")}
 # Epilogue cost per 128x256 tile, in k-blocks of main loop: storing D, aux tensors read and
 # written (per 2 bytes an element), special functions and reductions; plus a fixed cost per tile

@@ -46,7 +46,7 @@ import math
 
 import torch
 
-torch.set_default_dtype(torch.float64)
+F64 = torch.float64  # every tensor here (explicitly: importing this sets no global default)
 
 X_MAX = 13.5  # exp(-x^2 / 2) < 2^-126 beyond: ex2.approx.ftz gives 0
 
@@ -64,7 +64,7 @@ def weight(t: torch.Tensor, c: float, tau: float) -> torch.Tensor:
 
 
 def chebyshev_points(lo: float, hi: float, n: int = 4000) -> torch.Tensor:
-    return lo + (hi - lo) * (0.5 - 0.5 * torch.cos(torch.linspace(0, torch.pi, n)))
+    return lo + (hi - lo) * (0.5 - 0.5 * torch.cos(torch.linspace(0, torch.pi, n, dtype=F64)))
 
 
 def fit(degree: int, c: float, tau: float) -> torch.Tensor:
@@ -76,7 +76,7 @@ def fit(degree: int, c: float, tau: float) -> torch.Tensor:
 def lawson(v: torch.Tensor, rhs: torch.Tensor, iterations: int = 1000) -> torch.Tensor:
     """Coefficients minimizing max |v @ coef - rhs| (Lawson's reweighted least squares)."""
     w = torch.full_like(rhs, 1 / len(rhs))
-    coef = torch.zeros(v.shape[1])
+    coef = torch.zeros(v.shape[1], dtype=F64)
     for _ in range(iterations):
         sw = w.sqrt()
         coef = torch.linalg.lstsq(v * sw[:, None], (rhs * sw)[:, None]).solution[:, 0]
@@ -87,7 +87,7 @@ def lawson(v: torch.Tensor, rhs: torch.Tensor, iterations: int = 1000) -> torch.
 
 def errors(coef: torch.Tensor, c: float) -> dict[str, float]:
     """Worst absolute error of Phi(-x) and its relative error for x < 3, x < 5, x <= 13.5."""
-    t = torch.linspace(1 / (1 + c * X_MAX), 1, 400001)
+    t = torch.linspace(1 / (1 + c * X_MAX), 1, 400001, dtype=F64)
     x = (1 / t - 1) / c
     q, want = torch.vander(t, len(coef), increasing=True) @ coef, target(t, c)
     absolute = (t * torch.exp(-x * x / 2) * (q - want)).abs()
@@ -108,7 +108,7 @@ def fit_exp2(degree: int) -> torch.Tensor:
     x / 13 (a well-conditioned basis) and scaled back."""
     x = chebyshev_points(0, EXP2_X_MAX, 6000)
     coef = lawson(torch.vander(x / EXP2_X_MAX, degree + 1, increasing=True), log2_tail(x))
-    return coef / EXP2_X_MAX ** torch.arange(degree + 1)
+    return coef / EXP2_X_MAX ** torch.arange(degree + 1, dtype=F64)
 
 
 def horner_float32(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -122,7 +122,7 @@ def horner_float32(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def exp2_errors(coef: torch.Tensor) -> dict[str, float]:
-    x = torch.linspace(0, EXP2_X_MAX, 400001)
+    x = torch.linspace(0, EXP2_X_MAX, 400001, dtype=F64)
     want = log2_tail(x)
     float64 = (torch.vander(x, len(coef), increasing=True) @ coef - want).abs().max()
     float32 = (horner_float32(coef, x) - want).abs().max()

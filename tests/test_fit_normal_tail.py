@@ -41,3 +41,10 @@ def test_the_16_bit_tails_are_the_exp2_fits_within_their_budgets():
         coef = fit.fit_exp2(degree)
         assert same(header, coef), degree
         assert fit.exp2_errors(torch.tensor(header[::-1], dtype=torch.float64))["rel in float32"] < share * unit
+
+
+def test_importing_the_script_leaves_torch_s_default_dtype():
+    """The script computes in float64 with explicit dtypes: importing it (as this module does,
+    at collection, before every other test runs) once set the default dtype to float64 for the
+    whole session, and 163 tests failed."""
+    assert torch.get_default_dtype() == torch.float32

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from evt.bench.models import SwiGLU
 from tests.graphs import Arith, LinearStatistics
 
 
@@ -47,20 +48,6 @@ class RowScaled(nn.Module):
         scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
         y = self.fc1(x) * scale
         return self.fc2(torch.where(y != 0, y, 1.0))
-
-
-class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x)), LLaMA's MLP: the down projection's dgrad computes both the
-    gate's gradient (silu_backward) and the up projection's (times silu(gate)) from one shared
-    sigmoid (`silu_backward_sigmoid`)."""
-
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.gate, self.up = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
 @dataclass(frozen=True)
@@ -95,6 +82,8 @@ CASES: dict[str, Case] = {
     "relu": _sandwich(F.relu, {"relu", "threshold_backward"}),
     "silu": _sandwich(F.silu, {"silu", "silu_backward"}),
     "sigmoid": _sandwich(torch.sigmoid, {"sigmoid", "sigmoid_backward"}),
+    # LLaMA's MLP: its dgrad computes silu_backward and silu of one gate from one shared sigmoid
+    # LLaMA's MLP: its dgrad computes silu_backward and silu of one gate from one shared sigmoid
     "swiglu": Case(lambda r, d: SwiGLU(d, 2 * d), _rows, frozenset({"acc", "aux_load", "aux_store"}),
                    frozenset({"silu", "sigmoid", "silu_backward_sigmoid", "mul"})),
     "tanh": _sandwich(torch.tanh, {"tanh", "tanh_backward"}),

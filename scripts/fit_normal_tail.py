@@ -141,7 +141,7 @@ def main() -> None:
     p.add_argument("--tau", type=float, default=1e-2,
                    help="tail value below which the error counts as absolute (0: relative)")
     p.add_argument("--form", choices=("t", "exp2"), default="t",
-                   help="t: t exp(-x^2 / 2) Q(t) (float32); exp2: 2^P(x) (bf16)")
+                   help="t: t exp(-x^2 / 2) Q(t) (float32); exp2: 2^P(x) (bf16, fp16)")
     a = p.parse_args()
     if a.form == "exp2":
         for degree in range(max(a.degree - 2, 2), a.degree + 3):

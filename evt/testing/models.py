@@ -192,8 +192,7 @@ def seeds(start: int, count: int, mask: str | None = None, smooth: bool = False,
         raise ValueError(f"op {op!r}: not one of evt.ir.COMPUTE_OPS")
     out, seed = [], start
     while len(out) < count:
-        blocks = program(seed, smooth=smooth)[0].blocks
-        if (mask is None or any(b.mask == mask for b in blocks)) and (
+        if (mask is None or any(b.mask == mask for b in program(seed, smooth=smooth)[0].blocks)) and (
             op is None or op in region_ops(seed, smooth)
         ):
             out.append(seed)

@@ -11,6 +11,8 @@ Adding a pass is one line in `GRAPH_PASSES` plus one file in `evt/graph/`.
 
 from __future__ import annotations
 
+import fnmatch
+import os
 from collections.abc import Callable
 
 from torch.fx import Graph, GraphModule
@@ -168,6 +170,10 @@ def fuse(
     taken = {n for r in regions for n in r.nodes}
 
     def keep_region(region, built) -> bool:
+        if pattern := unfused_by_request(built.spec.name):
+            why[region.anchor] = f"EVT_UNFUSE={os.environ['EVT_UNFUSE']} names it ({pattern})"
+            debug.log(1, f"region {built.spec.name}: left unfused, EVT_UNFUSE matches {pattern}")
+            return False
         vals = [n.meta.get("val") for n in built.inputs]
         if reason := guards.shape_reason(built.spec, vals):
             why[region.anchor] = f"its kernel cannot take these shapes: {reason}"
@@ -199,6 +205,17 @@ def fuse(
         )
     debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms, report.unfused))
     return report
+
+
+def unfused_by_request(name: str) -> str | None:
+    """The pattern of `EVT_UNFUSE` (comma-separated fnmatch patterns over region names, as
+    `EVT_DEBUG=1` and `evt dump` print them: `evt_b4_mm_10`, `evt_f*`) that names region `name`,
+    if one does: such a region stays unfused, as one the profitability check leaves. For
+    measuring what each region gives a whole step (`scripts/step_variants.py`)."""
+    for pattern in filter(None, (p.strip() for p in os.environ.get("EVT_UNFUSE", "").split(","))):
+        if fnmatch.fnmatchcase(name, pattern):
+            return pattern
+    return None
 
 
 def _why_unfused(gemm) -> str:

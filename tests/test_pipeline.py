@@ -136,6 +136,21 @@ def test_report_says_why_each_gemm_stayed_unfused():
     assert "unfused" in str(report)
 
 
+def test_evt_unfuse_leaves_the_regions_it_names_unfused_and_training_matches(monkeypatch):
+    """`EVT_UNFUSE` (fnmatch patterns over region names) leaves those regions to the unfused
+    path, says so in the report, and the step still matches eager."""
+    step, args = EXAMPLES["mlp"].build(torch.float32, "cpu")
+    names = [r.name for r in evt.explain(step, *args).regions]
+    assert len(names) == 4 and sum(n.startswith("evt_b") for n in names) == 2, names
+    monkeypatch.setenv("EVT_UNFUSE", f" {names[0]}, evt_b* ")
+    report = evt.explain(step, *args)
+    assert [r.name for r in report.regions] == names[1:2]
+    requested = [why for _, _, why in report.unfused if "EVT_UNFUSE" in why]
+    assert len(requested) == 3 and any(names[0] in why for why in requested), report.unfused
+    errs = train_compare(MLP(32, 64), [torch.randn(16, 32)], torch.float32)
+    assert max(errs.values()) < 1e-4, errs
+
+
 def test_a_failing_pass_leaves_the_graph_as_it_came_and_training_runs(monkeypatch):
     """A pass that rewrites the graph and then fails (here: a view spelling a symbolic size as a
     literal, caught by the final verifier, or any exception) must not leave a half-rewritten

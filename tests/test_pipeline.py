@@ -1,5 +1,7 @@
 """Capture -> passes -> partition -> lowering -> reference execution, against eager (CPU)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -151,6 +153,28 @@ def test_evt_unfuse_leaves_the_regions_it_names_unfused_and_training_matches(mon
     assert max(errs.values()) < 1e-4, errs
 
 
+@pytest.mark.parametrize("name", ["step/llama", "step/gpt2_selective"])
+def test_with_every_region_vetoed_the_rewrites_around_them_leave_a_valid_graph(name, monkeypatch):
+    """Every region left unfused (as a profitability check or max-autotune may leave them): the
+    rewrites made around the regions before the vetoes (recompute_outside's chains, LLaMA's
+    RMSNorm backward; recompute_for_backward's, selective checkpointing) leave the nodes in
+    order, so the pipeline does not fail and leave the whole graph unfused. Until session 49 they
+    copied a chain in reverse (`inserting_after` puts each new node right after the same one),
+    which only the lowering's reordering repaired, and putting the graph back then raised in
+    training."""
+    from evt.bench import plan, steps
+
+    case = {c.name: c for c in plan.all_cases(small=True)}[name]
+    w = steps.build(case, torch.bfloat16, "cpu")
+    monkeypatch.setenv("EVT_UNFUSE", "evt_*")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = evt.explain(w.target, *w.make_inputs(0))
+    assert not [str(c.message) for c in caught if "evt:" in str(c.message)]
+    assert not report.regions and report.unfused
+    assert any("EVT_UNFUSE" in why for _, _, why in report.unfused), report.unfused
+
+
 def test_a_failing_pass_leaves_the_graph_as_it_came_and_training_runs(monkeypatch):
     """A pass that rewrites the graph and then fails (here: a view spelling a symbolic size as a
     literal, caught by the final verifier, or any exception) must not leave a half-rewritten
@@ -177,6 +201,30 @@ def test_a_failing_pass_leaves_the_graph_as_it_came_and_training_runs(monkeypatc
     assert [str(w.message) for w in caught if "graph left unfused" in str(w.message)]
     errs = train_compare(MLP(8, 16), [torch.randn(4, 8)], torch.float32)
     assert max(errs.values()) < 1e-5, errs
+
+
+def test_a_graph_a_failing_pass_left_out_of_order_is_put_back_too(monkeypatch):
+    """A pass that fails after leaving a node before one it reads: putting the graph back must
+    not trip over that use (session 49: it raised, and Dynamo failed the step)."""
+    from evt import backend, pipeline
+    from evt.graph.capture import capture_joint
+
+    def disorders(graph):
+        first = next(n for n in graph.nodes if n.op == "call_function")
+        with graph.inserting_after(first):  # each right after `first`: `exp` lands before `neg`
+            neg = graph.call_function(torch.ops.aten.neg.default, (first,))
+            graph.call_function(torch.ops.aten.exp.default, (neg,))
+        graph.lint()  # raises: used before it is defined
+
+    graph = capture_joint(MLP(8, 16), torch.randn(4, 8, requires_grad=True))
+    before = [(n.op, str(n.target)) for n in graph.nodes]
+    monkeypatch.setattr(pipeline, "GRAPH_PASSES", [*pipeline.GRAPH_PASSES, ("disorders", disorders)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert backend.fuse_graph(graph) is None
+    graph.lint()
+    assert [(n.op, str(n.target)) for n in graph.nodes] == before
+    assert [str(w.message) for w in caught if "graph left unfused" in str(w.message)]
 
 
 def test_the_verifier_rejects_a_symbolic_size_written_as_a_literal():

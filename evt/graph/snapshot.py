@@ -19,7 +19,11 @@ class Snapshot:
         inputs: list[Node] = [n for n in self.copies if n.op in ("placeholder", "get_attr")]
         alive = set(graph.nodes)
         kept = set(inputs) if all(n in alive for n in inputs) else set()
-        for node in reversed(list(graph.nodes)):
-            if node not in kept:
-                graph.erase_node(node)
+        gone = [n for n in graph.nodes if n not in kept]
+        # A pass that failed half-way may have left a node before one it reads: drop every use
+        # first, so that no erase finds a user left, whatever the nodes' order
+        for node in gone:
+            node.args, node.kwargs = (), {}
+        for node in gone:
+            graph.erase_node(node)
         graph.output(graph.graph_copy(self.saved, {self.copies[n]: n for n in kept}))

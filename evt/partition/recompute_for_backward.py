@@ -58,7 +58,9 @@ def _recompute(graph: Graph, region: Region) -> Region:
         chain = _chain(u, inside, saved - {u}, region.anchor)
         if chain is None:
             continue
-        with graph.inserting_after(u):  # read by the backward only (and recomputed there)
+        # read by the backward only (and recomputed there); right after u in graph order (not
+        # `inserting_after(u)`, which would put the copies in reverse)
+        with graph.inserting_before(u.next):
             copies = copy_nodes(graph, [n for n in nodes if n in chain], side="backward")
         for x in _backward_readers(u, inside):
             x.replace_input_with(u, copies[u])

@@ -58,7 +58,9 @@ def _recompute(graph: Graph, region: Region) -> Region:
         chain = [n for n in nodes if n in found[0]]  # region nodes are in graph order
         root = found[1]
         external = [x for x in u.users if x not in nodes]
-        with graph.inserting_after(u):  # in graph order: every copy's inputs are copied or outside
+        # right after u, in graph order (every copy's inputs are copied or outside); not
+        # `inserting_after(u)`, which puts each new node right after u: the copies in reverse
+        with graph.inserting_before(u.next):
             copies = copy_nodes(graph, chain)
         for x in external:
             x.replace_input_with(u, copies[u])

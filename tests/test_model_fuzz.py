@@ -107,3 +107,19 @@ def test_seeds_with_an_op_are_the_ones_whose_regions_compute_it():
     assert all("silu_backward_sigmoid" not in region_ops(s, True) for s in range(57, 63))
     with pytest.raises(ValueError, match="not one of evt.ir.COMPUTE_OPS"):
         seeds(0, 1, op="erf")
+
+
+def test_the_op_scan_starts_no_kernel_build(monkeypatch):
+    """On the GPU machine compiling a program starts its kernels' builds; scanning seeds for an
+    op must not (session 49: 104 builds for the 180 seeds `--op` dropped, which ate the device
+    call), while capturing a chosen seed's kernels still does."""
+    from evt.runtime import dispatch, fast
+
+    started = []
+    monkeypatch.setattr(dispatch, "sm90_available", lambda: True)
+    monkeypatch.setattr(fast, "prefetch", lambda device="cuda": None)  # the C++ launch path
+    monkeypatch.setattr(fast, "ensure", lambda *a, **k: None)
+    monkeypatch.setattr(dispatch, "build_for", lambda spec, problem=None: started.append(spec.name))
+    assert "silu_backward_sigmoid" in region_ops(56, True)
+    assert started == []
+    assert {spec.name for spec, _ in kernels_of(56)} <= set(started)  # and kernels_of builds

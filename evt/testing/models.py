@@ -207,9 +207,12 @@ def region_ops(seed: int, smooth: bool) -> set[str]:
     activations (on a GPU), float32 with any (on the CPU). Captured on the CPU (`evt.explain`)."""
     from evt import ir
 
+    from evt.runtime import dispatch
+
     dtype = torch.bfloat16 if smooth else torch.float32
-    return {n.op for spec, _ in kernels_of(seed, dtype, smooth) for n in spec.nodes
-            if isinstance(n, ir.Compute)}  # fmt: skip
+    with dispatch.no_prefetch():  # a seed without the op is dropped: build nothing for it
+        captured = kernels_of(seed, dtype, smooth)
+    return {n.op for spec, _ in captured for n in spec.nodes if isinstance(n, ir.Compute)}
 
 
 def describe(model: Program) -> str:

@@ -206,7 +206,6 @@ def region_ops(seed: int, smooth: bool) -> set[str]:
     """The compute ops of the seed's regions as the program will run: bf16 with smooth
     activations (on a GPU), float32 with any (on the CPU). Captured on the CPU (`evt.explain`)."""
     from evt import ir
-
     from evt.runtime import dispatch
 
     dtype = torch.bfloat16 if smooth else torch.float32

@@ -175,24 +175,34 @@ def test_with_every_region_vetoed_the_rewrites_around_them_leave_a_valid_graph(n
     assert any("EVT_UNFUSE" in why for _, _, why in report.unfused), report.unfused
 
 
-def test_a_failing_pass_leaves_the_graph_as_it_came_and_training_runs(monkeypatch):
-    """A pass that rewrites the graph and then fails (here: a view spelling a symbolic size as a
-    literal, caught by the final verifier, or any exception) must not leave a half-rewritten
-    graph: the backend puts the graph back, warns once, and the step matches eager."""
-    import warnings
+def _rewrites_then_raises(graph):
+    first = next(n for n in graph.nodes if n.op == "call_function")
+    with graph.inserting_after(first):
+        graph.call_function(torch.ops.aten.neg.default, (first,))  # a rewrite, then
+    raise RuntimeError("injected pass failure")
 
+
+def _leaves_a_node_before_its_input(graph):
+    """Session 49: putting such a graph back raised, and Dynamo failed the step."""
+    first = next(n for n in graph.nodes if n.op == "call_function")
+    with graph.inserting_after(first):  # each right after `first`: `exp` lands before `neg`
+        neg = graph.call_function(torch.ops.aten.neg.default, (first,))
+        graph.call_function(torch.ops.aten.exp.default, (neg,))
+    graph.lint()  # raises: used before it is defined
+
+
+@pytest.mark.parametrize("failing", [_rewrites_then_raises, _leaves_a_node_before_its_input])
+def test_a_failing_pass_leaves_the_graph_as_it_came_and_training_runs(failing, monkeypatch):
+    """A pass that rewrites the graph and then fails (here: a view spelling a symbolic size as a
+    literal, caught by the final verifier, or any exception), even one that leaves a node before
+    one it reads, must not leave a half-rewritten graph: the backend puts the graph back, warns
+    once, and the step matches eager."""
     from evt import backend, pipeline
     from evt.graph.capture import capture_joint
 
-    def breaks(graph):
-        first = next(n for n in graph.nodes if n.op == "call_function")
-        with graph.inserting_after(first):
-            graph.call_function(torch.ops.aten.neg.default, (first,))  # a rewrite, then
-        raise RuntimeError("injected pass failure")
-
     graph = capture_joint(MLP(8, 16), torch.randn(4, 8, requires_grad=True))
     before = [(n.op, str(n.target)) for n in graph.nodes]
-    monkeypatch.setattr(pipeline, "GRAPH_PASSES", [*pipeline.GRAPH_PASSES, ("breaks", breaks)])
+    monkeypatch.setattr(pipeline, "GRAPH_PASSES", [*pipeline.GRAPH_PASSES, ("failing", failing)])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert backend.fuse_graph(graph) is None
@@ -201,30 +211,6 @@ def test_a_failing_pass_leaves_the_graph_as_it_came_and_training_runs(monkeypatc
     assert [str(w.message) for w in caught if "graph left unfused" in str(w.message)]
     errs = train_compare(MLP(8, 16), [torch.randn(4, 8)], torch.float32)
     assert max(errs.values()) < 1e-5, errs
-
-
-def test_a_graph_a_failing_pass_left_out_of_order_is_put_back_too(monkeypatch):
-    """A pass that fails after leaving a node before one it reads: putting the graph back must
-    not trip over that use (session 49: it raised, and Dynamo failed the step)."""
-    from evt import backend, pipeline
-    from evt.graph.capture import capture_joint
-
-    def disorders(graph):
-        first = next(n for n in graph.nodes if n.op == "call_function")
-        with graph.inserting_after(first):  # each right after `first`: `exp` lands before `neg`
-            neg = graph.call_function(torch.ops.aten.neg.default, (first,))
-            graph.call_function(torch.ops.aten.exp.default, (neg,))
-        graph.lint()  # raises: used before it is defined
-
-    graph = capture_joint(MLP(8, 16), torch.randn(4, 8, requires_grad=True))
-    before = [(n.op, str(n.target)) for n in graph.nodes]
-    monkeypatch.setattr(pipeline, "GRAPH_PASSES", [*pipeline.GRAPH_PASSES, ("disorders", disorders)])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert backend.fuse_graph(graph) is None
-    graph.lint()
-    assert [(n.op, str(n.target)) for n in graph.nodes] == before
-    assert [str(w.message) for w in caught if "graph left unfused" in str(w.message)]
 
 
 def test_the_verifier_rejects_a_symbolic_size_written_as_a_literal():

@@ -192,7 +192,10 @@ def fuse(
         why[region.anchor] = "max-autotune: its fused kernel was not faster than the unfused path"
         return False
 
-    lowered = lower_regions(graph, regions, keep_region, prepare)
+    def prepare_requested(built_regions) -> None:  # max-autotune times none EVT_UNFUSE names
+        prepare([(r, b) for r, b in built_regions if not unfused_by_request(b.spec.name)])
+
+    lowered = lower_regions(graph, regions, keep_region, prepare and prepare_requested)
     run_passes(graph, CLEANUP_PASSES, check)
     verify(graph, after="lower_regions")
     report = GraphReport(unfused_gemms=len(gemms) - len(lowered), drawing=drawing)

@@ -853,6 +853,31 @@ def test_every_regions_candidates_start_building_before_the_first_is_timed(monke
     autotune.reset()
 
 
+def test_max_autotune_builds_and_times_nothing_for_a_region_evt_unfuse_names(monkeypatch, tmp_path):
+    """`EVT_UNFUSE` leaves a region unfused before max-autotune's hooks see it: no candidate of
+    it is built or timed, the other region's are."""
+    _decide_on_cpu(monkeypatch, tmp_path)
+    events = []
+    monkeypatch.setattr(build, "prefetch", lambda spec, cfg=None, compile_fn=None: events.append(
+        ("build", spec.name)) or Future())  # fmt: skip
+
+    def timed(built, problem, timer, device, phases=None, others=None, rejected=None, dense=()):
+        events.append(("time", built.spec.name))
+        return _made_up_kernel_timings(built, problem, timer, device, others=others)
+
+    monkeypatch.setattr(autotune, "time_candidates", timed)
+    model = torch.nn.Sequential(LinearAct(32, 64, "relu"), LinearAct(64, 32, "gelu"))
+    with torch.no_grad():
+        graph = capture_joint(model, torch.randn(16, 32))
+    monkeypatch.setenv("EVT_UNFUSE", "evt_f0_*")
+    report = pipeline.fuse(graph, keep=autotune.decide, prepare=autotune.prefetch)
+    names = {name for _, name in events}
+    assert names and all(not n.startswith("evt_f0_") for n in names), events
+    assert ("time", next(iter(names))) in events
+    assert any("EVT_UNFUSE" in why for _, _, why in report.unfused), report.unfused
+    autotune.reset()
+
+
 def test_autotune_on_the_inductor_route_compiles_the_unfused_path_apart(monkeypatch, tmp_path):
     """Inside Inductor's compile (evt's pass runs in it), the unfused path compiles in a compile
     of its own: without evt's pass (it would fuse the region again) and CUDA graphs."""

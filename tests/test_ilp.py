@@ -113,6 +113,27 @@ def test_cycle_inducing_fusion_is_refused():
     assert shape(regions) == [("mm", ("sum_1",))]  # the sum next to the GEMM, the sub after it
 
 
+def test_a_region_cannot_hold_values_before_and_after_a_gemm_reading_it(recwarn):
+    """`a` feeds the second GEMM, whose result joins `a` again: one region holding `a` and the
+    sum (the most bytes on chip) would be a cycle through that GEMM. The model knows the GEMM
+    reads `a` (session 49: it did not, chose that cycle, and the repair loop, merging the one
+    component it was in, spun until it fell back to the greedy partition with a warning)."""
+
+    def f(x, w1, w2):
+        y = x @ w1
+        a = y * 2
+        z = a @ w2
+        return (a + z) * y
+
+    g = graph_of(f, 3)
+    ilp.LAST_STATS.clear()
+    regions = ilp.partition(g)
+    validate(g, regions)
+    assert shape(regions) == [("mm", ("mul",)), ("mm_1", ("add", "mul_1"))]
+    assert ilp.LAST_STATS[-1].repairs == 0
+    assert not [w for w in recwarn if "closing cycles" in str(w.message)]
+
+
 def test_capacity_bounds_aux_tensors():
     def f(x, w, a, b, c):
         return ((x @ w) + a) * b - c  # three full-size aux loads

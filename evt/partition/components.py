@@ -101,6 +101,12 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
     for c in cands:
         for n in c.nodes:
             _add_inputs(g, n, c.shape, inside)
+        # a GEMM reading a value another GEMM's region may fuse (its operand): without the edge the
+        # model let one region hold both a node before that GEMM and one after it, a cycle only
+        # the repair loop saw, which merging the (one) component could not break (session 49)
+        for a in c.anchor.all_input_nodes:
+            if a in inside:
+                _flag(g, a, c.anchor, fx=True)
     last = max(order[n] for n in inside)
     by_order = order.__getitem__  # sets of nodes iterate in id order: sort, so that the model
     for n in sorted(inside, key=by_order):  # (and the solver's tie-breaks) never vary by run

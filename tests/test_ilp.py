@@ -134,6 +134,24 @@ def test_a_region_cannot_hold_values_before_and_after_a_gemm_reading_it(recwarn)
     assert not [w for w in recwarn if "closing cycles" in str(w.message)]
 
 
+def test_a_cycle_within_one_component_falls_back_at_once(monkeypatch):
+    """Should the model miss a cycle inside one component again, merging components cannot break
+    it: the partitioner says so and takes the greedy partition at once, not after MAX_REPAIRS
+    identical solves."""
+
+    def f(x, w1, w2):
+        return torch.relu(x @ w1) @ w2 * 2
+
+    g = graph_of(f, 3)
+    anchors = [n for n in g.nodes if n.name in ("mm", "mm_1")]
+    calls = []
+    monkeypatch.setattr(ilp, "_cycle", lambda graph, regions: calls.append(1) or set(anchors[:1]))
+    with pytest.warns(UserWarning, match="within one component"):
+        regions = ilp.partition(g)
+    assert len(calls) == 1
+    assert shape(regions) == shape(greedy.partition(g))
+
+
 def test_capacity_bounds_aux_tensors():
     def f(x, w, a, b, c):
         return ((x @ w) + a) * b - c  # three full-size aux loads

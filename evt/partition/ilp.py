@@ -80,6 +80,13 @@ def _partition(graph: Graph, max_aux: int, saved_budget: int | None) -> list[Reg
         cycle = _cycle(graph, regions)
         if cycle is None:
             break
+        if sum(1 for c in comps if cycle & set(c.anchors)) < 2:  # merging cannot change the solve
+            names = sorted(a.name for a in cycle)
+            warnings.warn(f"evt: the ILP regions of {names} close a cycle within one component (a "
+                          "gap in the model: please report it); using the greedy partition",
+                          stacklevel=2)  # fmt: skip
+            regions = greedy.partition(graph)
+            break
         comps, chosen = _merge(comps, chosen, cycle, order, max_aux, stats, graph, budget)
     else:
         warnings.warn("evt: ILP regions kept closing cycles; using the greedy partition", stacklevel=2)

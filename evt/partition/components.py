@@ -96,7 +96,10 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
         g.add_node(c.anchor, role="anchor", **_attrs(c.anchor, inside))
         for n in c.nodes:
             g.add_node(n, role="node", **_attrs(n, inside))
-            _flag(g, c.anchor, n, cand=True)
+            # free: this anchor's region would compute n from what it loads (a load tree), where
+            # another's may hold n as its own epilogue node (relu(mm) is mm's, and free for a
+            # GEMM reading mm): the rule that n joins only beside a reader of it is per anchor
+            _flag(g, c.anchor, n, cand=True, free=n in c.free)
             g.nodes[n]["free"] = any(n in other.free for other in cands)
     for c in cands:
         for n in c.nodes:
@@ -119,7 +122,7 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
             for k in ("role", "target", "bytes", "escapes", "aux", "saved", "reduction", "free")
         )
     for _, _, data in g.edges(data=True):
-        data["label"] = ":".join(k for k in ("fx", "load", "cand", "path") if data.get(k))
+        data["label"] = ":".join(k for k in ("fx", "load", "cand", "path", "free") if data.get(k))
     return Component(g, [c.anchor for c in cands], cands)
 
 

@@ -100,7 +100,7 @@ def _downstream_and_must_join(m, g, anchors, cands) -> None:
     for a in anchors:
         for n in cands[a]:
             preds = [p for p in g.predecessors(n) if g.edges[p, n].get("fx")]
-            if g.nodes[n].get("free"):  # computed from broadcasts: only beside a reader of it
+            if g.edges[a, n].get("free"):  # a's load tree computes it: only beside a reader of it
                 readers = [v for v in g.successors(n) if g.edges[n, v].get("fx")]
                 m.problem += m.x[a, n] <= pulp.lpSum(member(m, a, v) for v in readers)
             else:

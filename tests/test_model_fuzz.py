@@ -57,6 +57,16 @@ def test_a_failing_pass_is_caught(monkeypatch):
         compare(0)
 
 
+def test_a_fallback_to_the_greedy_partition_is_caught(monkeypatch):
+    """The ILP falling back to the greedy partition is a finding too (session 49: seed 94's
+    partition did, unseen, until a sweep looked at the warnings)."""
+    from evt.partition import ilp
+
+    monkeypatch.setattr(ilp, "_cycle", lambda graph, regions: {regions[0].anchor} if regions else None)
+    with pytest.raises(PipelineFailed, match="greedy partition"):
+        compare(0)
+
+
 def test_a_wrong_region_is_caught(monkeypatch):
     """The comparison fails when a region computes something else (add computed as subtract)."""
     monkeypatch.setitem(reference.COMPUTE_REFERENCE, "add", lambda a, b: a - b)

@@ -251,8 +251,10 @@ def compare(
     finally:
         evt.backend._listeners.remove(reports.append)
         torch._dynamo.reset()
-    # a pass that raised leaves the whole graph unfused (correct, but a bug to report)
-    failed = [str(w.message) for w in caught if "graph left unfused" in str(w.message)]
+    # a pass that raised leaves the whole graph unfused, and an ILP that failed leaves it to the
+    # greedy partition (correct, but bugs to report: seed 94's cycle went unseen until session 49)
+    failed = [str(w.message) for w in caught
+              if any(sign in str(w.message) for sign in ("graph left unfused", "using the greedy partition"))]  # fmt: skip
     if failed:
         raise PipelineFailed(failed[0])
     errs = {"loss": _rel(got, want)}
@@ -262,7 +264,8 @@ def compare(
 
 
 class PipelineFailed(Exception):
-    """evt warned that a pass failed and left a graph unfused."""
+    """evt warned that a pass failed and left a graph unfused, or that the ILP partitioner fell
+    back to the greedy partition."""
 
 
 def _rel(got: torch.Tensor | None, want: torch.Tensor | None) -> float:

@@ -100,7 +100,6 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
             # another's may hold n as its own epilogue node (relu(mm) is mm's, and free for a
             # GEMM reading mm): the rule that n joins only beside a reader of it is per anchor
             _flag(g, c.anchor, n, cand=True, free=n in c.free)
-            g.nodes[n]["free"] = any(n in other.free for other in cands)
     for c in cands:
         for n in c.nodes:
             _add_inputs(g, n, c.shape, inside)
@@ -119,7 +118,7 @@ def component(cands: list[Candidates], order: dict[Node, int]) -> Component:
         data["pos"] = order[n]  # graph order: lets the cache try the obvious mapping first
         data["label"] = ":".join(
             str(data.get(k, ""))
-            for k in ("role", "target", "bytes", "escapes", "aux", "saved", "reduction", "free")
+            for k in ("role", "target", "bytes", "escapes", "aux", "saved", "reduction")
         )
     for _, _, data in g.edges(data=True):
         data["label"] = ":".join(k for k in ("fx", "load", "cand", "path", "free") if data.get(k))

@@ -35,6 +35,8 @@ from typing import ClassVar
 
 import torch
 
+from evt.errors import CodegenError
+
 # dtype name -> (torch dtype, CUTLASS element type)
 DTYPES: dict[str, tuple[torch.dtype, str]] = {
     "bf16": (torch.bfloat16, "cutlass::bfloat16_t"),
@@ -408,6 +410,14 @@ class KernelSpec:
     # them with its threads (`TileConfig.staged_stores`) where TMA cannot, and no reader needs a
     # dense copy (`evt.codegen.tree.dense_rows`: `EVT_STAGED_STORES=1`)
     dense_rows: bool = False
+
+    def __post_init__(self):
+        # nodes refer to each other by name: a repeated one would make its readers take whichever
+        # came last (a baddbmm with both alpha and beta once read beta's product twice)
+        names = [n.name for n in self.nodes]
+        if repeated := sorted({x for x in names if names.count(x) > 1}):
+            raise CodegenError(f"kernel {self.name}: node names {repeated} repeat; each IR node "
+                               "needs its own (evt.codegen.tree names them after their FX nodes)")  # fmt: skip
 
     def pitch(self, n: int, dtype: str) -> int:
         """The row stride, in elements, of a freshly allocated [L,] M, N output of `dtype`."""

@@ -197,7 +197,6 @@ C, E = ir.ScalarBroadcast("c", 0.5), ir.Compute("e", "exp", ("acc",))
         (_spec(C, E, ir.Compute("w", "where", ("e", "acc", "c")), d="w"), "unsafe"),
         (_spec(ir.AuxStore("s", "acc", 1, "b8"), d="acc"), "not a mask"),
         (_spec(E, d="acc", d_dtype="f32"), "dead"),
-        (_spec(C, ir.Compute("c", "neg", ("acc",)), d="c"), "twice"),
         (_spec(ir.Compute("n", "neg", ("x",)), d="n"), "before it is defined"),
         (
             _spec(

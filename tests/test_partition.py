@@ -141,3 +141,32 @@ def test_a_gemm_tma_cannot_read_leaves_its_epilogue_to_another(rank, anchor):
         why = [w for _, side, w in report.unfused if "TMA cannot read its operand" in w]
         assert any("[128, 4]" in w and "(4, 1)" in w for w in why), report.unfused
         assert not any(r.anchor == "aten.mm" and r.side == "forward" for r in report.regions)
+
+
+class ScaledGemm(nn.Module):
+    """addmm / baddbmm with both alpha and beta != 1, then a sigmoid the region takes."""
+
+    def __init__(self, batched: bool):
+        super().__init__()
+        self.batched = batched
+        lead = (3,) if batched else ()
+        self.w = nn.Parameter(torch.randn(*lead, 16, 8) * 0.3)
+        self.c = nn.Parameter(torch.randn(*lead, 12, 8))
+
+    def forward(self, x):
+        gemm = torch.baddbmm if self.batched else torch.addmm
+        return torch.sigmoid(gemm(self.c, x, self.w, beta=0.5, alpha=2.0))
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["addmm", "baddbmm"])
+def test_a_gemm_scaled_by_alpha_and_beta_trains_like_eager(batched):
+    """alpha's product and beta's were both named after the anchor with one counter each, so the
+    tree held two nodes of each name and the add read beta's product twice: a wrong forward."""
+    from tests.graphs import explain, train_compare
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 12, 16) if batched else torch.randn(12, 16)
+    report = explain(lambda x: ScaledGemm(batched)(x).sum(), x)
+    assert [r.fused for r in report.regions if r.side == "forward"] == [["aten.sigmoid", "aten.sum"]]
+    errs = train_compare(ScaledGemm(batched), [x], torch.float32)
+    assert max(errs.values()) < 1e-5, errs

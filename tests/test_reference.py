@@ -114,3 +114,12 @@ def test_odd_shapes(m, n, k):
     d, _ = reference.run(fc1_spec(), [x, w, b])
     assert rel_err(d, torch.nn.functional.gelu(x @ w.t() + b)) < 1e-6
     assert not math.isnan(d.sum().item())
+
+
+def test_a_spec_with_a_repeated_node_name_is_refused():
+    from evt.errors import CodegenError
+
+    nodes = (ir.AccFetch("acc"), ir.ScalarBroadcast("c", 2.0), ir.ScalarBroadcast("c", 0.5),
+             ir.Compute("x", "mul", ("acc", "c")))  # fmt: skip
+    with pytest.raises(CodegenError, match=r"kernel k: node names \['c'\] repeat"):
+        ir.KernelSpec("k", ir.Gemm(A, B_T, "f32"), nodes, "x", "f32", 2)

@@ -113,10 +113,11 @@ class _Builder:
         a = ir.Operand(self.input_index(g.a), g.a_transposed, majors[0])
         b = ir.Operand(self.input_index(g.b), g.b_transposed, majors[1])
         acc = self.add(ir.AccFetch(f"{c_identifier(a_node.name)}_acc"))
-        value = acc if g.alpha == 1 else self.expr(Expr("mul", (_Ref(acc), g.alpha)), a_node, [0], False)
+        counter = [0]  # one for alpha's and beta's steps: they name their nodes after the anchor
+        value = acc if g.alpha == 1 else self.expr(Expr("mul", (_Ref(acc), g.alpha)), a_node, counter, False)
         if g.bias is not None:
             bias: object = g.bias if g.beta == 1 else Expr("mul", (g.bias, g.beta))
-            value = self.expr(Expr("add", (_Ref(value), bias)), a_node, [0])
+            value = self.expr(Expr("add", (_Ref(value), bias)), a_node, counter)
         self.value[a_node] = value
         return ir.Gemm(a, b, ir.dtype_name(g.a.meta["val"].dtype), g.batched, g.nested)
 

@@ -1,0 +1,484 @@
+"""Common `torch.nn` modules and functional patterns a user trains, as they come: transformer
+layers, `nn.MultiheadAttention` with its masks, recurrent cells, a CNN's head, tied embeddings,
+the losses, `baddbmm` with alpha and beta, in-place ops, several outputs. The CPU tier
+(`test_nn_modules.py`) trains each through evt's reference path against eager in float32; the
+GPU tier (`test_gpu_nn_modules.py`) trains each in bf16 on real kernels against float32 eager.
+Session 50 wrote them as a probe and found `baddbmm(c, x, w, beta=0.5, alpha=2.0)` computed
+wrongly: alpha's and beta's products shared IR node names.
+
+Each case builds its module from `dim` and its inputs from (batch, seq, dim); float inputs are
+float32 (the GPU tier casts them), index and mask inputs keep their dtype. A module returns one
+tensor, a tuple (its float tensors all feed the loss) or a scalar loss of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Case:
+    build: Callable[[int], nn.Module]  # dim -> module
+    inputs: Callable[[int, int, int], list[torch.Tensor]]  # (batch, seq, dim) -> inputs
+    # whether evt fuses something in its step (else why not: the test holds the case to it, so
+    # a change either way is seen)
+    unfused: str = ""
+
+
+def _x(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b, s, d)]
+
+
+def _rows(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b * s, d)]
+
+
+class KeyPadding(nn.Module):
+    """Self-attention through `nn.MultiheadAttention` with a key padding mask."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+
+    def forward(self, x, pad):
+        return self.attn(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+
+
+def _padded(b: int, s: int, d: int) -> list[torch.Tensor]:
+    pad = torch.zeros(b, s, dtype=torch.bool)
+    pad[1::2, s // 2 :] = True
+    return [torch.randn(b, s, d), pad]
+
+
+class CrossAttentionWeights(nn.Module):
+    """Cross-attention with other key and value widths, its averaged weights returned too."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True, kdim=d // 2, vdim=d // 4)
+
+    def forward(self, x, k, v):
+        return self.attn(x, k, v)
+
+
+def _cross(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b, s, d), torch.randn(b, s // 2, d // 2), torch.randn(b, s // 2, d // 4)]
+
+
+class Decoder(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(d, 4, 2 * d, dropout=0.0, batch_first=True)
+
+    def forward(self, x, memory):
+        return self.layer(x, memory)
+
+
+class Bilinear(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.bil, self.out = nn.Bilinear(d, d // 2, d), nn.Linear(d, d)
+
+    def forward(self, x, y):
+        return self.out(torch.relu(self.bil(x, y)))
+
+
+class EinsumHeads(nn.Module):
+    """A per-head projection written as an einsum (a batched GEMM), then ReLU and a scale."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, d // 4, d // 4) * d**-0.5)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        heads = x.view(b, s, 4, d // 4).transpose(1, 2)
+        return torch.einsum("bhsd,hde->bhse", heads, self.w).relu() * 2
+
+
+class ScaledBaddbmm(nn.Module):
+    """`baddbmm` with alpha and beta both != 1, then a sigmoid (the bug session 50 found)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, d, d) * d**-0.5)
+        self.c = nn.Parameter(torch.randn(8, 1, d))
+
+    def forward(self, x):
+        c = self.c.expand(-1, x.shape[1], -1)
+        return torch.sigmoid(torch.baddbmm(c, x, self.w, beta=0.5, alpha=2.0))
+
+
+class ScaledAddmm(nn.Module):
+    """`addmm` with alpha and beta both != 1 and `addbmm` summing over a batch, then tanh."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d) * d**-0.5)
+        self.wb = nn.Parameter(torch.randn(2, d, d) * d**-0.5)
+        self.c = nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        y = torch.tanh(torch.addmm(self.c, x, self.w, beta=0.25, alpha=1.5))
+        return torch.addbmm(self.c, torch.stack([y, x]), self.wb).relu()
+
+
+class Linear4d(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d, bias=False)
+
+    def forward(self, x):
+        x = x.view(2, x.shape[0] // 2, *x.shape[1:])
+        return self.down(F.silu(self.up(x))) + x
+
+
+class TransposedInput(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return F.gelu(self.fc(x.t()), approximate="tanh")
+
+
+class Cells(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.lstm, self.gru = nn.LSTMCell(d, d), nn.GRUCell(d, d)
+
+    def forward(self, x):
+        h, c = self.lstm(x)
+        return self.gru(h, c)
+
+
+class ConvHead(nn.Module):
+    """A convolution (outside every region) with batch norm, then a Linear head and log_softmax."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.conv, self.norm = nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8)
+        self.head = nn.Linear(8 * 6 * 6, d)
+
+    def forward(self, x):
+        return F.log_softmax(self.head(F.relu(self.norm(self.conv(x))).flatten(1)), -1)
+
+
+def _images(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b * s, 3, 8, 8)]
+
+
+class TiedLabelSmoothing(nn.Module):
+    """Tied embedding and head, cross-entropy with label smoothing and an ignored index."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(4 * d, d), nn.Linear(d, d)
+
+    def forward(self, tokens, targets):
+        logits = torch.relu(self.fc(self.emb(tokens))) @ self.emb.weight.t()
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), label_smoothing=0.1, ignore_index=3)
+
+
+def _tokens(b: int, s: int, d: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    return [torch.randint(0, 4 * d, (b, s), generator=g), torch.randint(0, 4 * d, (b, s), generator=g)]
+
+
+class DenseExperts(nn.Module):
+    """Every expert on every token (batched GEMMs), the router's top expert picked by gather."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.router = nn.Linear(d, 4)
+        self.w1 = nn.Parameter(torch.randn(4, d, 2 * d) * d**-0.5)
+        self.w2 = nn.Parameter(torch.randn(4, 2 * d, d) * (2 * d) ** -0.5)
+
+    def forward(self, x):
+        p = F.softmax(self.router(x), -1)
+        top = p.argmax(-1)
+        out = torch.bmm(torch.bmm(x.expand(4, -1, -1), self.w1).relu(), self.w2)
+        picked = out.gather(0, top.view(1, -1, 1).expand(1, -1, x.shape[1])).squeeze(0)
+        return picked * p.gather(1, top.view(-1, 1))
+
+
+class BroadcastMatmul(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, d, d) * d**-0.5)
+
+    def forward(self, x):
+        return torch.exp(torch.matmul(x.unsqueeze(0), self.w) * 0.1)
+
+
+class SharedWeight(nn.Module):
+    """One Linear applied three times."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.fc(x))) * self.fc(x).sigmoid()
+
+
+class InPlace(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc, self.act = nn.Linear(d, d), nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        y = self.fc(x)
+        y.mul_(2).add_(1)
+        return self.act(y)
+
+
+class SeveralOutputs(nn.Module):
+    """A hidden state, a detached projection and an integer argmax."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(d, d), nn.Linear(d, 8)
+
+    def forward(self, x):
+        h = F.leaky_relu(self.fc(x), 0.2)
+        return h, self.proj(h).detach() + 1, self.proj(h).max(-1).indices
+
+
+class MishPlainNorm(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc, self.out = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.norm = nn.LayerNorm(2 * d, elementwise_affine=False)
+
+    def forward(self, x):
+        return F.log_softmax(self.out(self.norm(F.mish(self.fc(x)))), -1)
+
+
+class Normed(nn.Module):
+    """A Linear, a normalization layer (`nn.GroupNorm`, `nn.RMSNorm`), a Linear."""
+
+    def __init__(self, d: int, norm: Callable[[int], nn.Module]):
+        super().__init__()
+        self.fc, self.norm, self.out = nn.Linear(d, 2 * d), norm(2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return self.out(self.norm(self.fc(x)))
+
+
+class Glu(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return self.out(F.glu(self.fc(x), -1))
+
+
+class SoftminSoftplus(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, 2 * d)
+
+    def forward(self, x):
+        return F.softmin(self.fc(x) / 0.7, -1) * F.softplus(self.fc(x), beta=2, threshold=5)
+
+
+class Losses(nn.Module):
+    """KL divergence, smooth L1 and BCE with logits on one Linear's output."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, 16)
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        return (F.kl_div(F.log_softmax(y, -1), t, reduction="batchmean") + F.smooth_l1_loss(y, t)
+                + F.binary_cross_entropy_with_logits(y, t))  # fmt: skip
+
+
+def _soft_targets(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b * s, d), torch.softmax(torch.randn(b * s, 16), -1)]
+
+
+class MoreLosses(nn.Module):
+    """Summed cross-entropy, the largest per-row NLL and an MSE against a detached target."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, 16)
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        nll = F.nll_loss(F.log_softmax(y, -1), t, reduction="none").max()
+        return F.cross_entropy(y, t, reduction="sum") / t.numel() + nll + F.mse_loss(y, y.detach() * 0.5)
+
+
+def _classes(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b * s, d), torch.randint(0, 16, (b * s,), generator=torch.Generator().manual_seed(6))]
+
+
+class RowStatistics(nn.Module):
+    """`sub` with alpha, `masked_fill`, then logsumexp, std, amax and var_mean over rows."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, 2 * d), nn.Linear(2 * d, 2 * d)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = torch.sub(h, self.b.bias, alpha=0.3).masked_fill(h > 2, 0.0)
+        y = self.b(h)
+        var = torch.var_mean(y, -1, correction=0, keepdim=True)[0]
+        return (torch.logsumexp(y, -1, keepdim=True) + y.std(-1, keepdim=True)
+                + y.amax(-1, keepdim=True) - var)  # fmt: skip
+
+
+class OpsOutside(nn.Module):
+    """cumsum and sort after Linears: ops no epilogue computes."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.cumsum(F.relu(self.fc(x)), -1) + torch.sort(self.fc(x), -1).values
+
+
+class Attention(nn.Module):
+    """Packed q, k, v; SDPA with an additive float mask, or the same written out, or written
+    out with a boolean padding mask and `masked_fill`."""
+
+    def __init__(self, d: int, how: str):
+        super().__init__()
+        self.qkv, self.out, self.how = nn.Linear(d, 3 * d), nn.Linear(d, d), how
+
+    def forward(self, x, mask):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 4, d // 4).permute(2, 0, 3, 1, 4)
+        if self.how == "sdpa":
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif self.how == "float_mask":
+            a = torch.softmax((q @ k.transpose(-1, -2)) * (d // 4) ** -0.5 + mask, -1) @ v
+        else:
+            scores = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None, None, :], float("-inf"))
+            a = torch.softmax(scores * 0.3, -1) @ v
+        return self.out(a.transpose(1, 2).reshape(b, s, d))
+
+
+def _float_mask(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b, s, d), torch.randn(s, s)]
+
+
+def _keep(b: int, s: int, d: int) -> list[torch.Tensor]:
+    keep = torch.ones(b, s, dtype=torch.bool)
+    keep[1::2, s // 2 :] = False
+    return [torch.randn(b, s, d), keep]
+
+
+class WeightNormEmbedding(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.emb = nn.Embedding(4 * d, d, padding_idx=0)
+        self.fc = nn.utils.parametrizations.weight_norm(nn.Linear(d, d))
+
+    def forward(self, tokens, _targets):
+        return F.elu(self.fc(self.emb(tokens)))
+
+
+class Pointwise(nn.Module):
+    """A mix of pointwise ops after a Linear: where, pow, sqrt, clamp, rsqrt, reciprocal, sign,
+    remainder."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return (torch.where(y > 0, y**3, y.abs().sqrt()) + y.clamp(-0.5, 0.5) * torch.rsqrt(y * y + 1)
+                + torch.reciprocal(y.abs() + 1) + y.sign() * y.remainder(0.7))  # fmt: skip
+
+
+class Gram(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.bmm(y, y.transpose(1, 2)).tanh() @ y
+
+
+class Similarities(nn.Module):
+    """L2-normalized rows and the cosine similarity of two projections."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.a(x)
+        return y / y.norm(dim=-1, keepdim=True).clamp_min(1e-6) + F.cosine_similarity(y, self.b(x), dim=-1)[:, None]
+
+
+def _layer(**kw) -> Callable[[int], nn.Module]:
+    return lambda d: nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, **kw)
+
+
+TRIMMED = "Inductor's kernel after the GEMM moves fewer bytes than its epilogue would (trim_for_inductor)"
+CASES: dict[str, Case] = {
+    "encoder_post_norm_relu": Case(_layer(batch_first=True), _x),
+    "encoder_pre_norm_gelu": Case(_layer(batch_first=True, norm_first=True, activation="gelu"), _x),
+    "encoder_sequence_first": Case(_layer(), _x),
+    "decoder": Case(Decoder, lambda b, s, d: [torch.randn(b, s, d), torch.randn(b, s // 2, d)]),
+    "mha_key_padding": Case(KeyPadding, _padded),
+    "mha_cross_kv_dims_weights": Case(CrossAttentionWeights, _cross),
+    "bilinear": Case(Bilinear, lambda b, s, d: [torch.randn(b * s, d), torch.randn(b * s, d // 2)]),
+    "einsum_heads": Case(EinsumHeads, _x, "the einsum's output permute sits between its bmm and the ReLU"),
+    "baddbmm_alpha_beta": Case(ScaledBaddbmm, lambda b, s, d: [torch.randn(8, b * s // 8, d)]),
+    "addmm_alpha_beta_addbmm": Case(ScaledAddmm, _rows),
+    "linear_4d_residual": Case(Linear4d, _x),
+    "linear_transposed_input": Case(TransposedInput, lambda b, s, d: [torch.randn(d, b * s)]),
+    "lstm_gru_cells": Case(Cells, _rows),
+    "conv_batchnorm_head": Case(ConvHead, _images),
+    "tied_label_smoothing": Case(TiedLabelSmoothing, _tokens),
+    "dense_experts": Case(DenseExperts, _rows),
+    "broadcast_matmul": Case(BroadcastMatmul, _rows, "the [3, M, N] result is a permute of the mm's [M, 3N]"),
+    "shared_weight": Case(SharedWeight, _rows),
+    "in_place": Case(InPlace, _rows),
+    "several_outputs": Case(SeveralOutputs, _rows),
+    "mish_plain_layernorm": Case(MishPlainNorm, _rows),
+    "groupnorm": Case(lambda d: Normed(d, lambda n: nn.GroupNorm(4, n)), _rows,
+                      "GroupNorm's statistics span groups of columns, not rows"),
+    "rmsnorm": Case(lambda d: Normed(d, nn.RMSNorm), _rows),
+    "glu": Case(Glu, _rows),
+    "softmin_softplus": Case(SoftminSoftplus, _rows),
+    "kl_smooth_l1_bce": Case(Losses, _soft_targets),
+    "ce_sum_nll_none_mse": Case(MoreLosses, _classes),
+    "row_statistics": Case(RowStatistics, _rows),
+    "ops_outside": Case(OpsOutside, _rows),
+    "sdpa_float_mask": Case(lambda d: Attention(d, "sdpa"), _float_mask),
+    "attention_float_mask": Case(lambda d: Attention(d, "float_mask"), _float_mask),
+    "attention_padding_mask": Case(lambda d: Attention(d, "padding"), _keep),
+    "weight_norm_embedding": Case(WeightNormEmbedding, _tokens, TRIMMED),
+    "pointwise": Case(Pointwise, _rows, TRIMMED),
+    "gram": Case(Gram, _x),
+    "similarities": Case(Similarities, _rows),
+}
+
+
+def loss(out) -> torch.Tensor:
+    """The step's loss: a module's own scalar loss, else each float output against a fixed random
+    probe (so the incoming gradient is a fresh tensor, not a constant)."""
+    if isinstance(out, tuple):
+        return torch.stack([loss(o) for o in out if o.is_floating_point()]).sum()
+    if out.dim() == 0:
+        return out.float()
+    g = torch.Generator().manual_seed(out.numel())
+    return (out.float() * torch.randn(out.shape, generator=g).to(out.device)).sum()

@@ -1,0 +1,94 @@
+"""Common `torch.nn` modules (`tests/nn_catalog.py`) with real kernels on an SM90 GPU: each trains
+one bf16 step through `backend="evt"` (Inductor for the rest) and matches fp32 eager as closely as
+bf16 eager does, the loss and every gradient; no region may fall back. The CPU tier
+(`test_nn_modules.py`) runs the same steps in float32 on the reference path.
+
+All kernels are built first in one parallel batch, from a CPU capture of each module's regions at
+the sizes the GPU runs (also `scripts/kernel_pack.py build --tests nn_modules`)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+import evt
+from evt.runtime import dispatch
+from tests.graphs import rel_err
+from tests.nn_catalog import CASES, loss
+from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
+from tests.test_gpu_models import build_all
+
+# attention written out keeps evt's kernels here (EVT_SDPA=0), as in the CPU capture: by default
+# CUDA would run it as one SDPA call, and the captured regions would not be the ones that run
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("attention_as_written")]
+
+B, S, D = 8, 32, 128
+BF16 = torch.bfloat16
+# the CPU runs SDPA as its math decomposition, whose GEMMs evt fuses; CUDA runs SDPA's own kernel
+CPU_ONLY = {"sdpa_float_mask"}
+FUSED = [name for name, case in CASES.items() if not case.unfused and name not in CPU_ONLY]
+
+
+def make(name: str, device: str, dtype=BF16):
+    torch.manual_seed(0)
+    case = CASES[name]
+    model = case.build(D).to(device=device, dtype=dtype)
+    inputs = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
+              for t in case.inputs(B, S, D)]  # fmt: skip
+    return model, inputs
+
+
+def step(model, fn, inputs) -> dict[str, torch.Tensor]:
+    """Forward, loss, backward through `fn`: the loss, the float inputs' and the parameters'
+    gradients, as float32."""
+    model.zero_grad(set_to_none=True)
+    args = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    value = loss(fn(*args))
+    value.backward()
+    got = {"loss": value.detach().float()}
+    got.update({f"input{i}": a.grad.float() for i, a in enumerate(args) if a.grad is not None})
+    got.update({n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None})
+    return got
+
+
+def capture(name: str) -> list[tuple]:
+    """(spec, (M, N, K, L)) of each region of `name`'s bf16 training step, captured on the CPU at
+    the GPU's sizes."""
+    model, inputs = make(name, "cpu")
+    report = evt.explain(lambda *a: step(model, model, a), *inputs)
+    return [(r.spec, r.problem) for r in report.regions]
+
+
+def captured() -> dict[str, list[tuple]]:
+    """Each fusing catalog module's regions, captured on the CPU: what the `regions` fixture
+    builds (also `scripts/kernel_pack.py build --tests nn_modules`, without a GPU)."""
+    with pytest.MonkeyPatch.context() as mp:  # as the tests run (the fixture is theirs alone)
+        mp.setenv("EVT_SDPA", "0")
+        return {name: capture(name) for name in FUSED}
+
+
+@pytest.fixture(scope="module")
+def regions(tmp_path_factory) -> dict[str, list[tuple]]:
+    if not os.environ.get("EVT_CACHE_DIR"):
+        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
+    return build_all(captured())
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_module_trains_like_fp32_eager(regions, name):
+    model, inputs = make(name, "cuda")
+    twin = copy.deepcopy(model)
+    got = torch.compile(lambda *a: step(twin, twin, a), backend="evt")(*inputs)
+    assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+    assert len(dispatch.launches()) >= len(regions[name]), (dict(dispatch.launches()), len(regions[name]))
+    bf16 = step(model, model, inputs)
+    model32 = copy.deepcopy(model).float()
+    want = step(model32, model32, [t.float() if t.is_floating_point() else t for t in inputs])
+    assert got.keys() == want.keys()
+    for n in want:
+        assert torch.isfinite(got[n]).all(), n
+        err, eager_err = rel_err(got[n], want[n]), rel_err(bf16[n], want[n])
+        assert err < max(2e-2, 2 * eager_err), (name, n, err, eager_err)

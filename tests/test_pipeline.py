@@ -301,3 +301,34 @@ def test_division_by_a_number_is_a_multiply_by_its_float32_reciprocal():
     assert not [n for n in nodes if isinstance(n, ir.Compute) and n.op == "div"], nodes
     (scalar,) = [n for n in nodes if isinstance(n, ir.ScalarBroadcast)]
     assert scalar.value == (torch.tensor(1.0) / torch.tensor(3.0)).item() != 1 / 3
+
+
+def test_an_einsums_permuted_result_takes_its_activation():
+    """`einsum("bhsd,hde->bhse")` is a bmm over h whose [H, B·S, E] result is viewed to [H, B, S,
+    E] and permuted to [B, H, S, E]; the ReLU and the scale after it sink above the permute and
+    the view (`sink_views._sink_layout`) into the bmm's epilogue. With dynamic shapes the view
+    stays (its sizes are symbolic), and the step still trains like eager."""
+    import copy
+
+    from tests.nn_catalog import EinsumHeads
+
+    torch.manual_seed(0)
+    model = EinsumHeads(32)
+    x = torch.randn(2, 8, 32)
+    errs = train_compare(copy.deepcopy(model), [x], torch.float32)
+    assert max(errs.values()) < 1e-5, errs
+    probe = torch.randn(2, 4, 8, 8)
+    report = evt.explain(lambda x: (model(x) * probe).sum().backward(), x)
+    forward = [(r.anchor, r.fused) for r in report.regions if r.side == "forward"]
+    assert len(forward) == 1 and forward[0][0] == "aten.bmm" and "aten.relu" in forward[0][1], forward
+
+    torch._dynamo.reset()
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend=evt.backend.evt_backend, options={"rest": "eager"},
+                             dynamic=True)  # fmt: skip
+    for rows in (8, 12):
+        xs = torch.randn(2, rows, 32)
+        model.zero_grad(), twin.zero_grad()
+        got, want = compiled(xs), model(xs)
+        got.square().sum().backward(), want.square().sum().backward()
+        assert rel_err(got, want) < 1e-5 and rel_err(twin.w.grad, model.w.grad) < 1e-5

@@ -90,7 +90,8 @@ def why_not_anchor(node: torch.fx.Node) -> str | None:
     if val.dtype not in GEMM_DTYPES:
         return f"dtype {val.dtype}"
     if gemm_majors(g) is None:
-        return "an operand has no unit-stride dimension (e.g. an expanded gradient)"
+        return ("an operand is expanded over the batch (stride 0: TMA wants a real stride) or has "
+                "no unit-stride dimension (e.g. an expanded gradient)")  # fmt: skip
     if operand := unreadable_operand(g):
         v = (g.a if operand == "A" else g.b).meta["val"]
         return (f"TMA cannot read its operand {operand} ({list(v.shape)} {v.dtype}, strides "

@@ -10,6 +10,13 @@ op whose tensor inputs are such views of 2-D [M, N] values (or 3-D values that c
 
 and repeats to a fixed point. Views are free; the graph gains no copies.
 
+Where every tensor input of such an op is the same permute, or a view to the op's own shape of
+values of one other shape (0-dim tensors and numbers aside), and one of those values comes from
+a GEMM (through views, permutes and epilogue ops), the op moves above the permute or view instead
+(`_sink_layout`): an einsum's `permute(view(bmm, (H, B, S, E)), (1, 0, 2, 3))` followed by a ReLU,
+or `matmul(x[None], w[3, K, N])`'s `permute(view(mm, (M, 3, N)), ...)` followed by an exp, then
+have the ReLU or the exp on the GEMM's own [L, M, N] or [M, N] result.
+
 With dynamic shapes a view's symbolic sizes must be nodes of the graph. They are computed from
 the graph's SymInt inputs (`M = s0 * s1` becomes `operator.mul(primals_2, primals_3)`), not
 read with `sym_size` from the tensor being viewed: a `sym_size` of a GEMM's output or of an
@@ -27,12 +34,14 @@ import sympy
 import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
+from torch.fx.node import map_arg
 
-from evt.graph.epilogue_rules import epilogue_expr
+from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr
 from evt.graph.fake import make_node
 
 aten = torch.ops.aten
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+GEMMS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
 
 
 def sink_views(graph: Graph) -> Graph:
@@ -41,7 +50,7 @@ def sink_views(graph: Graph) -> Graph:
         changed = False  # (restarting after each rewrite was quadratic: 4.5 s of GPT-2 at 24 layers)
         for node in list(graph.nodes):
             if not getattr(node, "_erased", False):  # a rewrite erases the views it consumed
-                changed |= _sink(node) or _sink_reduction(node)
+                changed |= _sink(node) or _sink_reduction(node) or _sink_layout(node)
     return graph
 
 
@@ -132,6 +141,73 @@ def _sink(node: Node) -> bool:
     if sizes is None:
         return False
     _rewrite(node, mapping, sizes)
+    return True
+
+
+def _layout(a: Node) -> tuple | None:
+    """(key, source) where `a` is a permute of `source` (key: the dims) or a static view of it
+    (key: the source's shape and strides), else None."""
+    if a.op != "call_function" or not a.args or not isinstance(a.args[0], Node):
+        return None
+    source = a.args[0]
+    if not isinstance(source.meta.get("val"), torch.Tensor) or not isinstance(a.meta.get("val"), torch.Tensor):
+        return None  # a multi-output op's tuple, or no value
+    shape = tuple(source.meta["val"].shape)
+    if a.target == aten.permute.default:
+        return ("permute", tuple(d % len(shape) for d in a.args[1])), source
+    if a.target in VIEWS and _static(shape) and _static(a.meta["val"].shape):
+        # the key holds the strides: an op of inputs laid out alike lays its result out so too
+        # (or, reading an expanded input, contiguously), so the view back is as valid as these
+        return ("view", shape, tuple(source.meta["val"].stride())), source
+    return None
+
+
+def _from_gemm(x: Node, depth: int = 0) -> bool:
+    """Whether `x` is a GEMM's result through views, permutes and epilogue ops."""
+    while x.op == "call_function" and (x.target in VIEWS or x.target == aten.permute.default):
+        x = x.args[0]
+    if x.op != "call_function":
+        return False
+    if x.target in GEMMS:
+        return True
+    expr = epilogue_expr(x)
+    return (depth < 8 and expr is not None and expr.op not in REDUCTION_OPS
+            and any(_from_gemm(i, depth + 1) for i in x.all_input_nodes))  # fmt: skip
+
+
+def _sink_layout(node: Node) -> bool:
+    """op(t(x), t(y), c) -> t(op(x, y, c)) for one permute or view t, an elementwise epilogue op
+    whose tensor inputs all have its shape (module doc)."""
+    expr = epilogue_expr(node)
+    if expr is None or expr.op in REDUCTION_OPS or not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    out = node.meta["val"]
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    if not all(isinstance(v, (torch.Tensor, torch.SymInt, int, float)) for v in vals):
+        return False
+    tensors = [a for a, v in zip(node.all_input_nodes, vals) if isinstance(v, torch.Tensor) and v.dim() > 0]
+    if not tensors or not all(_same_shape(a.meta["val"].shape, out.shape) for a in tensors):
+        return False  # no tensor input, or one broadcasts
+    layouts = [_layout(a) for a in tensors]
+    if any(lay is None for lay in layouts) or len({lay[0] for lay in layouts}) != 1:
+        return False
+    (kind, key, *_), _ = layouts[0]
+    if kind == "view" and not _static(out.shape):
+        return False
+    if not any(_from_gemm(src) for _, src in layouts):
+        return False
+    mapping = {a: src for a, (_, src) in zip(tensors, layouts)}
+    graph = node.graph
+    with graph.inserting_before(node):
+        args = map_arg(node.args, lambda a: mapping.get(a, a))
+        inner = make_node(graph, node.target, args, dict(node.kwargs), node)
+        layout = (aten.permute.default, list(key)) if kind == "permute" else (aten.view.default, list(out.shape))
+        back = make_node(graph, layout[0], (inner, layout[1]), {}, node)
+    node.replace_all_uses_with(back)
+    graph.erase_node(node)
+    for a in mapping:  # a permute or view only this node read is dead now
+        if not a.users:
+            graph.erase_node(a)
     return True
 
 

@@ -46,6 +46,17 @@ columns at K > 1024 (BERT's and GPT-2's: 8192 x 1024 x 4096, 8192 x 768 x 3072) 
 so those keep the compiled order. Cooperative 128x256 and 256x128 tiles moved by -5% to +2%
 with swizzle 2 at session 31's grids (GPT-J's up projection, session 20: +2% to +8%), so they
 keep it too.
+
+Cooperative 128x256 tiles take swizzle 4 at K >= `LONG_K` and K >= 2 N (a down projection) on
+grids of at least `PINGPONG_COLUMNS` tile columns (where it adds at most `EXTRA_WAVES`), the
+traffic rule aside:
+this model counts more traffic for them with it (1.25e-3 -> 1.34e-3 bytes per FLOP), yet at the
+down projections of GPT-J (8192 x 4096 x 16384) and LLaMA-7B (8192 x 4096 x 11008), 64 x 16
+tiles, bias + ReLU, bias + tanh GELU and bias + GELU with its pre-activation stored ran 0.9-2.9%
+faster with it (2.3% on average, six cases; on an H200, session 50, `config_sweep.py
+--tile-orders`, three runs at GPT-J's, one at LLaMA's), and 8 gained as much; the up projections
+(K = 4096) vary too much between orders for a rule beyond the traffic one (swizzle 8 gained 1-2%
+at GPT-J's 64 x 64 tiles and lost 3-4% at LLaMA's 64 x 43).
 """
 
 from __future__ import annotations
@@ -61,6 +72,8 @@ LIMIT = 2.5e-3  # DRAM bytes per FLOP a wave may read (H100: ~4e-3 at its GEMM s
 EXTRA_WAVES = 0.05
 # 128-wide ping-pong tiles take swizzle 2 at K > 1024 on grids of at least this many tile columns
 PINGPONG_COLUMNS = 16
+# cooperative 128x256 tiles take swizzle 4 at K >= this on grids of that many tile columns
+LONG_K = 8192
 SWIZZLES = (2, 4, 8)
 
 
@@ -118,6 +131,8 @@ def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, rast
         fixes = [(w, s) for w, s in fixes if w <= waves * (1 + EXTRA_WAVES)]
         if fixes:
             return min(fixes)[1]
+    if long_k(cfg, M, N, K, L, sm_count):
+        return 4
     return 2 if wide_pingpong(cfg, M, N, K, L, sm_count) else 0
 
 
@@ -128,6 +143,9 @@ def reason(cfg: TileConfig, M: int, N: int, s: int, sm_count: int, raster: int =
     before = traffic(cfg, M, N, 1, sm_count, raster, elem_bytes)
     if before > LIMIT and traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT:
         return f"its waves would read {before:.1e} operand bytes per FLOP from DRAM in the compiled order"
+    if cfg.schedule == "cooperative":
+        return (f"cooperative {cfg.tile_m}x{cfg.tile_n} tiles at K >= {LONG_K} and K >= 2 N, "
+                f"{PINGPONG_COLUMNS} or more tile columns")  # fmt: skip
     return f"a ping-pong grid of {PINGPONG_COLUMNS} or more tile columns"
 
 
@@ -140,6 +158,19 @@ def wide_pingpong(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int
     waves = _waves(blocks_m, blocks_n, sm_count)
     return (blocks_n >= PINGPONG_COLUMNS
             and _swizzled_waves(cfg, M, N, 2, sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
+
+
+def long_k(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bool:
+    """Whether `cfg` takes swizzle 4 as cooperative 128x256 tiles (no cluster) at K >= `LONG_K`
+    and K >= 2 N on a grid of at least `PINGPONG_COLUMNS` tile columns (module doc), the traffic
+    rule aside. Measured only on 64 x 16 tile grids (K 11008 and 16384)."""
+    if not (_applies(cfg, M, N, K, L, sm_count) and K >= max(LONG_K, 2 * N) and cfg.schedule == "cooperative"
+            and (cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n) == (128, 256, 1, 1)):  # fmt: skip
+        return False
+    _, blocks_m, blocks_n = _grid(cfg, M, N, 1)
+    waves = _waves(blocks_m, blocks_n, sm_count)
+    return (blocks_n >= PINGPONG_COLUMNS
+            and _swizzled_waves(cfg, M, N, 4, sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
 
 
 def outruns(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,

@@ -11,11 +11,13 @@ op whose tensor inputs are such views of 2-D [M, N] values (or 3-D values that c
 and repeats to a fixed point. Views are free; the graph gains no copies.
 
 Where every tensor input of such an op is the same permute, or a view to the op's own shape of
-values of one other shape (0-dim tensors and numbers aside), and one of those values comes from
+values of one other shape keeping their last dimension (0-dim tensors and numbers aside), and
+one of those values comes from
 a GEMM (through views, permutes and epilogue ops), the op moves above the permute or view instead
-(`_sink_layout`): an einsum's `permute(view(bmm, (H, B, S, E)), (1, 0, 2, 3))` followed by a ReLU,
-or `matmul(x[None], w[3, K, N])`'s `permute(view(mm, (M, 3, N)), ...)` followed by an exp, then
-have the ReLU or the exp on the GEMM's own [L, M, N] or [M, N] result.
+(`_sink_layout`): an einsum's `permute(view(bmm, (H, B, S, E)), (1, 0, 2, 3))` followed by a
+ReLU then has the ReLU on the bmm's own [L, M, N] result. A view that changes the last dimension
+(`y.reshape(-1)`) stays where it is: it would make a region's padded rows (`ir.row_pitch`) need
+a dense copy where they did not.
 
 With dynamic shapes a view's symbolic sizes must be nodes of the graph. They are computed from
 the graph's SymInt inputs (`M = s0 * s1` becomes `operator.mul(primals_2, primals_3)`), not
@@ -155,11 +157,21 @@ def _layout(a: Node) -> tuple | None:
     shape = tuple(source.meta["val"].shape)
     if a.target == aten.permute.default:
         return ("permute", tuple(d % len(shape) for d in a.args[1])), source
-    if a.target in VIEWS and _static(shape) and _static(a.meta["val"].shape):
-        # the key holds the strides: an op of inputs laid out alike lays its result out so too
-        # (or, reading an expanded input, contiguously), so the view back is as valid as these
+    viewed = tuple(a.meta["val"].shape)
+    if a.target in VIEWS and _static(shape) and _static(viewed) and _row(shape) == _row(viewed):
+        # rows kept whole (a region's output with padded rows stays a view); the key holds the
+        # strides: an op of inputs laid out alike lays its result out so too (or, reading an
+        # expanded input, contiguously), so the view back is as valid as these
         return ("view", shape, tuple(source.meta["val"].stride())), source
     return None
+
+
+def _row(shape: tuple) -> int | None:
+    """The last dimension of `shape` other than trailing ones (an einsum's views add them)."""
+    sizes = list(shape)
+    while sizes and sizes[-1] == 1:
+        sizes.pop()
+    return sizes[-1] if sizes else None
 
 
 def _from_gemm(x: Node, depth: int = 0) -> bool:

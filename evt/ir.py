@@ -26,6 +26,7 @@ Conventions (CUTLASS 3.x):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -414,8 +415,8 @@ class KernelSpec:
     def __post_init__(self):
         # nodes refer to each other by name: a repeated one would make its readers take whichever
         # came last (a baddbmm with both alpha and beta once read beta's product twice)
-        names = [n.name for n in self.nodes]
-        if repeated := sorted({x for x in names if names.count(x) > 1}):
+        counts = collections.Counter(n.name for n in self.nodes)
+        if repeated := sorted(name for name, k in counts.items() if k > 1):
             raise CodegenError(f"kernel {self.name}: node names {repeated} repeat; each IR node "
                                "needs its own (evt.codegen.tree names them after their FX nodes)")  # fmt: skip
 

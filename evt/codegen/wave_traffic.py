@@ -49,9 +49,8 @@ keep it too.
 
 Cooperative 128x256 tiles take swizzle 4 at K >= `LONG_K` and K >= 2 N (a down projection) on
 grids of at least `PINGPONG_COLUMNS` tile columns (where it adds at most `EXTRA_WAVES`), the
-traffic rule aside:
-this model counts more traffic for them with it (1.25e-3 -> 1.34e-3 bytes per FLOP), yet at the
-down projections of GPT-J (8192 x 4096 x 16384) and LLaMA-7B (8192 x 4096 x 11008), 64 x 16
+traffic rule aside. This model counts more traffic for them with it (1.25e-3 -> 1.34e-3 bytes
+per FLOP), yet at the down projections of GPT-J (8192 x 4096 x 16384) and LLaMA-7B (8192 x 4096 x 11008), 64 x 16
 tiles, bias + ReLU, bias + tanh GELU and bias + GELU with its pre-activation stored ran 0.9-2.9%
 faster with it (2.3% on average, six cases; on an H200, session 50, `config_sweep.py
 --tile-orders`, three runs at GPT-J's, one at LLaMA's), and 8 gained as much; the up projections

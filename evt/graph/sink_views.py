@@ -12,9 +12,8 @@ and repeats to a fixed point. Views are free; the graph gains no copies.
 
 Where every tensor input of such an op is the same permute, or a view to the op's own shape of
 values of one other shape keeping their last dimension (0-dim tensors and numbers aside), and
-one of those values comes from
-a GEMM (through views, permutes and epilogue ops), the op moves above the permute or view instead
-(`_sink_layout`): an einsum's `permute(view(bmm, (H, B, S, E)), (1, 0, 2, 3))` followed by a
+one of those values comes from a GEMM (through views, permutes and epilogue ops), the op moves
+above the permute or view instead (`_sink_layout`): an einsum's `permute(view(bmm, (H, B, S, E)), (1, 0, 2, 3))` followed by a
 ReLU then has the ReLU on the bmm's own [L, M, N] result. A view that changes the last dimension
 (`y.reshape(-1)`) stays where it is: it would make a region's padded rows (`ir.row_pitch`) need
 a dense copy where they did not.

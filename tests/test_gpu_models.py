@@ -70,9 +70,7 @@ def captured() -> dict[str, list[tuple]]:
 @pytest.fixture(scope="session")
 def regions(tmp_path_factory) -> dict[str, list[tuple]]:
     """Each model's regions (from CPU captures), all their kernels built in one parallel batch."""
-    if not os.environ.get("EVT_CACHE_DIR"):
-        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    return build_all(captured())
+    return build_in_cache(tmp_path_factory, captured())
 
 
 def build_all(captured: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
@@ -84,6 +82,14 @@ def build_all(captured: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
         assert future is not None  # an SM90 GPU and no static reason against the kernel
         future.result()  # raises the nvcc error of a kernel that fails to build
     return captured
+
+
+def build_in_cache(tmp_path_factory, captured: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
+    """`build_all(captured)` into $EVT_CACHE_DIR, a fresh temporary folder where it is unset (the
+    `regions` fixtures of the GPU test modules)."""
+    if not os.environ.get("EVT_CACHE_DIR"):
+        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
+    return build_all(captured)
 
 
 def step(model: torch.nn.Module, fn, inputs: tuple) -> dict[str, torch.Tensor]:

@@ -9,7 +9,6 @@ the sizes the GPU runs."""
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ from evt.runtime import dispatch
 from tests.graphs import rel_err
 from tests.node_catalog import CASES, untrimmed  # noqa: F401  (untrimmed: autouse)
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
-from tests.test_gpu_models import build_all
+from tests.test_gpu_models import build_in_cache
 
 pytestmark = pytest.mark.gpu
 
@@ -68,9 +67,7 @@ def captured() -> dict[str, list[tuple]]:
 
 @pytest.fixture(scope="module")
 def regions(tmp_path_factory) -> dict[str, list[tuple]]:
-    if not os.environ.get("EVT_CACHE_DIR"):
-        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    return build_all(captured())
+    return build_in_cache(tmp_path_factory, captured())
 
 
 @pytest.mark.parametrize("name", list(CASES))

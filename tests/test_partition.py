@@ -170,3 +170,38 @@ def test_a_gemm_scaled_by_alpha_and_beta_trains_like_eager(batched):
     assert [r.fused for r in report.regions if r.side == "forward"] == [["aten.sigmoid", "aten.sum"]]
     errs = train_compare(ScaledGemm(batched), [x], torch.float32)
     assert max(errs.values()) < 1e-5, errs
+
+
+class AlphaThenAdds(nn.Module):
+    """`torch.add(y, r, alpha=2)` (FX `add`, whose alpha step was named `add_2`) and two more adds
+    (FX `add_1`, `add_2`) in one region."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x, r):
+        a = torch.add(self.fc(x), r, alpha=2.0)
+        return torch.relu(a + 1.5 + r)
+
+
+def test_an_expressions_inner_steps_never_take_a_graph_nodes_name():
+    """An expression's inner steps were named `<node>_<i>`, which the graph's own `add_2` also
+    was: the tree held two nodes of that name (its C++ two `using` declarations of one name), and
+    the region stayed unfused. They take the next free number now."""
+    import warnings
+
+    from tests.graphs import train_compare
+
+    torch.manual_seed(0)
+    x, r = torch.randn(8, 16), torch.randn(8, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no region falls back
+        errs = train_compare(AlphaThenAdds(), [x, r], torch.float32)
+    assert max(errs.values()) < 1e-5, errs
+    from tests.graphs import explain
+
+    report = explain(lambda x, r: (AlphaThenAdds()(x, r) * r).sum().backward(), x, r)
+    (forward,) = [r for r in report.regions if r.side == "forward"]
+    names = [n.name for n in forward.spec.nodes]
+    assert forward.fused.count("aten.add") == 3 and "add_2" in names, (forward.fused, names)

@@ -46,6 +46,10 @@ class _Builder:
         self.nodes: list[ir.Node] = []
         self.value: dict[Node, str] = {}  # FX node -> IR node name holding its value
         self.computed: dict[Expr, str] = {}  # expression -> IR node name: each computed once
+        # an FX node's value is named after it; an expression's inner steps and constants are
+        # named after their node with a number, never as any node of the graph (`add`'s alpha
+        # step was `add_2`, which a region holding the graph's own `add_2` then named twice)
+        self.taken = {c_identifier(n.name) for n in region.anchor.graph.nodes}
 
     def add(self, node: ir.Node) -> str:
         self.nodes.append(node)
@@ -80,8 +84,7 @@ class _Builder:
             return self.value[a] if a in self.value else self.load(a)
         if isinstance(a, Expr):
             return self.expr(a, owner, counter, final=False)
-        counter[0] += 1
-        return self.add(ir.ScalarBroadcast(f"{c_identifier(owner.name)}_c{counter[0]}", float(a)))
+        return self.add(ir.ScalarBroadcast(self.step_name(owner, counter, "c"), float(a)))
 
     def expr(self, e: Expr, owner: Node, counter: list[int], final: bool = True) -> str:
         if e in self.computed:  # pure: an expression shared by several (`share_sigmoids`)
@@ -89,11 +92,19 @@ class _Builder:
         args = tuple(self.arg(a, owner, counter) for a in e.args)
         if self.no_op_cast(e, args):
             return args[0]
-        counter[0] += 1
-        name = c_identifier(owner.name) if final else f"{c_identifier(owner.name)}_{counter[0]}"
+        name = c_identifier(owner.name) if final else self.step_name(owner, counter)
         dtype = "f32" if e.dtype is None else ir.dtype_name(e.dtype)
         self.computed[e] = self.add(ir.Compute(name, e.op, args, dtype))
         return self.computed[e]
+
+    def step_name(self, owner: Node, counter: list[int], kind: str = "") -> str:
+        """`<owner>_<i>` (`<owner>_c<i>` for a constant) with the next i that names no node of the
+        graph and no IR node yet."""
+        while True:
+            counter[0] += 1
+            name = f"{c_identifier(owner.name)}_{kind}{counter[0]}"
+            if name not in self.taken and all(n.name != name for n in self.nodes):
+                return name
 
     def no_op_cast(self, e: Expr, args: tuple[str, ...]) -> bool:
         """A cast of a loaded value to the dtype it was loaded from (e.g. a comparison rounding

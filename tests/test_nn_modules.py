@@ -6,21 +6,24 @@ says it does not (and why)."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 
-from tests.graphs import explain, rel_err
+import evt
+from tests.graphs import rel_err
 from tests.nn_catalog import CASES, loss
 
 B, S, D = 4, 8, 32
 
 
-def step(model, inputs) -> dict[str, torch.Tensor]:
-    """Forward, loss, backward: the loss, the float inputs' and the parameters' gradients."""
+def step(model, inputs, fn=None) -> dict[str, torch.Tensor]:
+    """Forward (through `fn`, else `model`), loss, backward: the loss, the float inputs' and the
+    parameters' gradients."""
     model.zero_grad(set_to_none=True)
     args = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
-    value = loss(model(*args))
+    value = loss((model if fn is None else fn)(*args))
     value.backward()
     got = {"loss": value.detach()}
     got.update({f"input{i}": a.grad for i, a in enumerate(args) if a.grad is not None})
@@ -36,7 +39,11 @@ def test_module_trains_like_eager(name):
     inputs = case.inputs(B, S, D)
     twin = copy.deepcopy(model)
     result: dict[str, torch.Tensor] = {}
-    report = explain(lambda *a: result.update(step(twin, a)), *inputs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = evt.explain(lambda *a: result.update(step(twin, a)), *inputs)
+    fallbacks = [str(w.message) for w in caught if str(w.message).startswith("evt:")]
+    assert not fallbacks, fallbacks  # a region left unfused would still match eager
     if case.unfused:  # as the catalog says, and why
         assert not report.regions, f"{name}: fuses now ({case.unfused!r} no longer holds)\n{report}"
     else:
@@ -46,3 +53,28 @@ def test_module_trains_like_eager(name):
     assert result.keys() == want.keys()
     errs = {n: rel_err(result[n], want[n]) for n in want}
     assert max(errs.values()) < 1e-4, errs
+
+
+@pytest.mark.parametrize("name", ["encoder_pre_norm_gelu", "einsum_heads", "baddbmm_alpha_beta",
+                                  "attention_padding_mask", "tied_label_smoothing"])  # fmt: skip
+def test_module_trains_like_eager_with_dynamic_shapes(name):
+    """`dynamic=True` and two input sizes (one compile with symbolic sizes serves both)."""
+    case = CASES[name]
+    torch.manual_seed(0)
+    model = case.build(D)
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, backend=evt.backend.evt_backend, options={"rest": "eager"},
+                             dynamic=True)  # fmt: skip
+    for batch, seq in ((B, S), (2 * B, S // 2)):
+        torch.manual_seed(batch)
+        inputs = case.inputs(batch, seq, D)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = step(twin, inputs, compiled)
+        fallbacks = [str(w.message) for w in caught if str(w.message).startswith("evt:")]
+        assert not fallbacks, fallbacks  # a region left unfused would still match eager
+        want = step(model, inputs)
+        errs = {n: rel_err(got[n], want[n]) for n in want}
+        assert max(errs.values()) < 1e-4, (batch, seq, errs)
+    torch._dynamo.reset()

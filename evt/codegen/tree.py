@@ -48,11 +48,13 @@ class _Builder:
         self.computed: dict[Expr, str] = {}  # expression -> IR node name: each computed once
         # an FX node's value is named after it; an expression's inner steps and constants are
         # named after their node with a number, never as any node of the graph (`add`'s alpha
-        # step was `add_2`, which a region holding the graph's own `add_2` then named twice)
+        # step was `add_2`, which a region holding the graph's own `add_2` then named twice);
+        # `add` records each IR node's name here too
         self.taken = {c_identifier(n.name) for n in region.anchor.graph.nodes}
 
     def add(self, node: ir.Node) -> str:
         self.nodes.append(node)
+        self.taken.add(node.name)
         return node.name
 
     def input_index(self, fx: Node) -> int:
@@ -99,11 +101,11 @@ class _Builder:
 
     def step_name(self, owner: Node, counter: list[int], kind: str = "") -> str:
         """`<owner>_<i>` (`<owner>_c<i>` for a constant) with the next i that names no node of the
-        graph and no IR node yet."""
+        graph and no IR node yet (`taken`)."""
         while True:
             counter[0] += 1
             name = f"{c_identifier(owner.name)}_{kind}{counter[0]}"
-            if name not in self.taken and all(n.name != name for n in self.nodes):
+            if name not in self.taken:
                 return name
 
     def no_op_cast(self, e: Expr, args: tuple[str, ...]) -> bool:

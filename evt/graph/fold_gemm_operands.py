@@ -20,6 +20,8 @@ from torch.fx import Graph, Node
 
 aten = torch.ops.aten
 GEMM = "evt_gemm"
+# the aten GEMMs a region may anchor
+GEMM_TARGETS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,10 @@ from torch.fx.node import map_arg
 
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr
 from evt.graph.fake import make_node
+from evt.graph.fold_gemm_operands import GEMM_TARGETS
 
 aten = torch.ops.aten
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-GEMMS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
 
 
 def sink_views(graph: Graph) -> Graph:
@@ -179,7 +179,7 @@ def _from_gemm(x: Node, depth: int = 0) -> bool:
         x = x.args[0]
     if x.op != "call_function":
         return False
-    if x.target in GEMMS:
+    if x.target in GEMM_TARGETS:
         return True
     expr = epilogue_expr(x)
     return (depth < 8 and expr is not None and expr.op not in REDUCTION_OPS

@@ -11,12 +11,12 @@ from torch.fx import Graph, Node
 
 from evt.errors import PartitionError
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
+from evt.graph.fold_gemm_operands import GEMM_TARGETS
 from evt.graph.layouts import load_kind
 from evt.partition.contract import is_acyclic
 from evt.partition.region import Region
 
 aten = torch.ops.aten
-GEMM_TARGETS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
 
 
 def _backward_nodes(graph: Graph) -> set[Node]:

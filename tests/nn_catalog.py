@@ -473,6 +473,19 @@ CASES: dict[str, Case] = {
 }
 
 
+def train_step(model: nn.Module, inputs, fn=None) -> dict[str, torch.Tensor]:
+    """Forward (through `fn`, else `model`), loss, backward: the loss, the float inputs' and the
+    parameters' gradients, as float32."""
+    model.zero_grad(set_to_none=True)
+    args = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    value = loss((model if fn is None else fn)(*args))
+    value.backward()
+    got = {"loss": value.detach().float()}
+    got.update({f"input{i}": a.grad.float() for i, a in enumerate(args) if a.grad is not None})
+    got.update({n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None})
+    return got
+
+
 def loss(out) -> torch.Tensor:
     """The step's loss: a module's own scalar loss, else each float output against a fixed random
     probe (so the incoming gradient is a fresh tensor, not a constant)."""

@@ -16,7 +16,7 @@ import torch
 import evt
 from evt.runtime import dispatch
 from tests.graphs import rel_err
-from tests.nn_catalog import CASES, loss
+from tests.nn_catalog import CASES, train_step
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_gpu_models import build_in_cache
 
@@ -40,24 +40,11 @@ def make(name: str, device: str, dtype=BF16):
     return model, inputs
 
 
-def step(model, fn, inputs) -> dict[str, torch.Tensor]:
-    """Forward, loss, backward through `fn`: the loss, the float inputs' and the parameters'
-    gradients, as float32."""
-    model.zero_grad(set_to_none=True)
-    args = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
-    value = loss(fn(*args))
-    value.backward()
-    got = {"loss": value.detach().float()}
-    got.update({f"input{i}": a.grad.float() for i, a in enumerate(args) if a.grad is not None})
-    got.update({n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None})
-    return got
-
-
 def capture(name: str) -> list[tuple]:
     """(spec, (M, N, K, L)) of each region of `name`'s bf16 training step, captured on the CPU at
     the GPU's sizes."""
     model, inputs = make(name, "cpu")
-    report = evt.explain(lambda *a: step(model, model, a), *inputs)
+    report = evt.explain(lambda *a: train_step(model, a), *inputs)
     return [(r.spec, r.problem) for r in report.regions]
 
 
@@ -78,15 +65,15 @@ def regions(tmp_path_factory) -> dict[str, list[tuple]]:
 def test_module_trains_like_fp32_eager(regions, name):
     model, inputs = make(name, "cuda")
     twin = copy.deepcopy(model)
-    got = torch.compile(lambda *a: step(twin, twin, a), backend="evt")(*inputs)
+    got = torch.compile(lambda *a: train_step(twin, a), backend="evt")(*inputs)
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
     # kernels ran; not necessarily every region of the CPU capture: on CUDA a region may be
     # vetoed (an operand TMA cannot read: dense_experts' router GEMM at K = 4) or not exist
     # (LSTMCell and GRUCell run torch's fused cell kernels after their GEMMs)
     assert dispatch.launches(), (name, regions[name])
-    bf16 = step(model, model, inputs)
+    bf16 = train_step(model, inputs)
     model32 = copy.deepcopy(model).float()
-    want = step(model32, model32, [t.float() if t.is_floating_point() else t for t in inputs])
+    want = train_step(model32, [t.float() if t.is_floating_point() else t for t in inputs])
     assert got.keys() == want.keys()
     for n in want:
         assert torch.isfinite(got[n]).all(), n

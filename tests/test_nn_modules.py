@@ -13,22 +13,14 @@ import torch
 
 import evt
 from tests.graphs import rel_err
-from tests.nn_catalog import CASES, loss
+from tests.nn_catalog import CASES, train_step
 
 B, S, D = 4, 8, 32
 
 
-def step(model, inputs, fn=None) -> dict[str, torch.Tensor]:
-    """Forward (through `fn`, else `model`), loss, backward: the loss, the float inputs' and the
-    parameters' gradients."""
-    model.zero_grad(set_to_none=True)
-    args = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
-    value = loss((model if fn is None else fn)(*args))
-    value.backward()
-    got = {"loss": value.detach()}
-    got.update({f"input{i}": a.grad for i, a in enumerate(args) if a.grad is not None})
-    got.update({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
-    return got
+def fallbacks(caught) -> list[str]:
+    """evt's warnings among `caught`: a region left unfused (it would still match eager)."""
+    return [str(w.message) for w in caught if str(w.message).startswith("evt:")]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -41,15 +33,14 @@ def test_module_trains_like_eager(name):
     result: dict[str, torch.Tensor] = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = evt.explain(lambda *a: result.update(step(twin, a)), *inputs)
-    fallbacks = [str(w.message) for w in caught if str(w.message).startswith("evt:")]
-    assert not fallbacks, fallbacks  # a region left unfused would still match eager
+        report = evt.explain(lambda *a: result.update(train_step(twin, a)), *inputs)
+    assert not fallbacks(caught), fallbacks(caught)
     if case.unfused:  # as the catalog says, and why
         assert not report.regions, f"{name}: fuses now ({case.unfused!r} no longer holds)\n{report}"
     else:
         assert report.regions, f"{name}: nothing fused\n{report}"
     assert not report.fallbacks, report.fallbacks
-    want = step(model, inputs)
+    want = train_step(model, inputs)
     assert result.keys() == want.keys()
     errs = {n: rel_err(result[n], want[n]) for n in want}
     assert max(errs.values()) < 1e-4, errs
@@ -71,10 +62,10 @@ def test_module_trains_like_eager_with_dynamic_shapes(name):
         inputs = case.inputs(batch, seq, D)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            got = step(twin, inputs, compiled)
+            got = train_step(twin, inputs, compiled)
         fallbacks = [str(w.message) for w in caught if str(w.message).startswith("evt:")]
         assert not fallbacks, fallbacks  # a region left unfused would still match eager
-        want = step(model, inputs)
+        want = train_step(model, inputs)
         errs = {n: rel_err(got[n], want[n]) for n in want}
         assert max(errs.values()) < 1e-4, (batch, seq, errs)
     torch._dynamo.reset()

@@ -28,6 +28,11 @@ class Case:
     # whether evt fuses something in its step (else why not: the test holds the case to it, so
     # a change either way is seen)
     unfused: str = ""
+    # the CPU tier's bound on the relative error against eager (autocast rounds to bf16 between
+    # ops, which evt's epilogue does not)
+    tol: float = 1e-4
+    # the module sets its own precision (autocast): the GPU tier keeps its parameters float32
+    float32: bool = False
 
 
 def _x(b: int, s: int, d: int) -> list[torch.Tensor]:
@@ -427,6 +432,174 @@ class Similarities(nn.Module):
         return y / y.norm(dim=-1, keepdim=True).clamp_min(1e-6) + F.cosine_similarity(y, self.b(x), dim=-1)[:, None]
 
 
+
+class AutocastMLP(nn.Module):
+    """Float32 parameters, the GEMMs under autocast (mixed-precision training as users write it)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            return self.down(F.gelu(self.up(x))).float()
+
+
+class ParallelResidual(nn.Module):
+    """GPT-NeoX's block: attention and MLP both read the input, x + attn(ln1 x) + mlp(ln2 x),
+    causal attention written out with `masked_fill`."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, 4, d // 4).transpose(1, 2) for z in self.qkv(self.ln1(x)).chunk(3, -1))
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        p = torch.softmax((q @ k.transpose(-1, -2) * (d // 4) ** -0.5).masked_fill(causal, float("-inf")), -1)
+        a = (p @ v).transpose(1, 2).reshape(b, t, d)
+        return x + self.o(a) + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+
+class GatedGeluRMSNorm(nn.Module):
+    """T5 v1.1's feed-forward: its RMSNorm (no mean, no bias), gelu(x W0) * (x W1), no biases."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(d))
+        self.wi0, self.wi1 = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
+        self.wo = nn.Linear(2 * d, d, bias=False)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale
+        return x + self.wo(F.gelu(self.wi0(h), approximate="tanh") * self.wi1(h))
+
+
+class RegressionHead(nn.Module):
+    """A one-output head (N = 1: rows TMA cannot store) after a SiLU layer."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc, self.head = nn.Linear(d, d), nn.Linear(d, 1)
+
+    def forward(self, x):
+        return self.head(F.silu(self.fc(x))).squeeze(-1)
+
+
+class NarrowK(nn.Module):
+    """Linears of 1 and 3 input features (K too narrow for TMA's 16-byte rows) beside a wide one."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.one, self.three, self.wide = nn.Linear(1, d), nn.Linear(3, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return F.relu(self.one(x[..., :1])) + torch.tanh(self.three(x[..., :3])) + F.gelu(self.wide(x))
+
+
+class FrozenBase(nn.Module):
+    """Fine-tuning a head over a frozen layer: no weight gradient for the base."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.base, self.head = nn.Linear(d, d), nn.Linear(d, d)
+        self.base.requires_grad_(False)
+
+    def forward(self, x):
+        return self.head(F.gelu(self.base(x)))
+
+
+class AlibiScores(nn.Module):
+    """Attention probabilities with ALiBi's distance penalty added to the scores."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.qk = nn.Linear(d, 2 * d)
+
+    def forward(self, x):
+        q, k = self.qk(x).chunk(2, -1)
+        pos = torch.arange(x.shape[1], device=x.device)
+        penalty = (pos[None, :] - pos[:, None]).abs().float() * -0.5
+        return torch.softmax(q @ k.transpose(-1, -2) * x.shape[-1] ** -0.5 + penalty, -1)
+
+
+class ColumnStatistics(nn.Module):
+    """Statistics over rows (M) instead of columns: each column's norm and mean."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y / y.norm(dim=0, keepdim=True) + y.mean(0)
+
+
+class TopTwoExperts(nn.Module):
+    """A mixture of experts: softmax router, top-2 gates, each expert's ReLU output masked to its
+    tokens."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.router = nn.Linear(d, 4)
+        self.experts = nn.ModuleList(nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        gate, idx = torch.softmax(self.router(x), -1).topk(2, -1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            picked = idx == e
+            weight = (gate * picked).sum(-1, keepdim=True)
+            out = out + torch.where(picked.any(-1, keepdim=True), F.relu(expert(x)) * weight, 0.0)
+        return out
+
+
+class MaskedSoftmax(nn.Module):
+    """`torch.where` on a bool mask input, then softmax."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x, keep):
+        return torch.where(keep, self.fc(x), -1e4).softmax(-1)
+
+
+class Activations(nn.Module):
+    """The activations torch.nn has beyond the usual, summed after one Linear."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.a(x)
+        acts = (torch.cos(y) * torch.expm1(y.clamp(max=2)) + torch.erf(y) + torch.atan(y)
+                + F.softplus(y, beta=2) + F.mish(y) + F.hardswish(y) + F.elu(y) + F.leaky_relu(y, 0.1)
+                + F.logsigmoid(y))  # fmt: skip
+        return self.b(acts)
+
+
+class UnbiasedStatistics(nn.Module):
+    """Rows standardized by the unbiased variance, plus their standard deviation."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return (y - y.mean(-1, keepdim=True)) / (y.var(-1, keepdim=True) + 1e-5).sqrt() + y.std(-1, keepdim=True)
+
+
+def _keep_mask(b: int, s: int, d: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(b * s * d)
+    return [torch.randn(b * s, d), torch.rand(b * s, d, generator=g) > 0.3]
+
+
 def _layer(**kw) -> Callable[[int], nn.Module]:
     return lambda d: nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, **kw)
 
@@ -470,6 +643,20 @@ CASES: dict[str, Case] = {
     "pointwise": Case(Pointwise, _rows, TRIMMED),
     "gram": Case(Gram, _x),
     "similarities": Case(Similarities, _rows),
+    "autocast_bf16": Case(AutocastMLP, _rows, tol=2e-2, float32=True),
+    "parallel_residual": Case(ParallelResidual, _x),
+    "gated_gelu_rmsnorm": Case(GatedGeluRMSNorm, _x),
+    "regression_head": Case(RegressionHead, _x),
+    "narrow_k": Case(NarrowK, _x),
+    "frozen_base": Case(FrozenBase, _rows),
+    "alibi_scores": Case(AlibiScores, _x),
+    "column_statistics": Case(ColumnStatistics, _rows),
+    "top_two_experts": Case(TopTwoExperts, _rows),
+    "masked_softmax": Case(MaskedSoftmax, _keep_mask),
+    "activations": Case(Activations, _rows),
+    "unbiased_statistics": Case(UnbiasedStatistics, _rows),
+    "single_row": Case(lambda d: nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d)),
+                       lambda b, s, d: [torch.randn(1, d)]),
 }
 
 

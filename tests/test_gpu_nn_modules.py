@@ -34,6 +34,7 @@ FUSED = [name for name, case in CASES.items() if not case.unfused and name not i
 def make(name: str, device: str, dtype=BF16):
     torch.manual_seed(0)
     case = CASES[name]
+    dtype = torch.float32 if case.float32 else dtype
     model = case.build(D).to(device=device, dtype=dtype)
     inputs = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
               for t in case.inputs(B, S, D)]  # fmt: skip

@@ -98,7 +98,11 @@ def fuse_graph(graph: Graph, autotune: bool = False, rest: str = "inductor") -> 
         before.restore(graph)
         warnings.warn(f"evt: graph left unfused: {type(e).__name__}: {e}", stacklevel=2)
         return None
-    problems = prefetch_kernels(graph)
+    try:
+        problems = prefetch_kernels(graph)
+    except Exception as e:  # noqa: BLE001 - the kernels then build at their first call
+        warnings.warn(f"evt: kernels not prefetched: {type(e).__name__}: {e}", stacklevel=2)
+        problems = {}
     report.regions = [replace(r, problem=problems.get(r.spec.name)) for r in report.regions]
     for listener in _listeners:
         listener(report)
@@ -107,11 +111,15 @@ def fuse_graph(graph: Graph, autotune: bool = False, rest: str = "inductor") -> 
 
 def prefetch_kernels(graph: Graph) -> dict[str, tuple[int, int, int, int] | None]:
     """Start building every region's kernel (in parallel, while Inductor works on the rest), its
-    tile config chosen for the shapes the graph carries; returns each region's problem shape."""
+    tile config chosen for the shapes the graph carries; returns each region's problem shape.
+    Regions an earlier compile lowered (compiled autograd traces the backward graph's calls into
+    a graph of its own) carry no spec here: their kernels were prefetched then."""
     problems = {}
     if dispatch.sm90_available():
         fast.prefetch()  # the C++ launch path builds beside the kernels (once per machine)
     for node in graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM):
+        if "evt_spec" not in node.meta:
+            continue
         problems[node.meta["evt_spec"].name] = dispatch.prefetch_for(
             node.meta["evt_spec"], lower_regions.input_values(node))
     return problems

@@ -80,3 +80,22 @@ def test_module_trains_like_fp32_eager(regions, name):
         assert torch.isfinite(got[n]).all(), n
         err, eager_err = rel_err(got[n], want[n]), rel_err(bf16[n], want[n])
         assert err < max(2e-2, 2 * eager_err), (name, n, err, eager_err)
+
+
+def test_compiled_autograd_trains_like_fp32_eager(regions):
+    """The backward compiled again by compiled autograd, evt's regions of the first compile
+    among its calls (`test_nn_modules.test_compiled_autograd_trains_like_eager` on the CPU)."""
+    name = "encoder_pre_norm_gelu"
+    model, inputs = make(name, "cuda")
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    with torch._dynamo.compiled_autograd._enable(torch.compile(backend="evt")):
+        got = train_step(twin, inputs, torch.compile(twin, backend="evt"))
+    assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+    assert dispatch.launches(), (name, regions[name])
+    bf16 = train_step(model, inputs)
+    want = train_step(copy.deepcopy(model).float(), [t.float() for t in inputs])
+    for n in want:
+        err, eager_err = rel_err(got[n], want[n]), rel_err(bf16[n], want[n])
+        assert err < max(2e-2, 2 * eager_err), (n, err, eager_err)
+    torch._dynamo.reset()

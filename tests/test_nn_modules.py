@@ -6,6 +6,7 @@ says it does not (and why)."""
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 
 import pytest
@@ -69,4 +70,26 @@ def test_module_trains_like_eager_with_dynamic_shapes(name):
         want = train_step(model, inputs)
         errs = {n: rel_err(got[n], want[n]) for n in want}
         assert max(errs.values()) < 1e-4, (batch, seq, errs)
+    torch._dynamo.reset()
+
+
+def test_compiled_autograd_trains_like_eager():
+    """Compiled autograd traces the backward's calls, evt's fused regions among them, into a graph
+    of its own and compiles it with evt again: those calls carry no spec there (session 51: the
+    kernel prefetch raised KeyError and the step failed)."""
+    case = CASES["encoder_pre_norm_gelu"]
+    torch.manual_seed(0)
+    model = case.build(D)
+    inputs = case.inputs(B, S, D)
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    backend = functools.partial(evt.backend.evt_backend, options={"rest": "eager"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch._dynamo.compiled_autograd._enable(torch.compile(backend=backend)):
+            got = train_step(twin, inputs, torch.compile(twin, backend=backend))
+    assert not fallbacks(caught), fallbacks(caught)
+    want = train_step(model, inputs)
+    errs = {n: rel_err(got[n], want[n]) for n in want}
+    assert max(errs.values()) < 1e-4, errs
     torch._dynamo.reset()

@@ -49,17 +49,29 @@ def capture(name: str) -> list[tuple]:
     return [(r.spec, r.problem) for r in report.regions]
 
 
-def captured() -> dict[str, list[tuple]]:
-    """Each fusing catalog module's regions, captured on the CPU: what the `regions` fixture
-    builds (also `scripts/kernel_pack.py build --tests nn_modules`, without a GPU)."""
+def captured(names=FUSED) -> dict[str, list[tuple]]:
+    """The regions of each fusing catalog module in `names`, captured on the CPU: what the
+    `regions` fixture builds (also `scripts/kernel_pack.py build --tests nn_modules`, all of
+    them, without a GPU)."""
     with pytest.MonkeyPatch.context() as mp:  # as the tests run (the fixture is theirs alone)
         mp.setenv("EVT_SDPA", "0")
-        return {name: capture(name) for name in FUSED}
+        return {name: capture(name) for name in names}
+
+
+# the module compiled autograd trains
+AUTOGRAD_CASE = "encoder_pre_norm_gelu"
 
 
 @pytest.fixture(scope="module")
-def regions(tmp_path_factory) -> dict[str, list[tuple]]:
-    return build_in_cache(tmp_path_factory, captured())
+def regions(request, tmp_path_factory) -> dict[str, list[tuple]]:
+    """The kernels of the modules the session's selected tests train (`-k` picks a few: the CPU
+    capture of all of them alone takes minutes)."""
+    names = set()
+    for item in request.session.items:
+        if item.module is request.module:
+            callspec = getattr(item, "callspec", None)
+            names.add(callspec.params["name"] if callspec else AUTOGRAD_CASE)
+    return build_in_cache(tmp_path_factory, captured([n for n in FUSED if n in names]))
 
 
 @pytest.mark.parametrize("name", FUSED)
@@ -85,7 +97,7 @@ def test_module_trains_like_fp32_eager(regions, name):
 def test_compiled_autograd_trains_like_fp32_eager(regions):
     """The backward compiled again by compiled autograd, evt's regions of the first compile
     among its calls (`test_nn_modules.test_compiled_autograd_trains_like_eager` on the CPU)."""
-    name = "encoder_pre_norm_gelu"
+    name = AUTOGRAD_CASE
     model, inputs = make(name, "cuda")
     twin = copy.deepcopy(model)
     torch._dynamo.reset()

@@ -622,7 +622,9 @@ CASES: dict[str, Case] = {
     "conv_batchnorm_head": Case(ConvHead, _images),
     "tied_label_smoothing": Case(TiedLabelSmoothing, _tokens),
     "dense_experts": Case(DenseExperts, _rows),
-    "broadcast_matmul": Case(BroadcastMatmul, _rows, "the input is expanded over the bmm's batch"),
+    "broadcast_matmul": Case(BroadcastMatmul, _rows,
+                             "torch makes it one mm, [M, K] x [K, 3N], whose rows it splits "
+                             "and permutes into [3, M, N]: the ops after that stay outside"),
     "shared_weight": Case(SharedWeight, _rows),
     "in_place": Case(InPlace, _rows),
     "several_outputs": Case(SeveralOutputs, _rows),

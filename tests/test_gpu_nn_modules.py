@@ -111,3 +111,13 @@ def test_compiled_autograd_trains_like_fp32_eager(regions):
         err, eager_err = rel_err(got[n], want[n]), rel_err(bf16[n], want[n])
         assert err < max(2e-2, 2 * eager_err), (n, err, eager_err)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["dense_experts"])
+def test_operand_expanded_over_the_batch(regions, monkeypatch, name):
+    """The experts' first bmm reads the tokens expanded over the experts (`x.expand(4, -1, -1)`,
+    L stride 0: the TMA descriptor reads the same rows for every batch; session 51). Its region
+    launches (the profitability check off: these sizes are small) and the step matches."""
+    monkeypatch.setenv("EVT_PROFIT", "0")
+    test_module_trains_like_fp32_eager(regions, name)
+    assert any("_bmm" in region for region in dispatch.launches()), dispatch.launches()

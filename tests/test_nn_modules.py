@@ -93,3 +93,16 @@ def test_compiled_autograd_trains_like_eager():
     errs = {n: rel_err(got[n], want[n]) for n in want}
     assert max(errs.values()) < 1e-4, errs
     torch._dynamo.reset()
+
+
+def test_operand_expanded_over_the_batch_fuses():
+    """`bmm(x.expand(E, -1, -1), w)` (dense experts) reads x with L stride 0, as TMA can
+    (session 51; before, such a bmm stayed with torch): its ReLU joins the bmm's epilogue, and
+    the step matches eager (test_module_trains_like_eager)."""
+    case = CASES["dense_experts"]
+    torch.manual_seed(0)
+    model = case.build(D)
+    inputs = case.inputs(B, S, D)
+    report = evt.explain(lambda *a: train_step(model, a), *inputs)
+    fused = {r.name: r.fused for r in report.regions}
+    assert fused.get("evt_f1_bmm") == ["aten.relu"], report

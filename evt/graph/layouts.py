@@ -20,10 +20,12 @@ def operand_major(
     val: torch.Tensor, transposed: bool, rows: str, cols: str, dim: int = 2
 ) -> str | None:
     """Which logical dimension of a `dim`-D operand ([L,] rows, cols; a nested batch [L1, L2,
-    rows, cols]) has unit stride, if any."""
-    batch = range(dim - 2)
-    if val.dim() != dim or any(val.shape[i] > 1 and val.stride(i) == 0 for i in batch):
-        return None  # an expanded batch (L stride 0) is left to torch: TMA wants a real stride
+    rows, cols]) has unit stride, if any. A batch of one operand expanded over L (L stride 0:
+    `bmm(x.expand(E, -1, -1), w)`, `addbmm`'s backward) is read as it is: the TMA descriptor's L
+    stride is 0, every batch reading the same rows. Not in a nested batch (`read_heads_in_place`
+    makes those from real strides only)."""
+    if val.dim() != dim or (dim == 4 and any(val.shape[i] > 1 and val.stride(i) == 0 for i in (0, 1))):
+        return None
     s_rows, s_cols = val.stride()[-2:][::-1] if transposed else val.stride()[-2:]
     if s_cols == 1:
         return cols
@@ -90,8 +92,8 @@ def why_not_anchor(node: torch.fx.Node) -> str | None:
     if val.dtype not in GEMM_DTYPES:
         return f"dtype {val.dtype}"
     if gemm_majors(g) is None:
-        return ("an operand is expanded over the batch (stride 0: TMA wants a real stride) or has "
-                "no unit-stride dimension (e.g. an expanded gradient)")  # fmt: skip
+        return ("an operand has no unit-stride dimension (e.g. an expanded gradient), or is "
+                "expanded over a nested batch")  # fmt: skip
     if operand := unreadable_operand(g):
         v = (g.a if operand == "A" else g.b).meta["val"]
         return (f"TMA cannot read its operand {operand} ({list(v.shape)} {v.dtype}, strides "

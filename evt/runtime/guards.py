@@ -193,9 +193,9 @@ def _roles(spec: ir.KernelSpec, infos: Sequence[TensorInfo], mnk, batch) -> list
                           f"L={' x '.join(map(str, batch))}")  # fmt: skip
     if l_a is None:
         raise LaunchError(f"input {g.a.input} (A) has shape {a.shape}; B implies L={batch}")
-    if g.batched and any(e > 1 and 0 in (sa, sb) for e, sa, sb in zip(batch, l_a, l_b)):
-        raise LaunchError("an operand has L stride 0 (an expanded batch); the kernel needs a "
-                          "real batch stride")  # fmt: skip
+    if g.nested and any(e > 1 and 0 in (sa, sb) for e, sa, sb in zip(batch, l_a, l_b)):
+        raise LaunchError("an operand has L stride 0 in a nested batch (an expanded batch); "
+                          "the kernel needs real batch strides")  # fmt: skip
     ls = _batch_modes(g)
     roles = [
         Role("A", g.a.input, g.dtype, ("M", "K", *ls), (M, K, *batch), (*s_a, *l_a),

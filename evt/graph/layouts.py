@@ -20,11 +20,8 @@ def operand_major(
     val: torch.Tensor, transposed: bool, rows: str, cols: str, dim: int = 2
 ) -> str | None:
     """Which logical dimension of a `dim`-D operand ([L,] rows, cols; a nested batch [L1, L2,
-    rows, cols]) has unit stride, if any. A batch of one operand expanded over L (L stride 0:
-    `bmm(x.expand(E, -1, -1), w)`, `addbmm`'s backward) is read as it is: the TMA descriptor's L
-    stride is 0, every batch reading the same rows. Not in a nested batch (`read_heads_in_place`
-    makes those from real strides only)."""
-    if val.dim() != dim or (dim == 4 and any(val.shape[i] > 1 and val.stride(i) == 0 for i in (0, 1))):
+    rows, cols]) has unit stride, if any."""
+    if val.dim() != dim:
         return None
     s_rows, s_cols = val.stride()[-2:][::-1] if transposed else val.stride()[-2:]
     if s_cols == 1:
@@ -35,12 +32,24 @@ def operand_major(
 
 
 def gemm_majors(g: GemmOperands) -> tuple[str, str] | None:
-    """(A major, B major) for a GEMM whose operands TMA can read, else None."""
+    """(A major, B major) for a GEMM whose operands TMA can read, else None. An operand
+    expanded over a plain batch (L stride 0: `bmm(x.expand(E, -1, -1), w)`, `addbmm`'s backward)
+    is read as it is: the TMA descriptor's L stride is 0, every batch reading the same rows (on
+    an H200, session 51). Not in a nested batch, which `read_heads_in_place` makes from real
+    strides only (the launch guards refuse a zero there)."""
     va, vb = g.a.meta["val"], g.b.meta["val"]
+    if g.nested and any(expanded_batch(v) for v in (va, vb)):
+        return None
     dim = 3 if g.batched else 2
     a = operand_major(va, g.a_transposed, "m", "k", 4 if g.nested and va.dim() == 4 else dim)
     b = operand_major(vb, g.b_transposed, "k", "n", 4 if g.nested and vb.dim() == 4 else dim)
     return None if a is None or b is None else (a, b)
+
+
+def expanded_batch(val: torch.Tensor) -> bool:
+    """Whether a batch mode (every mode before the last two) of `val` is expanded: stride 0
+    over more than one element."""
+    return any(val.shape[i] > 1 and val.stride(i) == 0 for i in range(val.dim() - 2))
 
 
 def load_kind(val: torch.Tensor, *dims: int) -> str | None:

@@ -595,6 +595,30 @@ class UnbiasedStatistics(nn.Module):
         return (y - y.mean(-1, keepdim=True)) / (y.var(-1, keepdim=True) + 1e-5).sqrt() + y.std(-1, keepdim=True)
 
 
+
+class LinearBatchNorm(nn.Module):
+    """A projection head as SimCLR writes it: Linear without bias, BatchNorm1d (statistics over
+    the batch's rows), ReLU, Linear."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.head = nn.Sequential(nn.Linear(d, 2 * d, bias=False), nn.BatchNorm1d(2 * d), nn.ReLU(),
+                                  nn.Linear(2 * d, d))  # fmt: skip
+
+    def forward(self, x):
+        return self.head(x)
+
+
+class PReLUMLP(nn.Module):
+    """PReLU's learned slope per channel between two Linears."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.up, self.act, self.down = nn.Linear(d, 2 * d), nn.PReLU(2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
 def _keep_mask(b: int, s: int, d: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(b * s * d)
     return [torch.randn(b * s, d), torch.rand(b * s, d, generator=g) > 0.3]
@@ -657,6 +681,8 @@ CASES: dict[str, Case] = {
     "masked_softmax": Case(MaskedSoftmax, _keep_mask),
     "activations": Case(Activations, _rows),
     "unbiased_statistics": Case(UnbiasedStatistics, _rows),
+    "linear_batchnorm": Case(LinearBatchNorm, _rows),
+    "prelu": Case(PReLUMLP, _rows),
     "single_row": Case(lambda d: nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d)),
                        lambda b, s, d: [torch.randn(1, d)]),
 }

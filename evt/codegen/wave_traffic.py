@@ -153,10 +153,7 @@ def wide_pingpong(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int
     least `PINGPONG_COLUMNS` tile columns at K > 1024 (module doc), the traffic rule aside."""
     if not (_applies(cfg, M, N, K, L, sm_count) and cfg.schedule == "pingpong" and cfg.tile_n == 128):
         return False
-    _, blocks_m, blocks_n = _grid(cfg, M, N, 1)
-    waves = _waves(blocks_m, blocks_n, sm_count)
-    return (blocks_n >= PINGPONG_COLUMNS
-            and _swizzled_waves(cfg, M, N, 2, sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
+    return _wide_grid(cfg, M, N, 2, sm_count)
 
 
 def long_k(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bool:
@@ -166,10 +163,16 @@ def long_k(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bo
     if not (_applies(cfg, M, N, K, L, sm_count) and K >= max(LONG_K, 2 * N) and cfg.schedule == "cooperative"
             and (cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n) == (128, 256, 1, 1)):  # fmt: skip
         return False
+    return _wide_grid(cfg, M, N, 4, sm_count)
+
+
+def _wide_grid(cfg: TileConfig, M: int, N: int, s: int, sm_count: int) -> bool:
+    """Whether `cfg`'s grid has at least `PINGPONG_COLUMNS` tile columns and swizzle `s` adds at
+    most `EXTRA_WAVES` to its waves (the shape rules' common test)."""
     _, blocks_m, blocks_n = _grid(cfg, M, N, 1)
     waves = _waves(blocks_m, blocks_n, sm_count)
     return (blocks_n >= PINGPONG_COLUMNS
-            and _swizzled_waves(cfg, M, N, 4, sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
+            and _swizzled_waves(cfg, M, N, s, sm_count) <= waves * (1 + EXTRA_WAVES))  # fmt: skip
 
 
 def outruns(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,

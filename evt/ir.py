@@ -267,28 +267,51 @@ class WelfordStats:
     correction: int = 0
 
 
+@dataclass(frozen=True)
+class ColumnWelfordStats:
+    """BatchNorm's batch statistics of each column over M (and L): `mean_output` and/or
+    `var_output` (M2 / (count - correction)), N-vectors shaped as a RowReduction's: [N] or, with
+    `keepdim`, [1, N] (evt's `Sm90ColumnStatistics<WelfordStat>`: (count, mean, M2) per M tile,
+    combined with Chan's formula in a fixed order). Passes its argument through."""
+
+    kind: ClassVar[str] = "column_welford"
+    name: str
+    arg: str
+    dtype: str
+    mean_output: int | None = None
+    var_output: int | None = None
+    keepdim: tuple[bool, bool] = (False, False)  # per output: mean, var
+    correction: int = 0
+
+
 Node = (
     AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarBroadcast | Compute | AuxStore
-    | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats
+    | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats | ColumnWelfordStats
 )  # fmt: skip
 NODE_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (
         AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarBroadcast, Compute, AuxStore,
-        RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats,
+        RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats, ColumnWelfordStats,
     )
 }  # fmt: skip
 LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
-REDUCTIONS = (RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)
+REDUCTIONS = (
+    RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats, ColumnWelfordStats,
+)  # fmt: skip
+STATISTICS = (SoftmaxStats, WelfordStats, ColumnWelfordStats)  # two optional outputs each
 # the reductions a kernel with a nested batch (L = L1 x L2) cannot have yet: over M and L (an
 # N-vector; the epilogue rules make none of a batched value); M-vectors (column reductions and
 # statistics over N) and reductions over everything it can, their partials and outputs indexed by
 # the flat batch l1 * L2 + l2 (evt_statistics.h: flat_batch)
-NOT_NESTED = (RowReduction,)
+NOT_NESTED = (RowReduction, ColumnWelfordStats)
 # per-row statistics over N: evt's Sm90RowStatistics, finished by a kernel after the GEMM
 ROW_STATISTICS = (ColReduction, SoftmaxStats, WelfordStats)
 WRITERS = (AuxStore, *REDUCTIONS)  # write outputs, pass their argument through
-Writer = AuxStore | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats
+Writer = (
+    AuxStore | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats
+    | ColumnWelfordStats
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -309,8 +332,9 @@ def writes(node: Node) -> list[Output]:
     if isinstance(node, (RowReduction, ColReduction, ScalarReduction)):
         vector = {"row_reduction": "row", "col_reduction": "col"}.get(node.kind, "scalar")
         return [Output(node.output, node, node.dtype, vector, node.keepdim)]
-    if isinstance(node, (SoftmaxStats, WelfordStats)):
-        return [Output(i, node, node.dtype, "col", keep)
+    if isinstance(node, STATISTICS):
+        vector = "row" if isinstance(node, ColumnWelfordStats) else "col"
+        return [Output(i, node, node.dtype, vector, keep)
                 for i, keep in zip(stat_outputs(node), node.keepdim) if i is not None]  # fmt: skip
     return []
 
@@ -331,7 +355,7 @@ def renumber_outputs(nodes: Sequence[Node]) -> tuple[tuple[Node, ...], dict[int,
     return out, renumber
 
 
-def stat_outputs(node: SoftmaxStats | WelfordStats) -> tuple[int | None, int | None]:
+def stat_outputs(node: SoftmaxStats | WelfordStats | ColumnWelfordStats) -> tuple[int | None, int | None]:
     """A statistic's two optional outputs in the kernel's order (softmax: max, sum; Welford:
     mean, var)."""
     if isinstance(node, SoftmaxStats):
@@ -519,7 +543,7 @@ def _node_from_dict(d: dict) -> Node:
     cls = NODE_TYPES[d.pop("kind")]
     if "args" in d:
         d["args"] = tuple(d["args"])
-    if cls in (SoftmaxStats, WelfordStats) and "keepdim" in d:  # older JSON: one bool for both
+    if cls in STATISTICS and "keepdim" in d:  # older JSON: one bool for both
         k = d["keepdim"]
         d["keepdim"] = (bool(k), bool(k)) if isinstance(k, bool) else tuple(k)
     return cls(**d)
@@ -614,22 +638,25 @@ def _format_node(n: Node) -> str:
         return f"{n.name} = ColReduction({n.op} over N; {n.arg}) -> out{n.output} ({n.dtype}, {shape})"
     if isinstance(n, ScalarReduction):
         return f"{n.name} = ScalarReduction({n.op} over L, M, N; {n.arg}) -> out{n.output} ({n.dtype})"
-    if isinstance(n, (SoftmaxStats, WelfordStats)):
+    if isinstance(n, STATISTICS):
         return _format_stats(n)
     return f"{n.name} = AuxStore({n.arg}) -> out{n.output} ({n.dtype})"
 
 
-def _format_stats(n: SoftmaxStats | WelfordStats) -> str:
+def _format_stats(n: SoftmaxStats | WelfordStats | ColumnWelfordStats) -> str:
     names = ("max", "sum") if isinstance(n, SoftmaxStats) else ("mean", "var")
     written = [(what, i, keep) for what, i, keep in zip(names, stat_outputs(n), n.keepdim)
                if i is not None]  # fmt: skip
-    shapes = {"[M, 1]" if keep else "[M]" for _, _, keep in written}
+    over_m = isinstance(n, ColumnWelfordStats)
+    shape = {(True, True): "[1, N]", (True, False): "[N]", (False, True): "[M, 1]", (False, False): "[M]"}
+    shapes = {shape[over_m, keep] for _, _, keep in written}
     each = len(shapes) > 1  # the outputs' shapes differ: each says its own
-    outs = [f"{what} -> out{i}" + (f" {'[M, 1]' if keep else '[M]'}" if each else "")
+    outs = [f"{what} -> out{i}" + (f" {shape[over_m, keep]}" if each else "")
             for what, i, keep in written]  # fmt: skip
     if isinstance(n, SoftmaxStats):
         what = "max, sum exp(x - max)" + (", +-inf max as 0" if n.zero_inf_max else "")
     else:
         what = f"Welford mean, var (correction {n.correction})"
     tail = n.dtype if each else f"{n.dtype}, {shapes.pop()}"
-    return f"{n.name} = {type(n).__name__}({what} over N; {n.arg}): {'; '.join(outs)} ({tail})"
+    over = "M" if over_m else "N"
+    return f"{n.name} = {type(n).__name__}({what} over {over}; {n.arg}): {'; '.join(outs)} ({tail})"

@@ -91,12 +91,13 @@ def lora_mlp(dim: int, hidden: int, rank: int) -> nn.Module:
 class LinearStatistics(nn.Module):
     """A Linear followed by per-row statistics of its output: `kind` is softmax, log_softmax,
     cross_entropy (against fixed targets), logsumexp, layer_norm (of the output plus a fixed
-    residual) or reductions (amax, sum and a sum of everything)."""
+    residual), batch_norm (BatchNorm1d: statistics over the rows) or reductions (amax, sum and a
+    sum of everything)."""
 
     def __init__(self, kind: str, k: int = 32, n: int = 64, rows: int = 16):
         super().__init__()
-        self.fc = nn.Linear(k, n)
-        self.norm = nn.LayerNorm(n) if kind == "layer_norm" else None
+        self.fc = nn.Linear(k, n, bias=kind != "batch_norm")  # BatchNorm subtracts a bias's share
+        self.norm = nn.LayerNorm(n) if kind == "layer_norm" else nn.BatchNorm1d(n) if kind == "batch_norm" else None
         self.kind = kind
         g = torch.Generator().manual_seed(3)
         self.register_buffer("residual", torch.randn(rows, n, generator=g))
@@ -114,6 +115,8 @@ class LinearStatistics(nn.Module):
             return torch.logsumexp(y, -1)
         if self.kind == "layer_norm":
             return self.norm(y + self.residual.to(y.dtype))
+        if self.kind == "batch_norm":
+            return self.norm(y)
         return y.amax(-1) + y.sum(-1) + y.sum()
 
 

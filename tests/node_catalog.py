@@ -102,6 +102,8 @@ CASES: dict[str, Case] = {
                     frozenset({"softmax_stats"}), frozenset()),
     "layer_norm": Case(lambda r, d: LinearStatistics("layer_norm", d, 2 * d, r), _rows,
                        frozenset({"welford", "aux_load"}), frozenset()),
+    "batch_norm": Case(lambda r, d: LinearStatistics("batch_norm", d, 2 * d, r), _rows,
+                       frozenset({"column_welford"}), frozenset()),
     "reductions": Case(lambda r, d: LinearStatistics("reductions", d, 2 * d, r), _rows,
                        frozenset({"col_reduction", "scalar_reduction"}), frozenset()),
 }  # fmt: skip

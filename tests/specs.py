@@ -13,6 +13,7 @@ from evt.ir import (
     AuxStore,
     ColBroadcast,
     ColReduction,
+    ColumnWelfordStats,
     Compute,
     Gemm,
     KernelSpec,
@@ -315,6 +316,33 @@ def row_statistics() -> KernelSpec:
     return KernelSpec("row_statistics", LINEAR, nodes, "logits", "bf16", 3)
 
 
+def batch_statistics() -> KernelSpec:
+    """BatchNorm1d's batch statistics of a bias-free Linear's bf16 output h = x @ W.T: the mean
+    over M ([1, N]) and the biased var ([N]) in one Welford node over M, and the unbiased var of
+    D = h * 2 (another node: a second value)."""
+    nodes = (
+        AccFetch("acc"),
+        Compute("h", "identity", ("acc",), "bf16"),
+        ColumnWelfordStats("stats", "h", "f32", mean_output=1, var_output=2, keepdim=(True, False)),
+        ScalarBroadcast("two", 2.0),
+        Compute("h2", "mul", ("stats", "two")),
+        ColumnWelfordStats("stats2", "h2", "bf16", var_output=3, correction=1),
+    )
+    return KernelSpec("batch_statistics", LINEAR, nodes, "stats2", "bf16", 2)
+
+
+def batch_statistics_edge_cases() -> KernelSpec:
+    """BatchNorm1d's statistics over M of f32 h = acc + special, where `special` (an aux load)
+    puts -inf, +inf and NaN into some elements or whole columns (D = h)."""
+    nodes = (
+        AccFetch("acc"),
+        AuxLoad("special", 2, "f32", "n"),
+        Compute("h", "add", ("acc", "special")),
+        ColumnWelfordStats("stats", "h", "f32", mean_output=1, var_output=2),
+    )
+    return KernelSpec("batch_statistics_edge_cases", LINEAR, nodes, "stats", "f32", 3)
+
+
 def batched_row_statistics() -> KernelSpec:
     """attention-like batched scores (acc * 0.125) with logsumexp's statistics (the shift is 0
     where a row's max is infinite) and LayerNorm's unbiased var, per batch, a sum over N and one
@@ -374,6 +402,7 @@ ALL = {
               layer_norm_backward_recomputed, mlp_dgrad_gelu, dag_square, mlp_dgrad_gelu_bias,
               activations, gelu_forms, swiglu_backward, attention_scores, row_statistics, batched_row_statistics,
               statistics_edge_cases, nested_attention_scores, nested_attention_statistics,
+              batch_statistics, batch_statistics_edge_cases,
               nested_attention_values,
               nested_attention_key_grad)
 }  # fmt: skip

@@ -1,6 +1,7 @@
 """Reductions and per-row statistics on an SM90 GPU (issue #6): the hand-built kernels of
-`tests.specs` (`row_statistics`: every node kind; `batched_row_statistics`; and
-`statistics_edge_cases`: -inf, +inf and NaN elements and rows) against the reference path, on
+`tests.specs` (`row_statistics`: every node kind; `batched_row_statistics`;
+`statistics_edge_cases`: -inf, +inf and NaN elements and rows; and BatchNorm1d's statistics
+over M, `batch_statistics` and its edge cases in columns) against the reference path, on
 fresh random data with NaN-poisoned outputs, under several tile configs; bitwise deterministic
 across launches; and a Linear + cross-entropy / LayerNorm training step through the backend.
 
@@ -34,15 +35,27 @@ KERNELS = {
     "row_statistics_256x128_c2": ("row_statistics", TileConfig(256, 128, 64, cluster_m=2)),
     "batched_row_statistics": ("batched_row_statistics", None),
     "statistics_edge_cases": ("statistics_edge_cases", None),
+    # BatchNorm1d's statistics over M (evt::Sm90ColumnStatistics): 8 warps in M, 4 (ping-pong),
+    # and two epilogue subtiles in M per tile (256-row tiles)
+    "batch_statistics": ("batch_statistics", None),
+    "batch_statistics_pingpong": ("batch_statistics", TileConfig(64, 256, 64, schedule="pingpong")),
+    "batch_statistics_256x128_c2": ("batch_statistics", TileConfig(256, 128, 64, cluster_m=2)),
+    "batch_statistics_edge_cases": ("batch_statistics_edge_cases", None),
 }
 SHAPES = {"tiles": (512, 1024, 256), "residues": (200, 136, 72), "one_n_tile": (96, 64, 64)}
+
+
+def prebuilt_kernels() -> list[tuple[ir.KernelSpec, TileConfig | None]]:
+    """The kernels of `KERNELS` (None: the default config); `scripts/kernel_pack.py build --tests
+    statistics` builds them ahead of a device call."""
+    return [(specs.ALL[name](), cfg) for name, cfg in KERNELS.values()]
 
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory) -> dict[str, launch.Kernel]:
     if not os.environ.get("EVT_CACHE_DIR"):
         os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
-    plans = {key: (specs.ALL[name](), cfg) for key, (name, cfg) in KERNELS.items()}
+    plans = dict(zip(KERNELS, prebuilt_kernels(), strict=True))
     futures = {key: build.submit(build.plan(spec, cfg)) for key, (spec, cfg) in plans.items()}
     return {key: launch.Kernel(plans[key][0], launch.load(f.result())) for key, f in futures.items()}
 
@@ -100,10 +113,12 @@ def test_statistics_match_the_reference(kernels, key, shape):
     inputs = inputs_for(kernel.spec, M, N, K)
     if kernel.spec.name == "statistics_edge_cases":
         inputs[2] = special_values(M, N)
+    if kernel.spec.name == "batch_statistics_edge_cases":  # the same patterns in columns
+        inputs[2] = special_values(N, M).t().contiguous()
     check_against_reference(kernel.spec, inputs, poisoned_launch(kernel, inputs))
 
 
-@pytest.mark.parametrize("key", ["row_statistics", "batched_row_statistics"])
+@pytest.mark.parametrize("key", ["row_statistics", "batched_row_statistics", "batch_statistics"])
 def test_statistics_are_bitwise_deterministic(kernels, key):
     kernel = kernels[key]
     inputs = inputs_for(kernel.spec, 4096, 2048, 256)
@@ -114,7 +129,7 @@ def test_statistics_are_bitwise_deterministic(kernels, key):
 
 
 @pytest.mark.parametrize("key", ["row_statistics", "row_statistics_256x128_c2",
-                                 "batched_row_statistics"])
+                                 "batched_row_statistics", "batch_statistics"])
 def test_a_repeated_launch_on_new_data_in_the_same_tensors(kernels, key):
     """A training step launches each region with the same pointers every step: the launcher then
     reuses the kernel parameters it built (its memo, workspaces included) and only zeroes the
@@ -148,6 +163,20 @@ def test_a_row_of_many_n_tiles_matches_a_float64_softmax(kernels):
     torch.testing.assert_close(s, want, rtol=5e-5, atol=0)
     torch.testing.assert_close(mean, y.mean(-1), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(var, y.var(-1, correction=0), rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("key", ["batch_statistics", "batch_statistics_pingpong"])
+def test_a_column_of_many_m_tiles_matches_float64(kernels, key):
+    """A batch of 32768 rows (256+ M tiles a column; a mean far from 0, as BatchNorm's input
+    can have): Welford's combined statistics against float64 math on the kernel's own bf16 h."""
+    kernel = kernels[key]
+    x, w = inputs_for(kernel.spec, 32768, 512, 128)
+    x += 4.0  # h's columns have means of several times their spread
+    d, mean, var, var2 = (t.double() for t in poisoned_launch(kernel, [x, w]))
+    h = d / 2  # D = h * 2, exact in bf16
+    torch.testing.assert_close(mean.flatten(), h.mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(var, h.var(0, correction=0), rtol=1e-4, atol=0)
+    torch.testing.assert_close(var2, d.var(0, correction=1), rtol=1e-2, atol=0)  # rounded to bf16
 
 
 @pytest.mark.parametrize("kind", ["cross_entropy", "layer_norm"])

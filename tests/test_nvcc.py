@@ -36,13 +36,15 @@ pytestmark = [
 # D, the aux loads, the aux store and the row broadcast) and softmax's statistics over N (partials
 # and outputs by the flat batch l1 * L2 + l2), P·V with v read in place (n-major B)
 # and dK = dSᵀ·Q (m-major A, q read in place), both without an epilogue, and LayerNorm's backward
-# computing xhat from an aux load and two column broadcasts (a subtree reading only loads)
+# computing xhat from an aux load and two column broadcasts (a subtree reading only loads), and
+# BatchNorm1d's statistics over M (evt_column_statistics.h: the swap shuffle, the warps' shared
+# memory)
 KERNELS = ("mlp_fc1_forward", "mlp_dgrad_gelu_bias", "activations", "attention_scores",
            "row_statistics", "batched_row_statistics", "mlp_fc1_forward_tf32",
            "layer_norm_backward", "nested_attention_statistics", "nested_attention_values",
            "nested_attention_key_grad", "batched_row_statistics_streamk",
            "mlp_fc1_forward_registers", "layer_norm_backward_recomputed",
-           "mlp_fc1_forward_staged", "scaled_scores_staged")  # fmt: skip
+           "mlp_fc1_forward_staged", "scaled_scores_staged", "batch_statistics")  # fmt: skip
 # kernels built from a spec of tests.specs at another tile config than its default: name ->
 # (spec, config). Stream-K: CUTLASS's stream-K scheduler with the statistics' deferred partials
 # and a batch (its GPU test: tests/test_gpu_configs.py). Registers: D (CUTLASS's void D, an

@@ -9,6 +9,8 @@ Shapes are (M, N, K): the GEMM's output is M x N, its reduction K; M is batch x 
             bias, ReLU and tanh GELU is set there)
   LLAMA     LLaMA-7B's, Llama-3-8B's and TinyLlama-1.1B's gated MLP (8192 tokens, 4096 -> 11008,
             4096 -> 14336, 2048 -> 5632): the SwiGLU patterns (no biases)
+  BATCHNORM a bias-free Linear before BatchNorm1d: a SimCLR-style projection head (4096 images,
+            2048 -> 2048) and the FFN_UP shapes of BERT and GPT-2
   HEAD      LM heads: GPT-2 (vocab 50257 padded to 50304), BERT-Large MLM (30522 -> 30528),
             a LLaMA-7B-sized head (4096 tokens, K = 4096, vocab 32000)
   ATTN      (B, H, S, D) of the same three models' self-attention
@@ -36,6 +38,7 @@ LLAMA = {
     "tinyllama": (8192, 5632, 2048),
 }
 GPTJ = {"gptj": (8192, 16384, 4096), "gptj-down": (8192, 4096, 16384)}
+BATCHNORM = {"simclr": (4096, 2048, 2048), "bert": FFN_UP["bert"], "gpt2": FFN_UP["gpt2"]}
 LINEAR_SHAPES = {**FFN_UP, "bert-down": FFN_DOWN["bert"], **GPTJ}
 
 
@@ -119,6 +122,7 @@ PATTERNS: dict[str, Pattern] = {
     "dgrad_swiglu": _pattern(
         P.dgrad_swiglu, lambda *a: gated(*a, backward=True), P.gemm_dgrad, LLAMA
     ),
+    "batchnorm_stats": _pattern(P.batchnorm_stats, lambda *a: linear(*a)[:2], shapes=BATCHNORM),
     "softmax_stats": _pattern(P.softmax_stats, lambda *a: head(*a)[:2], shapes=HEAD),
     "ce_forward": _pattern(P.ce_forward, head, shapes=HEAD),
     "ce_backward": _pattern(P.ce_backward, lambda *a: head(*a, lse=True), shapes=HEAD),

@@ -105,6 +105,14 @@ def layernorm_stats(x, w, b, r):
     return h, hf.mean(dim=1), torch.rsqrt(hf.var(dim=1, unbiased=False) + 1e-5)
 
 
+def batchnorm_stats(x, w):
+    """A bias-free Linear's output and its BatchNorm1d batch statistics (mean, biased var over
+    M), in fp32."""
+    h = x @ w.t()
+    var, mean = torch.var_mean(h.float(), dim=0, correction=0)
+    return h, mean, var
+
+
 def ce_forward(x, w, t):
     """LM head + cross-entropy forward: mean loss and the per-row log-sum-exp (saved)."""
     logits = (x @ w.t()).float()

@@ -24,6 +24,7 @@ from evt.ir import (
     ROW_STATISTICS,
     AuxLoad,
     AuxStore,
+    ColumnWelfordStats,
     KernelSpec,
     RowBroadcast,
     SoftmaxStats,
@@ -317,6 +318,8 @@ def fits(spec: KernelSpec, cfg: TileConfig) -> bool:
         return False
     if fence_free_reason(spec, cfg):
         return False
+    if cfg.epilogue_tile[1] < 32 and any(isinstance(n, ColumnWelfordStats) for n in spec.nodes):
+        return False  # its swap shuffle gives each of 8 lanes a column of the subtile's 32
     return mainloop_stages(spec, cfg) >= 2
 
 
@@ -568,7 +571,8 @@ def epilogue_parts(spec: KernelSpec) -> tuple[float, float]:
             memory += _COST["store"] * _bytes(n.dtype) / 2
         elif getattr(n, "op", None) in _SPECIAL | _ERF:
             arithmetic += _COST["special"]
-        elif n.kind in ("row_reduction", "col_reduction", "scalar_reduction", "softmax_stats", "welford"):
+        elif n.kind in ("row_reduction", "col_reduction", "scalar_reduction", "softmax_stats", "welford",
+                        "column_welford"):  # fmt: skip
             arithmetic += _COST["reduction"]
     return memory, arithmetic
 
@@ -589,6 +593,8 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
             epi_bytes += epi_m * epi_n * stages_d * _bytes(n.dtype)
         elif isinstance(n, RowBroadcast):
             epi_bytes += cfg.tile_n * _bytes(n.dtype)
+        elif isinstance(n, ColumnWelfordStats):  # its warps' partials: 8 x tile N x 16 bytes
+            epi_bytes += 8 * cfg.tile_n * 16
     stage_bytes = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * _bytes(spec.gemm.dtype) + 32
     return (SMEM_BYTES - epi_bytes - 1024) // stage_bytes
 

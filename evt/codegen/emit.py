@@ -28,6 +28,7 @@ from evt.ir import (
     AuxStore,
     ColBroadcast,
     ColReduction,
+    ColumnWelfordStats,
     Compute,
     KernelSpec,
     Node,
@@ -83,9 +84,11 @@ REDUCE_FNS = {
     "sum": ("cutlass::plus", "ElementCompute(0)"),
     "max": ("cutlass::maximum_with_nan_propagation", "-std::numeric_limits<ElementCompute>::infinity()"),
 }
-STATISTICS = (RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats)  # evt_statistics.h
+STATISTICS = (  # evt_statistics.h (ColumnWelfordStats: evt_column_statistics.h)
+    RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats, ColumnWelfordStats,
+)  # fmt: skip
 # finished by a kernel after the GEMM from per-tile partials in the launcher's workspace
-DEFERRED = (RowReduction, *ROW_STATISTICS)
+DEFERRED = (RowReduction, ColumnWelfordStats, *ROW_STATISTICS)
 
 
 def c_identifier(name: str) -> str:
@@ -133,6 +136,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         num_inputs=spec.num_inputs,
         num_outputs=spec.num_outputs,
         statistics=any(isinstance(n, STATISTICS) for n in plan.nodes),
+        column_statistics=any(isinstance(n, ColumnWelfordStats) for n in plan.nodes),
         # Compute and the stores use kRound
         rounds=config.store_align or config.staged_stores
         or any(isinstance(n, (Compute, AuxStore)) for n in plan.nodes),
@@ -251,7 +255,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
     if isinstance(n, (RowReduction, ColReduction, ScalarReduction)):
         view["reduce_fn"], view["identity"] = REDUCE_FNS[n.op]
         view["max"] = n.op == "max"
-    if isinstance(n, (SoftmaxStats, WelfordStats)):
+    if isinstance(n, (SoftmaxStats, WelfordStats, ColumnWelfordStats)):
         view.update(_statistic(n))
     view["deferred"] = isinstance(n, DEFERRED)
     if nested and isinstance(n, (AuxLoad, AuxStore, RowBroadcast, ColBroadcast)):
@@ -260,7 +264,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         view["stride"] = STRIDE_AUX_EVERY_L[n.major]
     elif isinstance(n, (AuxLoad, AuxStore)):
         view["stride"] = STRIDE_AUX[n.major]
-    elif isinstance(n, RowReduction):
+    elif isinstance(n, (RowReduction, ColumnWelfordStats)):
         view["stride"] = STRIDE_ROW_SUM
     elif isinstance(n, ROW_STATISTICS):
         view["stride"] = STRIDE_COL_OUT
@@ -282,7 +286,7 @@ def _nested_stride(n: AuxLoad | AuxStore | RowBroadcast | ColBroadcast) -> str:
     return STRIDE_ROW_NESTED if isinstance(n, RowBroadcast) else STRIDE_COL_NESTED
 
 
-def _statistic(n: SoftmaxStats | WelfordStats) -> dict:
+def _statistic(n: SoftmaxStats | WelfordStats | ColumnWelfordStats) -> dict:
     """The statistic's policy type and its two output pointers (nullptr where not written); the
     output whose strides the launcher passes (both have the same)."""
     if isinstance(n, SoftmaxStats):
@@ -331,6 +335,9 @@ def _comment(n: Node) -> str:
     if isinstance(n, (SoftmaxStats, WelfordStats)):
         return (f"{text} of {n.arg} -> {_stat_text(n)}; fp32 partials per N tile, combined in a "
                 "fixed order after the GEMM (deterministic)")  # fmt: skip
+    if isinstance(n, ColumnWelfordStats):
+        return (f"{text} over M of {n.arg} -> {_stat_text(n)}; fp32 partials per M tile, combined "
+                "in a fixed order after the GEMM (deterministic)")  # fmt: skip
     if isinstance(n, ScalarBroadcast):
         return f"{text} {n.value!r}"
     if isinstance(n, AuxLoad):
@@ -341,7 +348,7 @@ def _comment(n: Node) -> str:
     return text
 
 
-def _stat_text(n: SoftmaxStats | WelfordStats) -> str:
+def _stat_text(n: SoftmaxStats | WelfordStats | ColumnWelfordStats) -> str:
     names = ("max", "sum exp(x - max)") if isinstance(n, SoftmaxStats) else ("mean", "var")
     outs = [f"{what}: output {i}" for what, i in zip(names, stat_outputs(n)) if i is not None]
     return ", ".join(outs) + f", {n.dtype}"

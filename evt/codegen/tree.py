@@ -9,7 +9,7 @@ Outputs: D is the region's last [M, N] output in graph order (a float one if the
 other output, in graph order, is an `AuxStore` or a reduction's: a `RowReduction` (over M), a
 `ColReduction` (over N), a `ScalarReduction`, or one of a statistic's two outputs. Statistics of
 one value are merged into one node: softmax's max and sum of exp (`SoftmaxStats`), a mean and a
-var (`WelfordStats`); the other reductions get a node each.
+var over N (`WelfordStats`) or over M (`ColumnWelfordStats`); the other reductions get a node each.
 """
 
 from __future__ import annotations
@@ -234,8 +234,11 @@ def _writers(rest: list[Node], value: dict[Node, str], reductions: dict) -> list
     return stats + [w for w in plain if w is not None]
 
 
-STATISTICS = ("softmax_sum", "col_mean", "col_var")
-_FIELD = {"softmax_sum": "sum_output", "col_mean": "mean_output", "col_var": "var_output"}
+STATISTICS = ("softmax_sum", "col_mean", "col_var", "row_mean", "row_var")
+_FIELD = {"softmax_sum": "sum_output", "col_mean": "mean_output", "col_var": "var_output",
+          "row_mean": "mean_output", "row_var": "var_output"}  # fmt: skip
+_STAT_CLASS = {"softmax_sum": ir.SoftmaxStats, "col_mean": ir.WelfordStats, "col_var": ir.WelfordStats,
+               "row_mean": ir.ColumnWelfordStats, "row_var": ir.ColumnWelfordStats}  # fmt: skip
 _SLOT = {"max_output": 0, "sum_output": 1, "mean_output": 0, "var_output": 1}  # in `keepdim`
 
 
@@ -252,11 +255,11 @@ def _join_statistic(stats: list, fx: Node, output: int, expr: Expr, summand: str
     that still lacks it, or to a new node (in place)."""
     dtype, keepdim = _vector(fx)
     field = _FIELD[expr.op]
-    cls: type = ir.SoftmaxStats if expr.op == "softmax_sum" else ir.WelfordStats
+    cls: type = _STAT_CLASS[expr.op]
     extra: dict = {}  # a softmax's shift, a var's correction
     if expr.op == "softmax_sum":
         extra["zero_inf_max"] = bool(expr.args[1])
-    elif expr.op == "col_var":
+    elif expr.op in ("col_var", "row_var"):
         extra["correction"] = int(expr.args[1])
     for i, s in enumerate(stats):
         same = isinstance(s, cls) and (s.arg, s.dtype) == (summand, dtype)

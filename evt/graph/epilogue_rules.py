@@ -7,8 +7,9 @@ op is one entry here and one row in `COMPUTE_OPS` (+ its functor and its referen
 
 Reductions of an [M, N] (or batched [L, M, N]) value: `<where>_<op>` with where `row` (over M:
 an N-vector), `col` (over the last dim N: an M-vector per batch) or `scalar` (over every dim), op
-`sum` or `max` (`amax`); and the statistics over N: `col_mean`, `col_var` (arg 1: the
-correction) and `softmax_sum` (`evt::softmax_sum`, args 1: zero_inf_max). The summand is arg 0.
+`sum` or `max` (`amax`); the statistics over N: `col_mean`, `col_var` (arg 1: the
+correction) and `softmax_sum` (`evt::softmax_sum`, args 1: zero_inf_max); and over M:
+`row_mean`, `row_var` (BatchNorm1d's). The summand is arg 0.
 """
 
 from __future__ import annotations
@@ -151,11 +152,13 @@ def _reduction(op: str) -> Rule:
 
 
 def _mean(node: Node) -> Expr | None:
-    """mean(x, [-1]) (LayerNorm's mean): a Welford statistic over N."""
+    """mean(x, [-1]) (LayerNorm's mean): a Welford statistic over N; mean(x, [0]) of an [M, N]
+    value (BatchNorm1d's batch mean): one over M."""
     x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
-    if _reduced(x, dims) != "col" or node.kwargs.get("dtype") not in (None, _dtype(node)):
+    where = _reduced(x, dims)
+    if where not in ("col", "row") or node.kwargs.get("dtype") not in (None, _dtype(node)):
         return None
-    return Expr("col_mean", (x,))
+    return Expr(f"{where}_mean", (x,))
 
 
 def _pow(node: Node) -> Expr | None:
@@ -165,13 +168,15 @@ def _pow(node: Node) -> Expr | None:
 
 
 def _var(node: Node) -> Expr | None:
-    """var(x, [-1], correction=c) (LayerNorm's biased var: c = 0): a Welford statistic over N."""
+    """var(x, [-1], correction=c) (LayerNorm's biased var: c = 0): a Welford statistic over N;
+    var(x, [0], correction=c) of an [M, N] value (BatchNorm1d's): one over M."""
     x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
     c = node.kwargs.get("correction")
     c = 1 if c is None else c
-    if _reduced(x, dims) != "col" or not _number(c) or c < 0 or float(c) != int(c):
+    where = _reduced(x, dims)
+    if where not in ("col", "row") or not _number(c) or c < 0 or float(c) != int(c):
         return None
-    return Expr("col_var", (x, int(c)))
+    return Expr(f"{where}_var", (x, int(c)))
 
 
 def _softmax_sum(node: Node) -> Expr | None:
@@ -261,7 +266,7 @@ EPILOGUE_RULES: dict = ARITHMETIC | ACTIVATIONS | MATH | COMPARISONS | SELECT | 
 # terminal in a region: a reduced value exists only after the kernel
 REDUCTION_OPS = (
     "row_sum", "row_max", "col_sum", "col_max", "scalar_sum", "scalar_max",
-    "col_mean", "col_var", "softmax_sum",
+    "col_mean", "col_var", "row_mean", "row_var", "softmax_sum",
 )  # fmt: skip
 
 

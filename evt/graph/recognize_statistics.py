@@ -6,6 +6,7 @@
     sum(exp(x - where(|m| == inf, 0, m)), [-1], k), m = amax(x, [-1], True)
                                                 ->  evt::softmax_sum(x, k, True)   (logsumexp)
     var_mean(x, [-1], correction=c, keepdim=k)  ->  var(x, ...), mean(x, ...)   (LayerNorm)
+    var_mean(x, [0], ...) of an [M, N] x        ->  the same over M            (BatchNorm1d)
 
 `x - m`, `exp` and the rest of softmax stay where they are (they need the finished row); the sum
 no longer reads them, so a region can hold `amax` and the sum next to the GEMM. Only values an
@@ -54,6 +55,11 @@ def near_gemm(x: Node, memo: dict[Node, bool]) -> bool:
 def _last_dim(x: Node, dims) -> bool:
     rank = x.meta["val"].dim()
     return rank in (2, 3) and [d % rank for d in dims or ()] == [rank - 1]
+
+
+def _first_of_two(x: Node, dims) -> bool:
+    """Whether `dims` is M of a 2-D `x` (a batch's rows: BatchNorm1d's statistics)."""
+    return x.meta["val"].dim() == 2 and [d % 2 for d in dims or ()] == [0]
 
 
 def _call(node, target) -> Node | None:
@@ -115,7 +121,9 @@ def _split_var_mean(graph: Graph, node: Node, near: dict[Node, bool]) -> None:
     x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
     items = list(node.users)
     ok = all(u.target is operator.getitem and u.args[1] in (0, 1) for u in items)
-    if not (isinstance(x, Node) and ok and _last_dim(x, dims) and near_gemm(x, near)):
+    if not (isinstance(x, Node) and ok and near_gemm(x, near)):
+        return
+    if not (_last_dim(x, dims) or _first_of_two(x, dims)):
         return
     keepdim = node.kwargs.get("keepdim", False)
     for item in items:

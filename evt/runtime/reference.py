@@ -175,6 +175,10 @@ def reduce(node, x: torch.Tensor, batched: bool) -> list[tuple[int, torch.Tensor
     if isinstance(node, ir.RowReduction):  # over L and M: [N] or [1, N]
         total = REDUCE[node.op](x, dim=(0, 1))
         return [(node.output, total.unsqueeze(0) if node.keepdim else total)]
+    if isinstance(node, ir.ColumnWelfordStats):  # over L and M: [N] or [1, N] each
+        stats = x.mean(dim=(0, 1)), x.var(dim=(0, 1), correction=node.correction)
+        return [(i, v.unsqueeze(0) if keep else v)
+                for i, v, keep in zip(ir.stat_outputs(node), stats, node.keepdim) if i is not None]  # fmt: skip
     if isinstance(node, ir.ScalarReduction):  # over everything: [] or all ones
         total = REDUCE[node.op](x, dim=(0, 1, 2))
         return [(node.output, total.reshape((1,) * (3 if batched else 2)) if node.keepdim else total)]

@@ -6,7 +6,9 @@ bf16/f16); reuses values (shared subexpressions, so most specs are DAGs); writes
 (aux stores, bool mask stores of comparisons, row reductions, [N] or [1, N]), some read through by
 later nodes as `evt.codegen.tree` emits them; and stores D as bf16, f32, f16 (f16 GEMMs) or bool (a
 mask). Then, from a stream of their own (so older seeds keep their specs), 0-2 more reductions of
-any kind: row/col/scalar sum or max, softmax statistics, Welford statistics.
+any kind: row/col/scalar sum or max, softmax statistics, Welford statistics; after them, from the
+same stream (so the specs without one keep theirs), in a fraction (`COLUMN_WELFORD`) of the specs
+that may reduce over M, Welford statistics over M (BatchNorm1d's).
 A fraction (`NESTED`) of seeds, decided by a stream of their own (the other seeds keep their
 specs), get a GEMM with a nested batch (L = L1 x L2, `ir.Gemm.nested`) instead: drawn with
 0-2 reductions, none over M (column and scalar reductions, softmax and Welford statistics;
@@ -36,6 +38,7 @@ WEIGHTS = {op: 1.0 for op in ir.COMPUTE_OPS if op not in FORMS} | {
     "add": 3.0, "mul": 2.0, "where": 2.0, "sub": 1.5}  # fmt: skip
 REPAIR = {"log": 0, "rsqrt": 0, "div": 1, "exp": 0}  # op -> argument to make positive/small
 NESTED = 0.15  # the fraction of seeds with a nested batch
+COLUMN_WELFORD = 0.15  # the chance of Welford statistics over M in a spec that may reduce over M
 EVERY_BATCH = 0.4  # the chance that a nested spec's aux load is one [M, N] tensor every batch reads
 
 
@@ -187,9 +190,20 @@ def _add_reductions(g: _Gen, r: random.Random, row: bool) -> None:
                 w = ir.SoftmaxStats(f"softmax{out}", v, dtype, first, second, keep, r.random() < 0.3)
             else:
                 w = ir.WelfordStats(f"welford{out}", v, dtype, first, second, keep, r.choice((0, 1)))
-        at = next(i for i, n in enumerate(g.nodes) if n.name == v) + 1
-        g.nodes.insert(at, w)
-        g.facts[w.name] = g.facts[v]
+        _insert_after(g, v, w)
+    if row and r.random() < COLUMN_WELFORD:
+        v, dtype, keepdim = r.choice(values), r.choice(("f32", "f32", "bf16")), r.random() < 0.5
+        first, second = r.choice(((out, out + 1), (out, None), (None, out)))
+        keep = (keepdim, keepdim if r.random() < 0.7 else not keepdim)
+        _insert_after(g, v, ir.ColumnWelfordStats(f"batch_stats{out}", v, dtype, first, second, keep,
+                                                  r.choice((0, 1))))  # fmt: skip
+
+
+def _insert_after(g: _Gen, v: str, w: ir.Node) -> None:
+    """Writer `w` of value `v` right after it."""
+    at = next(i for i, n in enumerate(g.nodes) if n.name == v) + 1
+    g.nodes.insert(at, w)
+    g.facts[w.name] = g.facts[v]
 
 
 def _add_outputs(g: _Gen, reductions: bool = True) -> None:

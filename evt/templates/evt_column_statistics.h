@@ -25,8 +25,9 @@ CUTLASS_DEVICE Partial shuffle_xor(Partial p, int mask) {
 }  // namespace detail
 
 // Per-column statistic over M and L (BatchNorm's batch mean and var of a Linear's output):
-// Stat::kOutputs N-vectors, any of them skipped with a null pointer. Per epilogue subtile, each
-// thread pushes its elements into one Partial per column it holds, then the lanes that share
+// Stat::kOutputs N-vectors, any of them skipped with a null pointer. Stat is a WelfordStat (the
+// fast path builds its Partial {count, mean, M2, non-finite sum}). Per epilogue subtile, each
+// thread reduces its elements into one partial per column it holds, then the lanes that share
 // columns exchange halves of them (CUTLASS's swap shuffle: after log2(lanes) steps each lane holds
 // the warp's partial of 1/lanes of the columns), kept in registers across the tile (a few per
 // subtile column strip). At the tile's end the warps in M meet in this node's shared memory,
@@ -155,30 +156,90 @@ struct Sm90ColumnStatistics {
       return frg_input;
     }
 
-    template <class STensor, class SyncFn, class VTensor>
-    CUTLASS_DEVICE void reduce(STensor&&, SyncFn const& sync_fn, int epi_m, int epi_n,
-                               bool is_last_iteration, VTensor) {
+    // The fast path, for a subtile wholly inside the problem: every column holds kRows of this
+    // thread's elements and every lane's partials have the same count, so a partial is its
+    // (mean, M2) alone (its count known at compile time) and two of them combine with Chan's
+    // formula for equal counts, mean = (a + b) / 2, M2 = M2_a + M2_b + (b - a)^2 n / 2: no
+    // reciprocal, two floats a shuffle. False (nothing written) if some lane's column sum is
+    // not finite: the warp then takes the checked path, as one (the shuffles are warp-wide).
+    CUTLASS_DEVICE bool subtile_fast(Partial (&v)[kCols]) {
       using namespace cute;
-      // 1. This thread's elements of the subtile into one partial per column
+      constexpr int kRows = decltype(size(BufTensor{}))::value / kCols;
+      Tensor mean = make_tensor_like<float>(tCrCol);  // aliased as tCrCol: one per column
+      Tensor m2 = make_tensor_like<float>(tCrCol);
+      Tensor mean_flt = filter_zeros(mean);
+      Tensor m2_flt = filter_zeros(m2);
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) {
+        mean_flt(j) = 0.f;
+        m2_flt(j) = 0.f;
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(tCrBuf); ++i) {
+        mean(i) += tCrBuf(i);
+      }
+      bool finite = true;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) {
+        finite &= fabsf(mean_flt(j)) < INFINITY;
+        mean_flt(j) *= 1.f / kRows;
+      }
+      if (!__all_sync(0xFFFFFFFF, finite)) {
+        return false;
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(tCrBuf); ++i) {
+        float d = tCrBuf(i) - mean(i);
+        m2(i) = fmaf(d, d, m2(i));
+      }
+      float mv[kCols], qv[kCols];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kCols; ++j) {
+        mv[j] = mean_flt(j);
+        qv[j] = m2_flt(j);
+      }
+      auto lanes = lane_layout_MN;
+      detail::for_each_halving<kLanesM / 2>([&](auto half) {
+        constexpr int kHalf = decltype(half)::value;
+        constexpr float kHalfCount = 0.5f * kRows * (kLanesM / (2 * kHalf));  // n / 2 each side
+        bool upper = (lane_m & kHalf) != 0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kHalf * kOwned; ++j) {
+          int k = j + kHalf * kOwned;
+          float got_m = __shfl_xor_sync(0xFFFFFFFF, upper ? mv[j] : mv[k], lanes(kHalf, _0{}));
+          float got_q = __shfl_xor_sync(0xFFFFFFFF, upper ? qv[j] : qv[k], lanes(kHalf, _0{}));
+          float lo_m = upper ? got_m : mv[j], hi_m = upper ? mv[k] : got_m;  // lower rows first
+          float lo_q = upper ? got_q : qv[j], hi_q = upper ? qv[k] : got_q;
+          float d = hi_m - lo_m;
+          mv[j] = 0.5f * (lo_m + hi_m);
+          qv[j] = fmaf(d * d, kHalfCount, lo_q + hi_q);
+        }
+      });
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < kOwned; ++k) {
+        v[k] = Partial{float(kRows * kLanesM), mv[k], qv[k], 0.f};
+      }
+      return true;
+    }
+
+    // The checked path: the statistic's own push (bounds, infinities and NaN as torch has
+    // them), then the swap shuffle of whole partials, combined with Chan's general formula.
+    CUTLASS_DEVICE void subtile_checked(Partial (&v)[kCols], int epi_m, int epi_n) {
+      using namespace cute;
       Tensor cols_flt = filter_zeros(tCrCol);
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < size(cols_flt); ++j) {
+      for (int j = 0; j < kCols; ++j) {
         cols_flt(j) = Stat::identity();
       }
       Tensor tCcD_mn = tCcD(_, _, _, epi_m, epi_n);
-      if (detail::tile_inside<kTileM, kTileN>(residue_cD)) {
-        Stat::push_subtile(tCrCol, tCrBuf, [](int) { return true; });
-      } else {
-        Stat::push_subtile(tCrCol, tCrBuf, [&](int i) { return elem_less(tCcD_mn(i), residue_tCcD); });
-      }
-      // 2. The swap shuffle: at each step the lanes apart by `half` in M exchange half of their
-      // columns' partials, each keeping the half its bit selects, combined lower rows first.
-      // Afterwards lane_m holds chunk lane_m (kOwned columns) of the warp's partials.
-      Partial v[kCols];
+      Stat::push_subtile(tCrCol, tCrBuf, [&](int i) { return elem_less(tCcD_mn(i), residue_tCcD); });
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kCols; ++j) {
         v[j] = cols_flt(j);
       }
+      // at each step the lanes apart by `half` in M exchange half of their columns' partials,
+      // each keeping the half its bit selects, combined lower rows first; afterwards lane_m
+      // holds chunk lane_m (kOwned columns) of the warp's partials (CUTLASS's swap shuffle)
       auto lanes = lane_layout_MN;
       detail::for_each_halving<kLanesM / 2>([&](auto half) {
         constexpr int kHalf = decltype(half)::value;
@@ -191,6 +252,19 @@ struct Sm90ColumnStatistics {
           v[j] = upper ? Stat::combine(got, hi) : Stat::combine(lo, got);
         }
       });
+    }
+
+    template <class STensor, class SyncFn, class VTensor>
+    CUTLASS_DEVICE void reduce(STensor&&, SyncFn const& sync_fn, int epi_m, int epi_n,
+                               bool is_last_iteration, VTensor) {
+      using namespace cute;
+      Partial v[kCols];  // after the swap shuffle: v[0, kOwned) are this lane's columns
+      // A tile inside the problem whose warp holds only finite values (the common case) takes
+      // the fast path; a residue tile or a warp with an inf or a NaN, the checked one.
+      bool fast = detail::tile_inside<kTileM, kTileN>(residue_cD) && subtile_fast(v);
+      if (!fast) {
+        subtile_checked(v, epi_m, epi_n);
+      }
       CUTLASS_PRAGMA_UNROLL
       for (int k = 0; k < kOwned; ++k) {
         owned[epi_n * kOwned + k] = Stat::combine(owned[epi_n * kOwned + k], v[k]);

@@ -48,7 +48,8 @@ def test_the_suites_other_grids_keep_the_compiled_choice():
 def test_of_the_suites_grids_only_the_widest_pass_the_limit():
     """Every candidate config at every (M, N, K) of the GEMM+epilogue suite: the traffic rule makes
     the swizzle explicit at the up projections of GPT-J, the LLaMAs (N 16384, 14336, 11008;
-    TinyLlama's 5632 at K = 2048) only, and for 128x64 tiles at GPT-J's down projection; the
+    TinyLlama's 5632 at K = 2048) only, and for 128x64 tiles at GPT-J's down projection and the
+    projection head's 4096 x 2048 x 2048; the
     ping-pong rule adds swizzle 2 for 128-wide ping-pong tiles on the wide grids at K > 1024, the
     long-K rule 4 for cooperative 128x256 tiles at GPT-J's down projection alone."""
     from evt.bench import ops
@@ -58,13 +59,15 @@ def test_of_the_suites_grids_only_the_widest_pass_the_limit():
     hits = {(dims, cfg.label) for dims in shapes for cfg in CANDIDATES
             if wt.swizzle(cfg, *dims, 1, SMS) and not wt.wide_pingpong(cfg, *dims, 1, SMS)
             and not wt.long_k(cfg, *dims, 1, SMS)}  # fmt: skip
-    assert {dims for dims, _ in hits} == {GPTJ_UP, GPTJ_DOWN, LLAMA_UP, LLAMA3_UP, TINYLLAMA_UP}
+    simclr = (4096, 2048, 2048)  # batchnorm_stats's projection head
+    assert {dims for dims, _ in hits} == {GPTJ_UP, GPTJ_DOWN, LLAMA_UP, LLAMA3_UP, TINYLLAMA_UP, simclr}
     assert {label for d, label in hits if d == GPTJ_DOWN} == {"128x64x64_c1x1_cooperative"}
+    assert {label for d, label in hits if d == simclr} == {"128x64x64_c1x1_cooperative"}
     assert (GPTJ_UP, WIDE.label) in hits and (LLAMA3_UP, WIDE.label) in hits
     wide = {(dims, cfg.label) for dims in shapes for cfg in CANDIDATES if wt.wide_pingpong(cfg, *dims, 1, SMS)}
     assert {label for _, label in wide} == {"128x128x64_c1x1_pingpong", "128x128x64_c1x2_pingpong"}
     llama_head = (4096, 32000, 4096)
-    assert {d for d, _ in wide} == {GPTJ_UP, GPTJ_DOWN, LLAMA_UP, LLAMA3_UP, TINYLLAMA_UP, llama_head}
+    assert {d for d, _ in wide} == {GPTJ_UP, GPTJ_DOWN, LLAMA_UP, LLAMA3_UP, TINYLLAMA_UP, llama_head, simclr}
     long_k = {(dims, cfg.label) for dims in shapes for cfg in CANDIDATES if wt.long_k(cfg, *dims, 1, SMS)}
     assert long_k == {(GPTJ_DOWN, WIDE.label)}
 

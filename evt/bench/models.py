@@ -1,5 +1,6 @@
 """The training-step models, written out as plain nn.Modules (no library layers beyond Linear,
-LayerNorm and scaled_dot_product_attention) so a reader can check what is measured."""
+LayerNorm, BatchNorm1d and scaled_dot_product_attention) so a reader can check what is
+measured."""
 
 from __future__ import annotations
 
@@ -195,6 +196,20 @@ class LMHead(nn.Module):
 
     def forward(self, x):
         return self.head(self.ln(x))
+
+
+class ProjectionHead(nn.Module):
+    """A self-supervised projection head (SimCLR's, BYOL's): Linear without bias, BatchNorm1d
+    over the batch's rows (training mode: the batch's statistics), ReLU, Linear; on the
+    flattened [batch * seq, dim] features, returned as the input's shape."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1, self.norm = nn.Linear(dim, hidden, bias=False), nn.BatchNorm1d(hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.norm(self.fc1(x.flatten(0, -2))))).view(x.shape)
 
 
 class WithLoss(nn.Module):

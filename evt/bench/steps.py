@@ -20,6 +20,7 @@ from evt.bench.models import (
     MLPBlock,
     PostLNLayer,
     PreLNBlock,
+    ProjectionHead,
     WithLoss,
 )
 from evt.bench.workload import Case, Workload, generator, randn, to_reference
@@ -109,6 +110,14 @@ STEPS: dict[str, Step] = {
         "mse",
         dict(batch=4, seq=2048, dim=2048, heads=32, hidden=5632),
         {**_TINY_BLOCK, "heads": 4},
+    ),
+    "projection_head": Step(
+        "BYOL-style projection head (Linear without bias, BatchNorm1d on the batch's statistics, "
+        "ReLU, Linear), 4096 images' 2048 features",
+        lambda dim, hidden, **_: ProjectionHead(dim, hidden),
+        "mse",
+        dict(batch=4096, seq=1, dim=2048, hidden=4096),
+        dict(batch=16, seq=1, dim=32, hidden=64),
     ),
     "lm_head": Step(
         "GPT-2 final LayerNorm + LM head (vocab 50304) + cross-entropy, 8 x 1024 tokens",

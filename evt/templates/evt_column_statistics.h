@@ -104,7 +104,7 @@ struct Sm90ColumnStatistics {
     return cutlass::epilogue::fusion::EmptyProducerLoadCallbacks{};
   }
 
-  template <int kEpiN, class ColTensor, class BufTensor, class SColTensor, class CoordTensor,
+  template <int kEpiM, int kEpiN, class ColTensor, class BufTensor, class SColTensor, class CoordTensor,
             class ThrCoordTensor, class Residue, class ThrResidue, class LaneLayout, class TiledCopy>
   struct ConsumerStoreCallbacks : cutlass::epilogue::fusion::EmptyConsumerStoreCallbacks {
     static constexpr int kLanesM = decltype(cute::size<0>(LaneLayout{}))::value;
@@ -160,8 +160,10 @@ struct Sm90ColumnStatistics {
     // thread's elements and every lane's partials have the same count, so a partial is its
     // (mean, M2) alone (its count known at compile time) and two of them combine with Chan's
     // formula for equal counts, mean = (a + b) / 2, M2 = M2_a + M2_b + (b - a)^2 n / 2: no
-    // reciprocal, two floats a shuffle. False (nothing written) if some lane's column sum is
-    // not finite: the warp then takes the checked path, as one (the shuffles are warp-wide).
+    // reciprocal, two floats a shuffle, and the same bits in either order (no select for it).
+    // An inf or a NaN (or an overflow) makes some lane's result not finite: then it returns
+    // false and the warp redoes the subtile on the checked path, as one (the shuffles are
+    // warp-wide).
     CUTLASS_DEVICE bool subtile_fast(Partial (&v)[kCols]) {
       using namespace cute;
       constexpr int kRows = decltype(size(BufTensor{}))::value / kCols;
@@ -178,14 +180,9 @@ struct Sm90ColumnStatistics {
       for (int i = 0; i < size(tCrBuf); ++i) {
         mean(i) += tCrBuf(i);
       }
-      bool finite = true;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kCols; ++j) {
-        finite &= fabsf(mean_flt(j)) < INFINITY;
         mean_flt(j) *= 1.f / kRows;
-      }
-      if (!__all_sync(0xFFFFFFFF, finite)) {
-        return false;
       }
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(tCrBuf); ++i) {
@@ -206,20 +203,21 @@ struct Sm90ColumnStatistics {
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kHalf * kOwned; ++j) {
           int k = j + kHalf * kOwned;
+          float keep_m = upper ? mv[k] : mv[j], keep_q = upper ? qv[k] : qv[j];
           float got_m = __shfl_xor_sync(0xFFFFFFFF, upper ? mv[j] : mv[k], lanes(kHalf, _0{}));
           float got_q = __shfl_xor_sync(0xFFFFFFFF, upper ? qv[j] : qv[k], lanes(kHalf, _0{}));
-          float lo_m = upper ? got_m : mv[j], hi_m = upper ? mv[k] : got_m;  // lower rows first
-          float lo_q = upper ? got_q : qv[j], hi_q = upper ? qv[k] : got_q;
-          float d = hi_m - lo_m;
-          mv[j] = 0.5f * (lo_m + hi_m);
-          qv[j] = fmaf(d * d, kHalfCount, lo_q + hi_q);
+          float d = got_m - keep_m;
+          mv[j] = 0.5f * (keep_m + got_m);
+          qv[j] = fmaf(d * d, kHalfCount, keep_q + got_q);
         }
       });
+      bool finite = true;
       CUTLASS_PRAGMA_UNROLL
       for (int k = 0; k < kOwned; ++k) {
+        finite &= fabsf(mv[k]) < INFINITY && fabsf(qv[k]) < INFINITY;  // false for NaN too
         v[k] = Partial{float(kRows * kLanesM), mv[k], qv[k], 0.f};
       }
-      return true;
+      return __all_sync(0xFFFFFFFF, finite);
     }
 
     // The checked path: the statistic's own push (bounds, infinities and NaN as torch has
@@ -266,8 +264,9 @@ struct Sm90ColumnStatistics {
         subtile_checked(v, epi_m, epi_n);
       }
       CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < kOwned; ++k) {
-        owned[epi_n * kOwned + k] = Stat::combine(owned[epi_n * kOwned + k], v[k]);
+      for (int k = 0; k < kOwned; ++k) {  // one subtile in M: nothing to combine with yet
+        Partial& o = owned[epi_n * kOwned + k];
+        o = kEpiM == 1 ? v[k] : Stat::combine(o, v[k]);
       }
       if (!is_last_iteration || !elem_less(cD(_0{}, _0{}), residue_cD)) {
         return;  // not done yet, or a CTA of a cluster that is wholly out of bounds
@@ -340,8 +339,9 @@ struct Sm90ColumnStatistics {
     int64_t tile = detail::flat_batch(l, L) * cute::ceil_div(int(M), int(kTileM)) + int64_t(m);
     Partial* slot = static_cast<Partial*>(params.partials) + tile * padded_cols(int(N)) +
                     int64_t(n) * kTileN;
+    constexpr int kEpiM = decltype(size<3>(tCgCol))::value;
     constexpr int kEpiN = decltype(size<4>(tCgCol))::value;
-    return ConsumerStoreCallbacks<kEpiN, decltype(tCrCol), decltype(tCrBuf), decltype(tCsCol),
+    return ConsumerStoreCallbacks<kEpiM, kEpiN, decltype(tCrCol), decltype(tCrBuf), decltype(tCsCol),
                                   decltype(args.cD), decltype(args.tCcD),
                                   decltype(args.residue_cD), decltype(args.residue_tCcD),
                                   decltype(lane_layout_MN), decltype(args.tiled_copy)>(

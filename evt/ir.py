@@ -251,13 +251,11 @@ class SoftmaxStats:
 
 
 @dataclass(frozen=True)
-class WelfordStats:
-    """LayerNorm's statistics of each row over N: `mean_output` (the mean) and/or `var_output`
-    (M2 / (count - correction)), M-vectors shaped as a ColReduction's (evt's
-    `Sm90RowStatistics<WelfordStat>`: (count, mean, M2) per N tile, combined with Chan's
-    formula). Passes its argument through."""
+class _Welford:
+    """A mean and a var of one value in one pass: `mean_output` and/or `var_output`
+    (M2 / (count - correction)), (count, mean, M2) partials combined with Chan's formula.
+    Passes its argument through."""
 
-    kind: ClassVar[str] = "welford"
     name: str
     arg: str
     dtype: str
@@ -268,20 +266,20 @@ class WelfordStats:
 
 
 @dataclass(frozen=True)
-class ColumnWelfordStats:
-    """BatchNorm's batch statistics of each column over M (and L): `mean_output` and/or
-    `var_output` (M2 / (count - correction)), N-vectors shaped as a RowReduction's: [N] or, with
-    `keepdim`, [1, N] (evt's `Sm90ColumnStatistics<WelfordStat>`: (count, mean, M2) per M tile,
-    combined with Chan's formula in a fixed order). Passes its argument through."""
+class WelfordStats(_Welford):
+    """LayerNorm's statistics of each row over N, M-vectors shaped as a ColReduction's (evt's
+    `Sm90RowStatistics<WelfordStat>`: partials per N tile)."""
+
+    kind: ClassVar[str] = "welford"
+
+
+@dataclass(frozen=True)
+class ColumnWelfordStats(_Welford):
+    """BatchNorm's batch statistics of each column over M (and L), N-vectors shaped as a
+    RowReduction's: [N] or, with `keepdim`, [1, N] (evt's `Sm90ColumnStatistics<WelfordStat>`:
+    partials per M tile, combined in a fixed order)."""
 
     kind: ClassVar[str] = "column_welford"
-    name: str
-    arg: str
-    dtype: str
-    mean_output: int | None = None
-    var_output: int | None = None
-    keepdim: tuple[bool, bool] = (False, False)  # per output: mean, var
-    correction: int = 0
 
 
 Node = (

@@ -68,6 +68,7 @@ def test_suite_covers_the_issue():
         "bert_math",
         "vit",
         "llama",
+        "projection_head",
         "lm_head",
     }
 

@@ -80,6 +80,40 @@ def test_bf16_training_is_as_close_to_float64_as_eager_bf16():
         assert f_err <= 1.5 * e_err + 2e-3, (f_err, e_err)
 
 
+def test_running_statistics_and_dynamic_batches_follow_eager():
+    """The fused batch statistics feed BatchNorm's running mean and var as eager's do, over steps
+    of three batch sizes under `dynamic=True`."""
+    torch.manual_seed(0)
+    model = LinearBatchNorm()
+    fused = copy.deepcopy(model)
+    compiled = torch.compile(fused, backend="evt", dynamic=True, options={"rest": "eager"})
+    for rows in (24, 40, 17):
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused.norm.running_mean, model.norm.running_mean)
+    torch.testing.assert_close(fused.norm.running_var, model.norm.running_var)
+    assert int(fused.norm.num_batches_tracked) == 3
+
+
+def test_a_mean_over_the_rows_alone_stays_outside():
+    """Without a var beside it a mean over M is not a Welford node (one pass of it for a mean
+    alone costs more than a sum would)."""
+
+    class Centered(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 64)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y - y.mean(0)
+
+    x = torch.randn(16, 32, requires_grad=True)
+    report = evt.explain(lambda x: Centered()(x).pow(2).sum().backward(), x)
+    assert not any(isinstance(n, ir.ColumnWelfordStats) for r in report.regions for n in r.spec.nodes)
+    assert not any("aten.mean" in r.fused for r in report.regions)
+
+
 def test_statistics_over_the_rows_of_a_3d_value_stay_outside():
     """BatchNorm1d of [B, C, L] reduces over B and L: not a GEMM's M, no node over M."""
 

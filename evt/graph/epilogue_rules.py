@@ -153,12 +153,22 @@ def _reduction(op: str) -> Rule:
 
 def _mean(node: Node) -> Expr | None:
     """mean(x, [-1]) (LayerNorm's mean): a Welford statistic over N; mean(x, [0]) of an [M, N]
-    value (BatchNorm1d's batch mean): one over M."""
+    value beside a var of it over M (BatchNorm1d's batch statistics): one over M. A mean over M
+    alone stays outside: a Welford pass over M for it alone costs more than a sum would."""
     x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
     where = _reduced(x, dims)
     if where not in ("col", "row") or node.kwargs.get("dtype") not in (None, _dtype(node)):
         return None
+    if where == "row" and not any(_var_over_rows(u) for u in x.users):
+        return None
     return Expr(f"{where}_mean", (x,))
+
+
+def _var_over_rows(node: Node) -> bool:
+    """Whether `node` is a var over M of an [M, N] value."""
+    if node.op != "call_function" or node.target is not aten.var.correction:
+        return False
+    return _reduced(node.args[0], node.args[1] if len(node.args) > 1 else None) == "row"
 
 
 def _pow(node: Node) -> Expr | None:

@@ -297,7 +297,7 @@ LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
 REDUCTIONS = (
     RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats, ColumnWelfordStats,
 )  # fmt: skip
-STATISTICS = (SoftmaxStats, WelfordStats, ColumnWelfordStats)  # two optional outputs each
+TWO_OUTPUT_STATISTICS = (SoftmaxStats, WelfordStats, ColumnWelfordStats)  # each output optional
 # the reductions a kernel with a nested batch (L = L1 x L2) cannot have yet: over M and L (an
 # N-vector; the epilogue rules make none of a batched value); M-vectors (column reductions and
 # statistics over N) and reductions over everything it can, their partials and outputs indexed by
@@ -330,7 +330,7 @@ def writes(node: Node) -> list[Output]:
     if isinstance(node, (RowReduction, ColReduction, ScalarReduction)):
         vector = {"row_reduction": "row", "col_reduction": "col"}.get(node.kind, "scalar")
         return [Output(node.output, node, node.dtype, vector, node.keepdim)]
-    if isinstance(node, STATISTICS):
+    if isinstance(node, TWO_OUTPUT_STATISTICS):
         vector = "row" if isinstance(node, ColumnWelfordStats) else "col"
         return [Output(i, node, node.dtype, vector, keep)
                 for i, keep in zip(stat_outputs(node), node.keepdim) if i is not None]  # fmt: skip
@@ -541,7 +541,7 @@ def _node_from_dict(d: dict) -> Node:
     cls = NODE_TYPES[d.pop("kind")]
     if "args" in d:
         d["args"] = tuple(d["args"])
-    if cls in STATISTICS and "keepdim" in d:  # older JSON: one bool for both
+    if cls in TWO_OUTPUT_STATISTICS and "keepdim" in d:  # older JSON: one bool for both
         k = d["keepdim"]
         d["keepdim"] = (bool(k), bool(k)) if isinstance(k, bool) else tuple(k)
     return cls(**d)
@@ -636,7 +636,7 @@ def _format_node(n: Node) -> str:
         return f"{n.name} = ColReduction({n.op} over N; {n.arg}) -> out{n.output} ({n.dtype}, {shape})"
     if isinstance(n, ScalarReduction):
         return f"{n.name} = ScalarReduction({n.op} over L, M, N; {n.arg}) -> out{n.output} ({n.dtype})"
-    if isinstance(n, STATISTICS):
+    if isinstance(n, TWO_OUTPUT_STATISTICS):
         return _format_stats(n)
     return f"{n.name} = AuxStore({n.arg}) -> out{n.output} ({n.dtype})"
 

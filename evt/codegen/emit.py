@@ -23,6 +23,7 @@ from evt.ir import (
     DTYPES,
     NOT_NESTED,
     ROW_STATISTICS,
+    TWO_OUTPUT_STATISTICS,
     WRITERS,
     AuxLoad,
     AuxStore,
@@ -255,7 +256,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
     if isinstance(n, (RowReduction, ColReduction, ScalarReduction)):
         view["reduce_fn"], view["identity"] = REDUCE_FNS[n.op]
         view["max"] = n.op == "max"
-    if isinstance(n, (SoftmaxStats, WelfordStats, ColumnWelfordStats)):
+    if isinstance(n, TWO_OUTPUT_STATISTICS):
         view.update(_statistic(n))
     view["deferred"] = isinstance(n, DEFERRED)
     if nested and isinstance(n, (AuxLoad, AuxStore, RowBroadcast, ColBroadcast)):

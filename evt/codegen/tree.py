@@ -234,11 +234,13 @@ def _writers(rest: list[Node], value: dict[Node, str], reductions: dict) -> list
     return stats + [w for w in plain if w is not None]
 
 
-STATISTICS = ("softmax_sum", "col_mean", "col_var", "row_mean", "row_var")
-_FIELD = {"softmax_sum": "sum_output", "col_mean": "mean_output", "col_var": "var_output",
-          "row_mean": "mean_output", "row_var": "var_output"}  # fmt: skip
-_STAT_CLASS = {"softmax_sum": ir.SoftmaxStats, "col_mean": ir.WelfordStats, "col_var": ir.WelfordStats,
-               "row_mean": ir.ColumnWelfordStats, "row_var": ir.ColumnWelfordStats}  # fmt: skip
+# a statistic's op -> (its node, the output field it fills)
+_STATISTIC = {
+    "softmax_sum": (ir.SoftmaxStats, "sum_output"),
+    "col_mean": (ir.WelfordStats, "mean_output"), "col_var": (ir.WelfordStats, "var_output"),
+    "row_mean": (ir.ColumnWelfordStats, "mean_output"), "row_var": (ir.ColumnWelfordStats, "var_output"),
+}  # fmt: skip
+STATISTICS = tuple(_STATISTIC)
 _SLOT = {"max_output": 0, "sum_output": 1, "mean_output": 0, "var_output": 1}  # in `keepdim`
 
 
@@ -254,12 +256,11 @@ def _join_statistic(stats: list, fx: Node, output: int, expr: Expr, summand: str
     """Add output `output` of reduction `fx` to the statistic node of `stats` of the same value
     that still lacks it, or to a new node (in place)."""
     dtype, keepdim = _vector(fx)
-    field = _FIELD[expr.op]
-    cls: type = _STAT_CLASS[expr.op]
+    cls, field = _STATISTIC[expr.op]
     extra: dict = {}  # a softmax's shift, a var's correction
     if expr.op == "softmax_sum":
         extra["zero_inf_max"] = bool(expr.args[1])
-    elif expr.op in ("col_var", "row_var"):
+    elif expr.op.endswith("_var"):
         extra["correction"] = int(expr.args[1])
     for i, s in enumerate(stats):
         same = isinstance(s, cls) and (s.arg, s.dtype) == (summand, dtype)

@@ -121,9 +121,8 @@ def _split_var_mean(graph: Graph, node: Node, near: dict[Node, bool]) -> None:
     x, dims = node.args[0], node.args[1] if len(node.args) > 1 else None
     items = list(node.users)
     ok = all(u.target is operator.getitem and u.args[1] in (0, 1) for u in items)
-    if not (isinstance(x, Node) and ok and near_gemm(x, near)):
-        return
-    if not (_last_dim(x, dims) or _first_of_two(x, dims)):
+    over = isinstance(x, Node) and (_last_dim(x, dims) or _first_of_two(x, dims))
+    if not (over and ok and near_gemm(x, near)):
         return
     keepdim = node.kwargs.get("keepdim", False)
     for item in items:

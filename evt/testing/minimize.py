@@ -91,7 +91,7 @@ def tidy(spec: ir.KernelSpec) -> ir.KernelSpec:
 
 def _renumber(n: ir.Writer, out: Iterator[int]) -> ir.Writer:
     """`n` writing the next outputs of `out` (a statistic's present outputs in field order)."""
-    if isinstance(n, ir.STATISTICS):
+    if isinstance(n, ir.TWO_OUTPUT_STATISTICS):
         fields = [f.name for f in dataclasses.fields(n) if f.name.endswith("_output")]
         return dataclasses.replace(n, **{f: next(out) for f in fields if getattr(n, f) is not None})
     return dataclasses.replace(n, output=next(out))

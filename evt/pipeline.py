@@ -44,6 +44,7 @@ from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
 from evt.graph.snapshot import Snapshot
 from evt.graph.split_full_means import split_full_means
+from evt.graph.unpermute_reductions import unpermute_reductions
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
 from evt.partition.free_head_copies import free_head_copies
@@ -75,6 +76,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("fold_scalar_tensors", fold_scalar_tensors),
     ("eliminate_noop_clones", eliminate_noop_clones),
     ("sink_views", sink_views),
+    ("unpermute_reductions", unpermute_reductions),
     ("fold_views", fold_views),
     ("split_full_means", split_full_means),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),

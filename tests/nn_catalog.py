@@ -609,6 +609,22 @@ class LinearBatchNorm(nn.Module):
         return self.head(x)
 
 
+class TransposedBatchNorm(nn.Module):
+    """PatchTST's feed-forward block with its BatchNorm: the Linear's [B, L, C] output is
+    transposed to [B, C, L] for BatchNorm1d and back (statistics over B and L, all of the
+    Linear's rows), GELU, Linear, residual. The first Linear has no bias: BatchNorm subtracts
+    the mean, so its gradient would be zero but for rounding."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc1, self.norm = nn.Linear(d, 2 * d, bias=False), nn.BatchNorm1d(2 * d)
+        self.fc2 = nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        h = self.norm(self.fc1(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.fc2(F.gelu(h))
+
+
 class PReLUMLP(nn.Module):
     """PReLU's learned slope per channel between two Linears."""
 
@@ -682,6 +698,7 @@ CASES: dict[str, Case] = {
     "activations": Case(Activations, _rows),
     "unbiased_statistics": Case(UnbiasedStatistics, _rows),
     "linear_batchnorm": Case(LinearBatchNorm, _rows),
+    "transposed_batchnorm": Case(TransposedBatchNorm, _x),
     "prelu": Case(PReLUMLP, _rows),
     "single_row": Case(lambda d: nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d)),
                        lambda b, s, d: [torch.randn(1, d)]),

@@ -21,8 +21,9 @@ from evt.codegen.config import TileConfig, fits, mainloop_stages
 from evt.codegen.emit import render
 from evt.errors import CodegenError
 from evt.runtime import guards, reference
+from evt.runtime.canonical import canonical
 from tests import specs
-from tests.graphs import rel_err, train_compare
+from tests.graphs import explain, rel_err, train_compare
 
 
 class LinearBatchNorm(nn.Module):
@@ -128,6 +129,87 @@ def test_statistics_over_the_rows_of_a_3d_value_stay_outside():
     x = torch.randn(6, 4, 8, requires_grad=True)
     report = evt.explain(lambda x: Conv1dLike()(x).pow(2).sum().backward(), x)
     assert not any(isinstance(n, ir.ColumnWelfordStats) for r in report.regions for n in r.spec.nodes)
+
+
+class TransposedBlock(nn.Module):
+    """A Linear's [B, L, C] output normalized over its channels by BatchNorm1d, which wants
+    [B, C, L]: transposed there and back (PatchTST), or flattened to [B * L, C] (the same
+    statistics, over all of the Linear's rows)."""
+
+    def __init__(self, transpose: bool):
+        super().__init__()
+        self.transpose = transpose
+        self.fc1, self.norm, self.fc2 = nn.Linear(32, 64), nn.BatchNorm1d(64), nn.Linear(64, 32)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        if self.transpose:
+            h = self.norm(h.transpose(1, 2)).transpose(1, 2)
+        else:
+            h = self.norm(h.flatten(0, 1)).view(h.shape)
+        return x + self.fc2(torch.relu(h))
+
+
+def _regions(model, x):
+    report = explain(lambda x: model(x).pow(2).sum().backward(), x)
+    assert not report.fallbacks
+    return report.regions
+
+
+def test_statistics_of_a_transposed_linear_output_fuse_as_the_flat_ones_do():
+    """BatchNorm1d of the transposed [B, C, L] reduces over all of the Linear's rows: its
+    statistics, and its backward's sums over B and L, land in the GEMMs' epilogues as those of
+    BatchNorm1d of the flattened [B * L, C] do, in the same kernels."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 32, requires_grad=True)
+    transposed, flat = _regions(TransposedBlock(True), x), _regions(TransposedBlock(False), x)
+    (forward,) = [r for r in transposed if r.side == "forward" and r.anchor == "aten.addmm" and r.fused != ["aten.add"]]
+    assert sorted(forward.fused) == ["aten.mean", "aten.var"]
+    assert any(isinstance(n, ir.ColumnWelfordStats) for n in forward.spec.nodes)
+    assert any(r.side == "backward" and r.fused.count("aten.sum") == 2 for r in transposed)
+    assert [canonical(r.spec) for r in transposed] == [canonical(r.spec) for r in flat]
+    assert [r.bytes_saved for r in transposed] == [r.bytes_saved for r in flat]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_transposed_batch_statistics_train_as_eager(dynamic):
+    torch.manual_seed(0)
+    model = TransposedBlock(True)
+    fused = copy.deepcopy(model)
+    compiled = torch.compile(fused, backend="evt", dynamic=dynamic, options={"rest": "eager"})
+    for batch in (3, 5) if dynamic else (3,):
+        x = torch.randn(batch, 7, 32)
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        want, got = model(a), compiled(b)
+        probe = torch.randn(want.shape)
+        (want * probe).sum().backward()
+        (got * probe).sum().backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5)
+        for (name, p), q in zip(model.named_parameters(), fused.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    torch.testing.assert_close(fused.norm.running_var, model.norm.running_var)
+
+
+@pytest.mark.parametrize("reduce, fuses", [
+    (lambda h: torch.var_mean(h.transpose(1, 2), [0, 2]), True),  # over B and L: whole columns
+    (lambda h: torch.var_mean(h.transpose(1, 2), [0, 1]), False),  # over B and C
+    (lambda h: torch.var_mean(h.reshape(4, 6, 2, 32), [0, 1, 3]), False),  # 32 columns each
+    (lambda h: torch.var_mean(h.reshape(4, 6, 2, 32).transpose(2, 3), [0, 1, 3]), False),  # two each
+])
+def test_reductions_through_views_fuse_over_m_only_where_they_take_whole_columns(reduce, fuses):
+    """A reduction through views and permutes is one over M only where each output element
+    reduces exactly one of the Linear's columns."""
+    fc = nn.Linear(32, 64)
+
+    def step(x):
+        var, mean = reduce(fc(x))
+        (var.sum() + mean.pow(2).sum()).backward()
+
+    report = explain(step, torch.randn(4, 6, 32, requires_grad=True))
+    nodes = [n for r in report.regions for n in r.spec.nodes]
+    assert any(isinstance(n, ir.ColumnWelfordStats) for n in nodes) == fuses
+    assert any("aten.var" in r.fused for r in report.regions) == fuses
 
 
 # ---------------------------------------------------------------------------------------------

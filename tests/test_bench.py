@@ -69,6 +69,7 @@ def test_suite_covers_the_issue():
         "vit",
         "llama",
         "projection_head",
+        "patchtst",
         "lm_head",
     }
 

@@ -186,6 +186,27 @@ class PostLNLayer(nn.Module):
         return self.ln2(x + self.mlp(x))
 
 
+class PatchTSTLayer(nn.Module):
+    """PatchTST's encoder layer (Nie et al., ICLR 2023: `TSTEncoderLayer` with its default
+    norm="BatchNorm"): post-norm, bidirectional attention, exact GELU. Each norm is a
+    BatchNorm1d of the [B, dim, patches] transpose (statistics over every token of the batch),
+    transposed back."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.attn = SelfAttention(dim, heads, causal=False)
+        self.norm1, self.norm2 = nn.BatchNorm1d(dim), nn.BatchNorm1d(dim)
+        self.mlp = MLP(dim, hidden)
+
+    @staticmethod
+    def _norm(norm: nn.BatchNorm1d, x):
+        return norm(x.transpose(1, 2)).transpose(1, 2)
+
+    def forward(self, x):
+        x = self._norm(self.norm1, x + self.attn(x))
+        return self._norm(self.norm2, x + self.mlp(x))
+
+
 class LMHead(nn.Module):
     """GPT-2's final LayerNorm and vocabulary projection (no bias); returns the logits."""
 

@@ -18,6 +18,7 @@ from evt.bench.models import (
     LlamaBlock,
     LMHead,
     MLPBlock,
+    PatchTSTLayer,
     PostLNLayer,
     PreLNBlock,
     ProjectionHead,
@@ -118,6 +119,14 @@ STEPS: dict[str, Step] = {
         "mse",
         dict(batch=4096, seq=1, dim=2048, hidden=4096),
         dict(batch=16, seq=1, dim=32, hidden=64),
+    ),
+    "patchtst": Step(
+        "PatchTST encoder layer (post-norm, each norm a BatchNorm1d over the transposed "
+        "[series, dim, patches], exact GELU) at PatchTST/64's widths, 2048 series x 64 patches",
+        lambda dim, heads, hidden, **_: PatchTSTLayer(dim, heads, hidden),
+        "mse",
+        dict(batch=2048, seq=64, dim=128, heads=16, hidden=256),
+        {**_TINY_BLOCK, "seq": 8},
     ),
     "lm_head": Step(
         "GPT-2 final LayerNorm + LM head (vocab 50304) + cross-entropy, 8 x 1024 tokens",

@@ -11,7 +11,8 @@ op whose tensor inputs are such views of 2-D [M, N] values (or 3-D values that c
 and repeats to a fixed point. Views are free; the graph gains no copies.
 
 Where every tensor input of such an op is the same permute, or a view to the op's own shape of
-values of one other shape keeping their last dimension (0-dim tensors and numbers aside), and
+values of one other shape keeping their last dimension (0-dim tensors and numbers aside; under
+a permute also vectors broadcast to it, such as BatchNorm's [1, C, 1] mean), and
 one of those values comes from a GEMM (through views, permutes and epilogue ops), the op moves
 above the permute or view instead (`_sink_layout`): an einsum's `permute(view(bmm, (H, B, S, E)), (1, 0, 2, 3))` followed by a
 ReLU then has the ReLU on the bmm's own [L, M, N] result. A view that changes the last dimension
@@ -70,11 +71,11 @@ def _flat_source(a: Node) -> Node | None:
     return x if tuple(av.shape[-k:]) == tuple(xv.shape[1:]) else None
 
 
-def _static(shape) -> bool:
+def is_static(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def _same_size(a, b) -> bool:
+def same_size(a, b) -> bool:
     """Equal sizes, symbolic ones by their expressions (no guard is added)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
@@ -84,7 +85,7 @@ def _same_size(a, b) -> bool:
 
 
 def _same_shape(a, b) -> bool:
-    return len(a) == len(b) and all(_same_size(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
 
 
 def _symbolic_sizes(shape: tuple, flat: tuple, source: Node) -> tuple | None:
@@ -95,7 +96,7 @@ def _symbolic_sizes(shape: tuple, flat: tuple, source: Node) -> tuple | None:
     for i, d in enumerate(shape):
         if isinstance(d, int):
             out.append(d)
-        elif i < len(flat) and _same_size(d, flat[i]):
+        elif i < len(flat) and same_size(d, flat[i]):
             out.append(("sym_size", source, i))
         else:
             return None
@@ -107,7 +108,7 @@ def _sizes(shape, view: Node):
     symbolic, the size argument of `view` (an existing view to that shape, whose symbolic sizes
     are nodes of the graph: a SymInt written as a literal would name a value the graph does not
     define); None when neither is available."""
-    if _static(shape):
+    if is_static(shape):
         return list(shape)
     sizes = view.args[1] if view.target in VIEWS and len(view.args) > 1 else None
     return list(sizes) if isinstance(sizes, (list, tuple)) and len(sizes) == len(shape) else None
@@ -131,7 +132,7 @@ def _sink(node: Node) -> bool:
         new = src if same else _as_flat(a, flat)
         if new is False:
             return False
-        if isinstance(new, tuple) and not _static(new[1]):
+        if isinstance(new, tuple) and not is_static(new[1]):
             # symbolic sizes (dynamic shapes): the flat source's own sizes, as nodes
             shape = _symbolic_sizes(new[1], flat, source)
             if shape is None:
@@ -157,7 +158,7 @@ def _layout(a: Node) -> tuple | None:
     if a.target == aten.permute.default:
         return ("permute", tuple(d % len(shape) for d in a.args[1])), source
     viewed = tuple(a.meta["val"].shape)
-    if a.target in VIEWS and _static(shape) and _static(viewed) and _row(shape) == _row(viewed):
+    if a.target in VIEWS and is_static(shape) and is_static(viewed) and _row(shape) == _row(viewed):
         # rows kept whole (a region's output with padded rows stays a view); the key holds the
         # strides: an op of inputs laid out alike lays its result out so too (or, reading an
         # expanded input, contiguously), so the view back is as valid as these
@@ -173,7 +174,7 @@ def _row(shape: tuple) -> int | None:
     return sizes[-1] if sizes else None
 
 
-def _from_gemm(x: Node, depth: int = 0) -> bool:
+def from_gemm(x: Node, depth: int = 0) -> bool:
     """Whether `x` is a GEMM's result through views, permutes and epilogue ops."""
     while x.op == "call_function" and (x.target in VIEWS or x.target == aten.permute.default):
         x = x.args[0]
@@ -183,12 +184,14 @@ def _from_gemm(x: Node, depth: int = 0) -> bool:
         return True
     expr = epilogue_expr(x)
     return (depth < 8 and expr is not None and expr.op not in REDUCTION_OPS
-            and any(_from_gemm(i, depth + 1) for i in x.all_input_nodes))  # fmt: skip
+            and any(from_gemm(i, depth + 1) for i in x.all_input_nodes))  # fmt: skip
 
 
 def _sink_layout(node: Node) -> bool:
-    """op(t(x), t(y), c) -> t(op(x, y, c)) for one permute or view t, an elementwise epilogue op
-    whose tensor inputs all have its shape (module doc)."""
+    """op(t(x), t(y), v, c) -> t(op(x, y, v', c)) for one permute or view t, an elementwise
+    epilogue op whose tensor inputs have its shape, or (under a permute) broadcast to it from a
+    vector v ([1, C, 1] against [B, C, L]: v' is v viewed as the permute's input sees it) (module
+    doc)."""
     expr = epilogue_expr(node)
     if expr is None or expr.op in REDUCTION_OPS or not isinstance(node.meta.get("val"), torch.Tensor):
         return False
@@ -197,29 +200,52 @@ def _sink_layout(node: Node) -> bool:
     if not all(isinstance(v, (torch.Tensor, torch.SymInt, int, float)) for v in vals):
         return False
     tensors = [a for a, v in zip(node.all_input_nodes, vals) if isinstance(v, torch.Tensor) and v.dim() > 0]
-    if not tensors or not all(_same_shape(a.meta["val"].shape, out.shape) for a in tensors):
-        return False  # no tensor input, or one broadcasts
-    layouts = [_layout(a) for a in tensors]
+    full = [a for a in tensors if _same_shape(a.meta["val"].shape, out.shape)]
+    if not full:
+        return False  # no tensor input, or each broadcasts
+    layouts = [_layout(a) for a in full]
     if any(lay is None for lay in layouts) or len({lay[0] for lay in layouts}) != 1:
         return False
     (kind, key, *_), _ = layouts[0]
-    if kind == "view" and not _static(out.shape):
+    if kind == "view" and not is_static(out.shape):
         return False
-    if not any(_from_gemm(src) for _, src in layouts):
+    if not any(from_gemm(src) for _, src in layouts):
         return False
-    mapping = {a: src for a, (_, src) in zip(tensors, layouts)}
+    mapping = {a: src for a, (_, src) in zip(full, layouts)}
+    others = [a for a in tensors if a not in mapping]
+    if others and kind != "permute":
+        return False
+    broadcast = {a: _unpermuted_vector(a, key, out.dim()) for a in others}
+    if None in broadcast.values():
+        return False
     graph = node.graph
     with graph.inserting_before(node):
+        for a, shape in broadcast.items():
+            mapping[a] = make_node(graph, aten.view.default, (a, shape), {}, node)
         args = map_arg(node.args, lambda a: mapping.get(a, a))
         inner = make_node(graph, node.target, args, dict(node.kwargs), node)
         layout = (aten.permute.default, list(key)) if kind == "permute" else (aten.view.default, list(out.shape))
         back = make_node(graph, layout[0], (inner, layout[1]), {}, node)
     node.replace_all_uses_with(back)
     graph.erase_node(node)
-    for a in mapping:  # a permute or view only this node read is dead now
+    for a in full:  # a permute or view only this node read is dead now
         if not a.users:
             graph.erase_node(a)
     return True
+
+
+def _unpermuted_vector(a: Node, perm: tuple, rank: int) -> list[int] | None:
+    """The shape that `a`, broadcast against a value of rank `rank` = permute(x, perm), has
+    against x, where `a` has one dimension larger than 1 at most (any such shape is a view of
+    it), else None."""
+    shape = list(a.meta["val"].shape)
+    if len(shape) > rank or not is_static(shape) or sum(d != 1 for d in shape) > 1:
+        return None
+    shape = [1] * (rank - len(shape)) + shape
+    inverse = [0] * rank
+    for i, p in enumerate(perm):
+        inverse[p] = shape[i]  # dim i of the permuted value is dim p of x
+    return inverse
 
 
 REDUCTIONS = (aten.sum.dim_IntList, aten.amax.default, aten.mean.dim)
@@ -249,7 +275,7 @@ def _sink_reduction(node: Node) -> bool:
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
     kwargs = {k: v for k, v in node.kwargs.items() if k == "dtype"}
     shape = tuple(node.meta["val"].shape)
-    sizes = list(shape) if _static(shape) else None
+    sizes = list(shape) if is_static(shape) else None
     if sizes is None and tuple(found) == (rank - 1,):  # per row: the view's leading sizes
         lead = _sizes(tuple(x.meta["val"].shape), x)
         sizes = None if lead is None else lead[:-1] + ([1] if keepdim else [])

@@ -17,6 +17,7 @@ from torch import nn
 
 import evt
 from evt import ir
+from evt.bench.models import PatchTSTLayer
 from evt.codegen.config import TileConfig, fits, mainloop_stages
 from evt.codegen.emit import render
 from evt.errors import CodegenError
@@ -189,6 +190,34 @@ def test_transposed_batch_statistics_train_as_eager(dynamic):
         for (name, p), q in zip(model.named_parameters(), fused.parameters()):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
     torch.testing.assert_close(fused.norm.running_var, model.norm.running_var)
+
+
+def test_inductor_hands_each_region_its_inputs_in_the_layouts_its_kernel_was_built_for(monkeypatch, tmp_path):
+    """Inductor computes PatchTST's BatchNorm backward on the transposed [B, C, L] and may lay its
+    result out in that order. The region reading it as the dgrad GEMM's A was built k-major (the
+    graph's layout): without the op's layout tag its guard failed on the GPU and the region ran
+    unfused (session 53). On the CPU the kernel's guards run on every region call here."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # compile, not replay
+    failed = []
+    run = reference.run
+
+    def checked(spec, inputs, *args, **kwargs):
+        try:
+            guards.check(spec, [guards.TensorInfo.of(t) for t in inputs], store_align=None)
+        except Exception as e:  # noqa: BLE001
+            failed.append(f"{spec.name}: {e}")
+        return run(spec, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(reference, "run", checked)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = PatchTSTLayer(32, 2, 64).bfloat16()
+    compiled = torch.compile(copy.deepcopy(model), backend="evt")  # Inductor for the rest
+    x = torch.randn(4, 8, 32, dtype=torch.bfloat16, requires_grad=True)
+    compiled(x).float().pow(2).sum().backward()
+    torch._dynamo.reset()
+    assert not failed, failed
+    assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
 @pytest.mark.parametrize("reduce, fuses", [

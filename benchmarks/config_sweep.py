@@ -130,10 +130,10 @@ def _error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def padded(spec, inputs: list) -> list:
-    """`inputs` with the aux tensors TMA cannot read as they are in padded rows (`guards.pad_aux_rows`)."""
+    """`inputs` with the aux tensors TMA cannot read as they are in padded rows (`guards.copy_into_rows`)."""
     from evt.runtime import guards
 
-    return guards.pad_aux_rows(spec, inputs) or inputs
+    return guards.copy_into_rows(spec, inputs) or inputs
 
 
 def checked(kernel, tile_order, x, want) -> tuple:

@@ -124,7 +124,7 @@ def main(scratch: Path, cc: str) -> None:
     print("ok: outputs with padded rows get their whole storage from C++ as from Python")
 
     # an aux input TMA cannot read as it is (a bool mask with 104-byte rows): both paths launch
-    # on a copy with rows padded to 128 bytes (guards.pad_aux_rows; the C++ plan's pads)
+    # on a copy with rows padded to 128 bytes (guards.copy_into_rows; the C++ plan's pads)
     masked = ir.KernelSpec("masked", spec.gemm, (
         ir.AccFetch("acc"), ir.AuxLoad("mask", 2, "b8", "n"), ir.ScalarBroadcast("zero", 0.0),
         ir.Compute("masked", "where", ("mask", "zero", "acc"), "bf16"),

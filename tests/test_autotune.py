@@ -385,7 +385,7 @@ class _GuardedFake(_OrderedFake):
 
 def test_candidates_run_on_the_aux_copies_their_launches_make(monkeypatch):
     """A region whose mask TMA cannot read as it is (ViT's 197 x 197 bool mask; here 5 x 5)
-    launches on a copy in padded rows (`guards.pad_aux_rows`, in `dispatch.run`); its candidates
+    launches on a copy in padded rows (`guards.copy_into_rows`, in `dispatch.run`); its candidates
     are checked and timed on the same copy. Session 44: on the mask as it was, every candidate
     failed its guards and max-autotune left ViT's scores unfused ("no candidate config ran")."""
     q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8)

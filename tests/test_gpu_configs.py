@@ -293,7 +293,7 @@ def test_staged_stores_write_every_element_and_nothing_else(spec, label, shapes)
     for m, n, k in shapes:
         given = make_inputs(spec, m, n, k, seed=17, device="cuda")
         want = reference.run(spec, given)
-        inputs = guards.pad_aux_rows(spec, given) or given
+        inputs = guards.copy_into_rows(spec, given) or given
         check(kernel, inputs, want, (label, (m, n, k)))
         fresh = kernel(inputs)
         sizes = [ir.padded_storage(o.shape, o.stride()) or o.numel() for o in fresh]
@@ -317,7 +317,7 @@ POISON = 0x7B
 def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
     """Attention's scores at ViT's 197 tokens: the mask every batch reads and the per-batch bias
     have 394-byte rows, which TMA cannot read; the launch copies them into padded rows
-    (`guards.pad_aux_rows`) and the kernel reads the copies, no fallback: every element as the
+    (`guards.copy_into_rows`) and the kernel reads the copies, no fallback: every element as the
     reference computes it, the padding's garbage never read into the problem."""
     import warnings
 
@@ -325,7 +325,7 @@ def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
 
     spec = specs.attention_scores()
     inputs = make_inputs(spec, 197, 197, 64, seed=5, device="cuda", batch=(6,))
-    padded = guards.pad_aux_rows(spec, inputs)
+    padded = guards.copy_into_rows(spec, inputs)
     assert padded is not None and [i for i, (a, b) in enumerate(zip(inputs, padded)) if a is not b] == [2, 3]
     for i in (2, 3):
         padded[i].untyped_storage().fill_(0x7F)  # the pads: bf16 3.4e38, were they read
@@ -351,6 +351,40 @@ def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
     assert fast.launches()[spec.name] == before + 1, "the repeated call did not launch from C++"
     for got in (first[0], again[0]):
         assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
+
+
+def test_an_operand_laid_out_against_the_kernel_is_copied_not_unfused():
+    """Inductor may hand a region a value it computed in another order than the graph's
+    (PatchTST's BatchNorm backward reached a dgrad GEMM's A column-major, session 53): the launch
+    copies an operand whose last dimension is not unit-stride into rows (`guards.copy_into_rows`)
+    and runs the kernel on the copy, no fallback, in Python and from the C++ launch path alike."""
+    import warnings
+
+    import evt.runtime.ops  # noqa: F401 - defines evt::fused_gemm
+    from evt.runtime import dispatch, fast
+
+    spec = specs.attention_scores()
+    inputs = make_inputs(spec, 197, 197, 64, seed=6, device="cuda", batch=(6,))
+    a = spec.gemm.a.input
+    turned = list(inputs)
+    turned[a] = inputs[a].transpose(-1, -2).contiguous().transpose(-1, -2)  # K no longer unit-stride
+    assert turned[a].stride(-1) != 1 and torch.equal(turned[a], inputs[a])
+    want = reference.run(spec, inputs)
+    dispatch.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback warns
+        (got,) = dispatch.run(spec, turned)
+    assert dispatch.launches()[spec.name] == 1
+    assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
+    assert fast.ensure("cuda")
+    text = ir.to_json(spec)
+    first = torch.ops.evt.fused_gemm(text, turned)  # the Python path, which hands C++ its plan
+    before = fast.launches()[spec.name]
+    again = torch.ops.evt.fused_gemm(text, [t.clone() if i != a else t.transpose(-1, -2).contiguous()
+                                            .transpose(-1, -2) for i, t in enumerate(turned)])  # fmt: skip
+    assert fast.launches()[spec.name] == before + 1, "the repeated call did not launch from C++"
+    for out in (first[0], again[0]):
+        assert verify.relative_error(out, want[0]) <= tolerance(spec, spec.d, "bf16")
 
 
 @pytest.mark.parametrize("rest", ["eager", "inductor"])

@@ -155,7 +155,7 @@ def test_a_region_that_cannot_take_its_shapes_is_not_formed(monkeypatch):
     ViT's 197-token attention scores form a region as GPT-2's 1024-token scores do: its outputs
     stored into padded rows, its causal mask computed in the epilogue from two index vectors
     (`float_index_masks`), or with `EVT_INDEX_MASKS=0` its 197-byte bool mask read from a copy
-    with padded rows (`guards.pad_aux_rows`): the mask's `where` is in the epilogue either way."""
+    with padded rows (`guards.copy_into_rows`): the mask's `where` is in the epilogue either way."""
     import warnings
 
     import torch.nn.functional as F
@@ -249,7 +249,7 @@ def test_an_fp32_gemm_region_is_not_formed_on_cuda(monkeypatch):
 def test_an_aux_tensor_tma_cannot_read_is_loaded_from_a_padded_copy():
     """On CUDA ("meta"), an N-major [M, N] input whose rows or strides are not whole 16-byte
     vectors is still an aux load: the launch copies it into rows padded to 32-byte sectors
-    (`guards.pad_aux_rows`, ViT's 197 x 197 bool mask); an M-major one TMA cannot read is not
+    (`guards.copy_into_rows`, ViT's 197 x 197 bool mask); an M-major one TMA cannot read is not
     (the op reading it stays out of the epilogue). The copy holds the same values, is marked so
     the guards waive its row extent, and the compile-time check sees what the launch will."""
     from evt.graph.layouts import load_kind
@@ -274,11 +274,34 @@ def test_an_aux_tensor_tma_cannot_read_is_loaded_from_a_padded_copy():
     infos = [guards.TensorInfo.of(t) for t in (a, b, mask)]
     with pytest.raises(LaunchError, match="stride along M is 197"):
         guards.check(mask_spec, infos, store_align=None)
-    (same_a, same_b, copy) = guards.pad_aux_rows(mask_spec, [a, b, mask])
+    (same_a, same_b, copy) = guards.copy_into_rows(mask_spec, [a, b, mask])
     assert same_a is a and same_b is b and torch.equal(copy, mask) and copy.stride() == (224, 1)
     assert guards.TensorInfo.of(copy).padded and not guards.TensorInfo.of(mask).padded
     guards.check(mask_spec, [guards.TensorInfo.of(t) for t in (a, b, copy)], store_align=None)
-    assert guards.pad_aux_rows(mask_spec, [a, b, copy]) is None  # already a padded copy
-    assert guards.pad_aux_rows(mask_spec, [a, b, torch.rand(197, 208) > 0.5]) is None  # readable
+    assert guards.copy_into_rows(mask_spec, [a, b, copy]) is None  # already a padded copy
+    assert guards.copy_into_rows(mask_spec, [a, b, torch.rand(197, 208) > 0.5]) is None  # readable
     metas = [t.to("meta") for t in (a, b, mask)]
     assert guards.shape_reason(mask_spec, metas) is None
+
+
+def test_an_input_laid_out_against_the_kernel_is_copied_into_its_rows():
+    """Inductor may hand a region a value it computed in another order than the graph's
+    (PatchTST's BatchNorm backward: the dgrad GEMM's A column-major, session 53). An input the
+    kernel reads along its last dimension (A k-major, B n-major or transposed k-major, an N-major
+    aux load) whose last dimension is not unit-stride is copied into rows; the guards then pass
+    on the copy, which holds the same values. An input laid out as the kernel reads it is not."""
+    spec = specs.mlp_fc2_residual()  # A k-major, B transposed k-major, bias, aux residual n-major
+    x, w, b = fc1_inputs(M, K, N)
+    residual = torch.randn(M, N).bfloat16()
+    assert guards.copy_into_rows(spec, [x, w, b, residual]) is None
+    turned = [x.t().contiguous().t(), w.t().contiguous().t(), b, residual.t().contiguous().t()]
+    with pytest.raises(LaunchError, match="input 0 \\(A\\): stride along K is 64"):
+        check(spec, turned)
+    copies = guards.copy_into_rows(spec, turned)
+    assert copies[2] is b
+    for got, want, orig in zip(copies, (x, w, b, residual), turned):
+        assert torch.equal(got, want) and got.stride(-1) == 1
+        assert got is orig or (guards.TensorInfo.of(got).padded and got.data_ptr() != orig.data_ptr())
+    p = check(spec, copies)
+    assert (p.M, p.N, p.K) == (M, N, K)
+    assert guards.copy_into_rows(spec, copies) is None  # the copies are read as they are

@@ -61,7 +61,7 @@ def load_kind(val: torch.Tensor, *dims: int) -> str | None:
     shape, stride = tuple(val.shape), val.stride()
     if shape == tuple(dims) or (len(dims) == 3 and shape == (m, n)):
         if stride[-1] == 1 or n == 1:  # N-major: as it is, or a copy with padded rows at launch
-            return "aux_load"  # (`guards.pad_aux_rows`: ViT's 197 x 197 bool mask)
+            return "aux_load"  # (`guards.copy_into_rows`: ViT's 197 x 197 bool mask)
         return "aux_load" if stride[-2] == 1 and tma_aligned(val) else None
     if val.dtype == torch.bool:
         return None

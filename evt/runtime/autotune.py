@@ -497,14 +497,14 @@ def _reject(spec: ir.KernelSpec, key: str, e: Exception, rejected: dict[str, str
 
 def _as_dispatched(spec: ir.KernelSpec, kernel: launch.Kernel, dense: Sequence[int] = ()) -> Callable:
     """`kernel` called as the graph calls it: `dispatch.run` first copies the aux tensors TMA
-    cannot read as they are into padded rows (`guards.pad_aux_rows`: ViT's 197 x 197 bool mask),
+    cannot read as they are into padded rows (`guards.copy_into_rows`: ViT's 197 x 197 bool mask),
     and the graph then copies the outputs in `dense` out of their padded rows
     (`dense_outputs`), so a candidate is checked on, and timed with, the copies its region's
     launches make. Called on the inputs as they are, every candidate of ViT's attention scores
     failed its guards, and max-autotune left the region unfused for want of any (session 44)."""
 
     def call(inputs):
-        outs = kernel(guards.pad_aux_rows(spec, inputs) or inputs)
+        outs = kernel(guards.copy_into_rows(spec, inputs) or inputs)
         return [o.contiguous() if i in dense else o for i, o in enumerate(outs)]
 
     return call

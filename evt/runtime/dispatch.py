@@ -206,7 +206,7 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], key: str | None = N
     C++ launch path (`evt.runtime.fast`), which then serves calls with the same input layout."""
     if _reference_only or not use_kernels(inputs):
         return reference.run(spec, inputs)
-    padded = guards.pad_aux_rows(spec, inputs)  # aux tensors TMA cannot read as they are
+    padded = guards.copy_into_rows(spec, inputs)  # inputs the kernel cannot read as they are
     try:
         outputs = _launch_ready(spec, padded or inputs) or _launch(spec, padded or inputs)
     except EvtError as e:

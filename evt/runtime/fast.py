@@ -97,7 +97,7 @@ def ensure(device: str = "cuda") -> bool:
 def remember(key: str, region: str, kernel, problem, inputs, outputs, padded=None) -> None:
     """Hand a launch that just succeeded to the C++ path: later calls with `key` (the op's spec
     text) and inputs of this layout launch from C++. `padded`: the inputs the launch read, where
-    `guards.pad_aux_rows` copied some into padded rows (the C++ path copies them the same way)."""
+    `guards.copy_into_rows` copied some into padded rows (the C++ path copies them the same way)."""
     if loaded() is None:
         return
     pads = [] if padded is None else [

@@ -60,7 +60,7 @@ struct Plan {
   int64_t workspace_bytes = 0;
   int tile_order = 0;  // raster + 4 * swizzle (evt.runtime.launch.TileOrder)
   // (input, row pitch) of each aux input TMA cannot read as it is: copied into rows of that
-  // pitch before the launch (evt.runtime.guards.pad_aux_rows)
+  // pitch before the launch (evt.runtime.guards.copy_into_rows)
   std::vector<int64_t> pads;
 };
 

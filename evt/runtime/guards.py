@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from evt import ir
+from evt import debug, ir
 from evt.errors import LaunchError
 from evt.runtime import reference
 
 ALIGN = 16  # bytes: TMA base addresses and strides
-PADDED = "_evt_padded_rows"  # the attribute `pad_aux_rows` marks its copies with
+PADDED = "_evt_padded_rows"  # the attribute `copy_into_rows` marks its copies with
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class TensorInfo:
     dtype: torch.dtype
     data_ptr: int
     device: str
-    # evt's own copy with rows padded to whole 32-byte sectors (`pad_aux_rows`): TMA may read the
+    # evt's own copy with rows padded to whole 32-byte sectors (`copy_into_rows`): TMA may read the
     # 16-byte vector a row ends in, so an aux load's row extent need not be one
     padded: bool = False
 
@@ -130,7 +130,7 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     if reason := static_reason(spec):  # e.g. an fp32 GEMM (no TF32 kernels yet): never runs
         return reason
     infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
-    for n in spec.nodes:  # what `pad_aux_rows` copies at launch, as the launch sees the copy
+    for n in spec.nodes:  # what `copy_into_rows` copies at launch, as the launch sees the copy
         if isinstance(n, ir.AuxLoad) and n.major == "n" and len(infos[n.input].shape) >= 2:
             infos[n.input] = _padded_info(infos[n.input])
     try:
@@ -322,32 +322,63 @@ def _passed_strides(r: Role) -> tuple[int, ...]:
     return tuple(out)
 
 
-def pad_aux_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
-    """`inputs` with each N-major aux load TMA cannot read as it is (rows that are not whole
-    16-byte vectors, strides or a base address off 16 bytes: ViT's 197 x 197 bool attention mask)
-    replaced by a copy into rows padded to whole 32-byte sectors (`ir.row_pitch`), marked so the
-    guards waive the row extent for it; None where every aux load is readable as it is. The copy
-    runs on the current stream before the kernel: an [M, N] mask every batch reads costs one
-    small kernel a call, where leaving its `where` outside the region costs a pass over the
-    whole [L, M, N] output."""
+def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+    """`inputs` with each one the kernel reads along its last dimension (A, B, an N-major aux
+    load) but cannot read as it is replaced by a copy into rows padded to whole 32-byte sectors
+    (`ir.row_pitch`), marked so the guards waive the row extent for it; None where every input
+    is readable as it is. Two kinds need it:
+
+    - aux rows TMA cannot read (rows that are not whole 16-byte vectors, strides or a base
+      address off 16 bytes: ViT's 197 x 197 bool attention mask). An [M, N] mask every batch
+      reads costs one small kernel a call, where leaving its `where` outside the region costs a
+      pass over the whole [L, M, N] output;
+    - an input whose last dimension is not unit-stride, though the graph the kernel was built
+      from had it so: Inductor may lay out a value it computes in another order than the graph's
+      (torch before 2.13 does not constrain a custom op's list of inputs; PatchTST's BatchNorm
+      backward reached the dgrad GEMM's A column-major). One copy instead of the unfused path.
+
+    The copies run on the current stream before the kernel; the C++ launch path makes the same
+    ones (its plan's pads)."""
     out = None
-    for n in spec.nodes:
-        if not isinstance(n, ir.AuxLoad) or n.major != "n":
+    for index, what in _row_major_inputs(spec):
+        t = inputs[index]
+        if t.dim() < 2 or getattr(t, PADDED, False) or (out is not None and out[index] is not t):
             continue
-        t = inputs[n.input]
-        if t.dim() < 2 or getattr(t, PADDED, False) or _readable(TensorInfo.of(t)):
+        strided = t.shape[-1] > 1 and t.stride(-1) != 1
+        if not strided and (not what.startswith("aux") or _readable(TensorInfo.of(t))):
             continue
+        if strided and (spec.name, index) not in _REPORTED:
+            _REPORTED.add((spec.name, index))
+            debug.log(1, f"{spec.name}: input {index} ({what}) arrived with strides {tuple(t.stride())}, its "
+                      "last dimension not unit-stride as in the graph; copied into rows before each launch")
         pitch = ir.row_pitch(t.shape[-1], ir.dtype_name(t.dtype))
         padded = torch.empty((*t.shape[:-1], pitch), dtype=t.dtype, device=t.device)[..., : t.shape[-1]]
         padded.copy_(t)
         setattr(padded, PADDED, True)
         out = list(inputs) if out is None else out
-        out[n.input] = padded
+        out[index] = padded
+    return out
+
+
+_REPORTED: set[tuple[str, int]] = set()  # (region, input) whose relayout EVT_DEBUG=1 reported
+
+
+def _row_major_inputs(spec: ir.KernelSpec) -> list[tuple[int, str]]:
+    """(input, role) of each input the kernel reads with unit stride along the tensor's last
+    dimension: A k-major ([M, K]) or transposed m-major ([K, M]), B n-major ([K, N]) or
+    transposed k-major ([N, K]), N-major aux loads ([M, N])."""
+    g = spec.gemm
+    out = []
+    if (g.a.major == "k") != g.a.transposed:
+        out.append((g.a.input, "A"))
+    if (g.b.major == "n") != g.b.transposed and g.b.input != g.a.input:
+        out.append((g.b.input, "B"))
+    out += [(n.input, f"aux load {n.name}") for n in spec.nodes if isinstance(n, ir.AuxLoad) and n.major == "n"]
     return out
 
 
 def _padded_info(t: TensorInfo) -> TensorInfo:
-    """`t` as `pad_aux_rows` would copy it where TMA cannot read it as it is."""
+    """`t` as `copy_into_rows` would copy it where TMA cannot read it as it is."""
     if _readable(t):
         return t
     pitch = ir.row_pitch(t.shape[-1], ir.dtype_name(t.dtype))

@@ -105,3 +105,12 @@ def test_operand_expanded_over_the_batch_fuses():
     report = evt.explain(lambda *a: train_step(model, a), *inputs)
     fused = {r.name: r.fused for r in report.regions}
     assert fused.get("evt_f1_bmm") == ["aten.relu"], report
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.bf16_unfused])
+def test_module_the_catalog_says_fuses_nothing_in_bf16_does_not(name):
+    """The GPU tier's bf16 step of such a module, captured on the CPU at the GPU's sizes, has no
+    region (the GPU test holds the module to that; a change either way is seen here first)."""
+    from tests.test_gpu_nn_modules import captured
+
+    assert captured([name])[name] == [], CASES[name].bf16_unfused

@@ -371,7 +371,7 @@ def _row_major_inputs(spec: ir.KernelSpec) -> list[tuple[int, str]]:
     out = []
     if (g.a.major == "k") != g.a.transposed:
         out.append((g.a.input, "A"))
-    if (g.b.major == "n") != g.b.transposed and g.b.input != g.a.input:
+    if (g.b.major == "n") != g.b.transposed:
         out.append((g.b.input, "B"))
     out += [(n.input, f"aux load {n.name}") for n in spec.nodes if isinstance(n, ir.AuxLoad) and n.major == "n"]
     return out

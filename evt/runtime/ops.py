@@ -25,8 +25,10 @@ _lib = torch.library.Library("evt", "DEF")
 # Inductor lays out what it computes for a region as the region's graph said (the kernel was
 # built for those layouts: which mode of each operand is unit-stride). Without a layout tag it
 # constrains a custom op's inputs only where the op was in the traced program, which evt's is
-# not: a value Inductor computed in a transposed order reached a k-major kernel column-major,
-# its guard failed and the region ran unfused (PatchTST's BatchNorm backward, session 53).
+# not: a value Inductor computed in a transposed order reached a k-major kernel column-major
+# (PatchTST's BatchNorm backward, session 53). Inductor applies the tag to a `Tensor[]` from the
+# torch with pytorch/pytorch#184098 on; before it, the launch copies such an input into rows
+# (`guards.copy_into_rows`).
 _lib.define("fused_gemm(str spec, Tensor[] inputs) -> Tensor[]", tags=(torch.Tag.needs_fixed_stride_order,))
 # what the C++ launch path (evt.runtime.fast) calls for a spec or input layout it has no plan for
 _lib.define("fused_gemm_slow(str spec, Tensor[] inputs) -> Tensor[]")

@@ -1,9 +1,10 @@
 """The graph-level differential fuzzer (`evt.testing.models`): random small training programs
-(Linears, activations, residuals, LayerNorm/RMSNorm, softmax, attention with a causal, padding
+(Linears, activations, residuals, LayerNorm/RMSNorm, BatchNorm1d, softmax, attention with a causal, padding
 or no mask, cross-entropy or MSE) through the whole pipeline with the reference path, against eager in float32. Many more
 seeds: `python scripts/model_fuzz.py --count 400` (400 seeds passed when it was written)."""
 
 import pytest
+import torch
 
 from evt.runtime import reference
 from evt.testing.models import (
@@ -133,3 +134,16 @@ def test_the_op_scan_starts_no_kernel_build(monkeypatch):
     assert "silu_backward_sigmoid" in region_ops(56, True)
     assert started == []
     assert {spec.name for spec, _ in kernels_of(56)} <= set(started)  # and kernels_of builds
+
+
+@pytest.mark.parametrize("seed", [3, 9, 24])  # permuted [B, D, S], permuted, flattened rows
+def test_a_batch_norm_block_takes_its_statistics_into_the_gemms_epilogue(seed):
+    """A transposed block may draw BatchNorm1d over its Linear output's channels, on the
+    [B, D, S] permute (PatchTST) or on the flattened rows: either way its statistics over all
+    of the GEMM's rows are one Welford node over M (`unpermute_reductions` for the permute)."""
+    from evt import ir
+
+    model, _ = program(seed)
+    assert any(b.bn is not None for b in model.blocks), describe(model)
+    nodes = [n for spec, _ in kernels_of(seed, smooth=False, dtype=torch.float32) for n in spec.nodes]
+    assert any(isinstance(n, ir.ColumnWelfordStats) for n in nodes), describe(model)

@@ -2,7 +2,8 @@
 transformer-ish blocks on a [B, S, D] activation (Linears with and without bias, activations,
 residual adds, LayerNorm with and without affine, RMSNorm, softmax, scaling, attention with a
 causal mask, an additive padding mask or none, GLU halves of one projection, a Linear on a
-transposed activation, views), some blocks under activation checkpointing
+transposed activation, BatchNorm1d over its output's channels (on the [B, D, S] permute, as
+PatchTST, or on the flattened rows), views), some blocks under activation checkpointing
 (`torch.utils.checkpoint`: their regions recomputed in the backward; half of them selectively,
 the GEMMs' outputs saved), which runs through the whole pipeline (`backend="evt"`, regions on
 the reference path) and is compared with eager, forward and backward (`tests/test_model_fuzz.py`, `scripts/model_fuzz.py`).
@@ -44,6 +45,7 @@ GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten
 BLOCKS = ("mlp", "residual_linear", "norm", "rms_norm", "attention", "scale", "softmax", "gated",
           "glu", "transposed", "plain_norm")  # fmt: skip
 ATTENTION_MASKS = ("causal", "padding", "none")
+BATCH_NORMS = ("permuted", "flat", "none")
 
 
 def save_gemms(ctx, op, *args, **kwargs):
@@ -92,6 +94,13 @@ class Block(nn.Module):
         # causal (GPT), BERT's additive padding mask over keys (SDPA's float attn_mask when evt
         # rewrites the attention), or none (ViT)
         self.mask = rng.choice(ATTENTION_MASKS) if kind == "attention" else None
+        # BatchNorm1d of the transposed block's Linear output, drawn last and only there (as the
+        # mask): the batch's statistics (no running ones: a checkpointed block would update
+        # them twice), over the channels of its [B, D, S] permute or of its flattened rows
+        self.batch_norm = rng.choice(BATCH_NORMS) if kind == "transposed" else None
+        self.bn = nn.BatchNorm1d(d, track_running_stats=False) if self.batch_norm in ("permuted", "flat") else None
+        if self.bn is not None:  # BatchNorm subtracts the mean: a bias before it would have a
+            self.lin.bias = None  # gradient of zero but for rounding, no relative error to check
 
     def forward(self, x):
         act = ACTIVATIONS[self.act]
@@ -107,7 +116,12 @@ class Block(nn.Module):
             a, b = self.glu(x).chunk(2, dim=-1)
             return x + a * act(b)
         if self.kind == "transposed":  # a [S, B, D] activation: the GEMM reads a permuted view
-            return act(self.lin(x.transpose(0, 1))).transpose(0, 1) + x
+            y = self.lin(x.transpose(0, 1))
+            if self.batch_norm == "permuted":  # [B, D, S]: statistics over all of the GEMM's rows
+                y = self.bn(y.permute(1, 2, 0)).permute(2, 0, 1)
+            elif self.batch_norm == "flat":
+                y = self.bn(y.flatten(0, 1)).view(y.shape)
+            return act(y).transpose(0, 1) + x
         if self.kind == "plain_norm":
             return self.plain(x) * self.scale
         if self.kind == "norm":
@@ -218,7 +232,8 @@ def describe(model: Program) -> str:
     marks = [", selectively checkpointed" if sel else ", checkpointed" if ck else ""
              for ck, sel in zip(model.checkpointed, model.selective)]  # fmt: skip
     parts = [f"{blk.kind}({blk.act}{', pre' if blk.pre_norm else ''}"
-             f"{f', {blk.mask} mask' if blk.mask else ''}{mark})"
+             f"{f', {blk.mask} mask' if blk.mask else ''}"
+             f"{f', {blk.batch_norm} batch norm' if blk.bn is not None else ''}{mark})"
              for blk, mark in zip(model.blocks, marks)]  # fmt: skip
     return " -> ".join([*parts, f"head+{model.loss}"])
 

@@ -117,7 +117,8 @@ def test_a_mean_over_the_rows_alone_stays_outside():
 
 
 def test_statistics_over_the_rows_of_a_3d_value_stay_outside():
-    """BatchNorm1d of [B, C, L] reduces over B and L: not a GEMM's M, no node over M."""
+    """BatchNorm1d of a Linear's own [B, C, L] output (C splits the GEMM's rows, L is its N)
+    reduces over B and L: no column whole, no node over M (a transposed output is one: below)."""
 
     class Conv1dLike(nn.Module):
         def __init__(self):

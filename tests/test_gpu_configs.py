@@ -319,7 +319,6 @@ def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
     have 394-byte rows, which TMA cannot read; the launch copies them into padded rows
     (`guards.copy_into_rows`) and the kernel reads the copies, no fallback: every element as the
     reference computes it, the padding's garbage never read into the problem."""
-    import warnings
 
     from evt.runtime import dispatch, guards
 
@@ -331,26 +330,32 @@ def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
         padded[i].untyped_storage().fill_(0x7F)  # the pads: bf16 3.4e38, were they read
         padded[i].copy_(inputs[i])
     want = reference.run(spec, inputs)
+    launch_without_fallback(spec, inputs, [t.clone() for t in inputs], want)
+    check(dispatch.kernel_for(spec, (197, 197, 64, 6)), padded, want, "padded copies, poisoned pads")
+
+
+def launch_without_fallback(spec: ir.KernelSpec, inputs, again, want) -> None:
+    """`spec`'s kernel runs on `inputs` through `dispatch.run` (one launch, no fallback warning)
+    and through the op twice, the second time on `again` (other storage, the same layout) from
+    the C++ launch path (the first hands it its plan); each result as the reference's `want`."""
+    import warnings
+
+    import evt.runtime.ops  # noqa: F401 - defines evt::fused_gemm
+    from evt.runtime import dispatch, fast
+
     dispatch.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback warns
         (got,) = dispatch.run(spec, inputs)
     assert dispatch.launches()[spec.name] == 1
-    assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
-    check(dispatch.kernel_for(spec, (197, 197, 64, 6)), padded, want, "padded copies, poisoned pads")
-    # the op's C++ launch path copies them the same way: a repeated call launches from C++
-    import evt.runtime.ops  # noqa: F401 - defines evt::fused_gemm
-    from evt import ir
-    from evt.runtime import fast
-
     assert fast.ensure("cuda")
     text = ir.to_json(spec)
-    first = torch.ops.evt.fused_gemm(text, inputs)  # the Python path, which hands C++ its plan
+    first = torch.ops.evt.fused_gemm(text, inputs)
     before = fast.launches()[spec.name]
-    again = torch.ops.evt.fused_gemm(text, [t.clone() for t in inputs])  # other storage, same layout
+    second = torch.ops.evt.fused_gemm(text, again)
     assert fast.launches()[spec.name] == before + 1, "the repeated call did not launch from C++"
-    for got in (first[0], again[0]):
-        assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
+    for out in (got, first[0], second[0]):
+        assert verify.relative_error(out, want[0]) <= tolerance(spec, spec.d, "bf16")
 
 
 def test_an_operand_laid_out_against_the_kernel_is_copied_not_unfused():
@@ -358,33 +363,13 @@ def test_an_operand_laid_out_against_the_kernel_is_copied_not_unfused():
     (PatchTST's BatchNorm backward reached a dgrad GEMM's A column-major, session 53): the launch
     copies an operand whose last dimension is not unit-stride into rows (`guards.copy_into_rows`)
     and runs the kernel on the copy, no fallback, in Python and from the C++ launch path alike."""
-    import warnings
-
-    import evt.runtime.ops  # noqa: F401 - defines evt::fused_gemm
-    from evt.runtime import dispatch, fast
-
     spec = specs.attention_scores()
     inputs = make_inputs(spec, 197, 197, 64, seed=6, device="cuda", batch=(6,))
     a = spec.gemm.a.input
-    turned = list(inputs)
-    turned[a] = inputs[a].transpose(-1, -2).contiguous().transpose(-1, -2)  # K no longer unit-stride
-    assert turned[a].stride(-1) != 1 and torch.equal(turned[a], inputs[a])
-    want = reference.run(spec, inputs)
-    dispatch.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a fallback warns
-        (got,) = dispatch.run(spec, turned)
-    assert dispatch.launches()[spec.name] == 1
-    assert verify.relative_error(got, want[0]) <= tolerance(spec, spec.d, "bf16")
-    assert fast.ensure("cuda")
-    text = ir.to_json(spec)
-    first = torch.ops.evt.fused_gemm(text, turned)  # the Python path, which hands C++ its plan
-    before = fast.launches()[spec.name]
-    again = torch.ops.evt.fused_gemm(text, [t.clone() if i != a else t.transpose(-1, -2).contiguous()
-                                            .transpose(-1, -2) for i, t in enumerate(turned)])  # fmt: skip
-    assert fast.launches()[spec.name] == before + 1, "the repeated call did not launch from C++"
-    for out in (first[0], again[0]):
-        assert verify.relative_error(out, want[0]) <= tolerance(spec, spec.d, "bf16")
+    turned = [t.transpose(-1, -2).contiguous().transpose(-1, -2) if i == a else t for i, t in enumerate(inputs)]
+    assert turned[a].stride(-1) != 1 and torch.equal(turned[a], inputs[a])  # K no longer unit-stride
+    again = [t.transpose(-1, -2).contiguous().transpose(-1, -2) if i == a else t.clone() for i, t in enumerate(inputs)]
+    launch_without_fallback(spec, turned, again, reference.run(spec, inputs))
 
 
 @pytest.mark.parametrize("rest", ["eager", "inductor"])

@@ -242,6 +242,35 @@ def test_reductions_through_views_fuse_over_m_only_where_they_take_whole_columns
     assert any("aten.var" in r.fused for r in report.regions) == fuses
 
 
+@pytest.mark.parametrize("reduce, fused", [
+    (lambda t: t.sum((0, 2)), ["aten.sum"]),
+    (lambda t: t.sum((0, 2), keepdim=True), ["aten.sum"]),
+    (lambda t: t.amax((0, 2)), ["aten.amax"]),
+    (lambda t: t.mean((0, 2)), []),  # a mean over M alone stays outside, as on the flat value
+])
+def test_other_reductions_of_a_transposed_output_over_its_rows(reduce, fused):
+    """Sums and maxima over the rows of a transposed Linear output are the Linear's column
+    reductions: the forward's region takes them (a lone mean stays outside, as on the 2-D
+    value), and the step's values and gradients are eager's."""
+    torch.manual_seed(0)
+    fc = nn.Linear(32, 64)
+    x = torch.randn(4, 6, 32)
+
+    def step(fc, x):
+        h = fc(x).transpose(1, 2)
+        loss = reduce(h).pow(2).sum() + h.sum()
+        loss.backward()
+        return [loss.detach(), x.grad, fc.weight.grad, fc.bias.grad]
+
+    probe, eager, fused_fc = (copy.deepcopy(fc) for _ in range(3))
+    report = explain(lambda x: step(probe, x), x.clone().requires_grad_())
+    assert [r.fused for r in report.regions if r.side == "forward"] == ([fused] if fused else [])
+    want = step(eager, x.clone().requires_grad_())
+    got = torch.compile(step, backend="evt", options={"rest": "eager"})(fused_fc, x.clone().requires_grad_())
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reference semantics, shapes, JSON
 # ---------------------------------------------------------------------------------------------

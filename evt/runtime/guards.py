@@ -334,18 +334,19 @@ def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[
       pass over the whole [L, M, N] output;
     - an input whose last dimension is not unit-stride, though the graph the kernel was built
       from had it so: Inductor may lay out a value it computes in another order than the graph's
-      (torch before 2.13 does not constrain a custom op's list of inputs; PatchTST's BatchNorm
-      backward reached the dgrad GEMM's A column-major). One copy instead of the unfused path.
+      (a torch without pytorch/pytorch#184098 does not constrain a custom op's list of inputs;
+      PatchTST's BatchNorm backward reached the dgrad GEMM's A column-major). One copy instead
+      of the unfused path.
 
     The copies run on the current stream before the kernel; the C++ launch path makes the same
     ones (its plan's pads)."""
     out = None
-    for index, what in _row_major_inputs(spec):
+    for index, what, aux in _row_major_inputs(spec):
         t = inputs[index]
         if t.dim() < 2 or getattr(t, PADDED, False) or (out is not None and out[index] is not t):
             continue
         strided = t.shape[-1] > 1 and t.stride(-1) != 1
-        if not strided and (not what.startswith("aux") or _readable(TensorInfo.of(t))):
+        if not strided and (not aux or _readable(TensorInfo.of(t))):
             continue
         if strided and (spec.name, index) not in _REPORTED:
             _REPORTED.add((spec.name, index))
@@ -363,17 +364,17 @@ def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[
 _REPORTED: set[tuple[str, int]] = set()  # (region, input) whose relayout EVT_DEBUG=1 reported
 
 
-def _row_major_inputs(spec: ir.KernelSpec) -> list[tuple[int, str]]:
-    """(input, role) of each input the kernel reads with unit stride along the tensor's last
-    dimension: A k-major ([M, K]) or transposed m-major ([K, M]), B n-major ([K, N]) or
-    transposed k-major ([N, K]), N-major aux loads ([M, N])."""
+def _row_major_inputs(spec: ir.KernelSpec) -> list[tuple[int, str, bool]]:
+    """(input, role, whether an aux load) of each input the kernel reads with unit stride along
+    the tensor's last dimension: A k-major ([M, K]) or transposed m-major ([K, M]), B n-major
+    ([K, N]) or transposed k-major ([N, K]), N-major aux loads ([M, N])."""
     g = spec.gemm
     out = []
     if (g.a.major == "k") != g.a.transposed:
-        out.append((g.a.input, "A"))
+        out.append((g.a.input, "A", False))
     if (g.b.major == "n") != g.b.transposed:
-        out.append((g.b.input, "B"))
-    out += [(n.input, f"aux load {n.name}") for n in spec.nodes if isinstance(n, ir.AuxLoad) and n.major == "n"]
+        out.append((g.b.input, "B", False))
+    out += [(n.input, f"aux load {n.name}", True) for n in spec.nodes if isinstance(n, ir.AuxLoad) and n.major == "n"]
     return out
 
 

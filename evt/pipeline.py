@@ -39,6 +39,7 @@ from evt.graph.one_hot_scatters import rewrite_one_hot_scatters
 from evt.graph.prune_unused_outputs import prune_unused_outputs
 from evt.graph.read_heads_in_place import read_heads_in_place
 from evt.graph.recognize_statistics import recognize_statistics
+from evt.graph.record_input_layouts import record_input_layouts
 from evt.graph.restore_one_hots import restore_one_hots
 from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
@@ -100,6 +101,7 @@ CLEANUP_PASSES: list[tuple[str, Pass]] = [
 # improve as it was, so a failure here costs speed, never a wrong answer
 SPLIT_PASSES: list[tuple[str, Pass]] = [
     ("prune_unused_outputs", prune_unused_outputs),
+    ("record_input_layouts", record_input_layouts),
 ]
 
 

@@ -196,8 +196,10 @@ def test_transposed_batch_statistics_train_as_eager(dynamic):
 def test_inductor_hands_each_region_its_inputs_in_the_layouts_its_kernel_was_built_for(monkeypatch, tmp_path):
     """Inductor computes PatchTST's BatchNorm backward on the transposed [B, C, L] and may lay its
     result out in that order. The region reading it as the dgrad GEMM's A was built k-major (the
-    graph's layout): without the op's layout tag its guard failed on the GPU and the region ran
-    unfused (session 53). On the CPU the kernel's guards run on every region call here."""
+    graph's layout): without a layout constraint its guard failed on the GPU and the region ran
+    unfused (session 53). The op's `needs_exact_strides` tag and the layouts
+    `record_input_layouts` records on each call give it rows; without the record this fails on
+    torch 2.13. On the CPU the kernel's guards run on every region call here."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # compile, not replay
     failed = []
     run = reference.run

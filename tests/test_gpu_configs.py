@@ -17,7 +17,7 @@ import torch
 
 from evt import ir
 from evt.codegen import config as cfgs
-from evt.runtime import build, launch, reference, verify
+from evt.runtime import build, guards, launch, reference, verify
 from evt.testing.compare import tolerance
 from evt.testing.inputs import make_inputs
 from tests import specs
@@ -370,6 +370,7 @@ def test_an_operand_laid_out_against_the_kernel_is_copied_not_unfused():
     assert turned[a].stride(-1) != 1 and torch.equal(turned[a], inputs[a])  # K no longer unit-stride
     again = [t.transpose(-1, -2).contiguous().transpose(-1, -2) if i == a else t.clone() for i, t in enumerate(inputs)]
     launch_without_fallback(spec, turned, again, reference.run(spec, inputs))
+    assert guards.RELAID == {(spec.name, a)}, guards.RELAID  # what EVT_DEBUG=1 reports
 
 
 @pytest.mark.parametrize("rest", ["eager", "inductor"])

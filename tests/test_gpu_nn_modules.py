@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import evt
-from evt.runtime import dispatch
+from evt.runtime import dispatch, guards
 from tests.graphs import rel_err
 from tests.nn_catalog import CASES, train_step
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
@@ -80,6 +80,9 @@ def test_module_trains_like_fp32_eager(regions, name):
     twin = copy.deepcopy(model)
     got = torch.compile(lambda *a: train_step(twin, a), backend="evt")(*inputs)
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+    # Inductor handed every region its inputs in the layouts its kernel was built for
+    # (`record_input_layouts`): none was copied into rows at the launch
+    assert not guards.RELAID, sorted(guards.RELAID)
     # kernels ran; not necessarily every region of the CPU capture: on CUDA a region may be
     # vetoed (an operand TMA cannot read: dense_experts' router GEMM at K = 4) or not exist
     # (LSTMCell and GRUCell run torch's fused cell kernels after their GEMMs). A module the

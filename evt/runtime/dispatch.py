@@ -361,4 +361,5 @@ def reset() -> None:
         _ready.clear()
         FALLBACKS.clear()
         LAUNCHES.clear()
+        guards.RELAID.clear()
     fast.forget_all()

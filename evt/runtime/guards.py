@@ -334,9 +334,9 @@ def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[
       pass over the whole [L, M, N] output;
     - an input whose last dimension is not unit-stride, though the graph the kernel was built
       from had it so: Inductor may lay out a value it computes in another order than the graph's
-      (a torch without pytorch/pytorch#184098 does not constrain a custom op's list of inputs;
-      PatchTST's BatchNorm backward reached the dgrad GEMM's A column-major). One copy instead
-      of the unfused path.
+      (PatchTST's BatchNorm backward reached the dgrad GEMM's A column-major where nothing
+      constrained the op's list of inputs; `evt.graph.record_input_layouts` does now, under
+      Inductor). One copy instead of the unfused path.
 
     The copies run on the current stream before the kernel; the C++ launch path makes the same
     ones (its plan's pads)."""
@@ -348,8 +348,8 @@ def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[
         strided = t.shape[-1] > 1 and t.stride(-1) != 1
         if not strided and (not aux or _readable(TensorInfo.of(t))):
             continue
-        if strided and (spec.name, index) not in _REPORTED:
-            _REPORTED.add((spec.name, index))
+        if strided and (spec.name, index) not in RELAID:
+            RELAID.add((spec.name, index))
             debug.log(1, f"{spec.name}: input {index} ({what}) arrived with strides {tuple(t.stride())}, its "
                       "last dimension not unit-stride as in the graph; copied into rows before each launch")
         pitch = ir.row_pitch(t.shape[-1], ir.dtype_name(t.dtype))
@@ -361,7 +361,9 @@ def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[
     return out
 
 
-_REPORTED: set[tuple[str, int]] = set()  # (region, input) whose relayout EVT_DEBUG=1 reported
+# (region, input) copied into rows because it arrived against the layout the kernel was built
+# for, each reported once by EVT_DEBUG=1 (`dispatch.reset` clears it; tests read it)
+RELAID: set[tuple[str, int]] = set()
 
 
 def _row_major_inputs(spec: ir.KernelSpec) -> list[tuple[int, str, bool]]:

@@ -26,10 +26,12 @@ _lib = torch.library.Library("evt", "DEF")
 # built for those layouts: which mode of each operand is unit-stride). Without a layout tag it
 # constrains a custom op's inputs only where the op was in the traced program, which evt's is
 # not: a value Inductor computed in a transposed order reached a k-major kernel column-major
-# (PatchTST's BatchNorm backward, session 53). Inductor applies the tag to a `Tensor[]` from the
-# torch with pytorch/pytorch#184098 on; before it, the launch copies such an input into rows
+# (PatchTST's BatchNorm backward, session 53). With `needs_exact_strides` it gives each input
+# the strides of the fake value `evt.graph.record_input_layouts` records on the call, on every
+# torch evt supports (the stride-order tag reaches a `Tensor[]` only from pytorch/pytorch#184098
+# on). Whatever still arrives against the kernel is copied into rows at the launch
 # (`guards.copy_into_rows`).
-_lib.define("fused_gemm(str spec, Tensor[] inputs) -> Tensor[]", tags=(torch.Tag.needs_fixed_stride_order,))
+_lib.define("fused_gemm(str spec, Tensor[] inputs) -> Tensor[]", tags=(torch.Tag.needs_exact_strides,))
 # what the C++ launch path (evt.runtime.fast) calls for a spec or input layout it has no plan for
 _lib.define("fused_gemm_slow(str spec, Tensor[] inputs) -> Tensor[]")
 

@@ -193,18 +193,21 @@ def test_transposed_batch_statistics_train_as_eager(dynamic):
     torch.testing.assert_close(fused.norm.running_var, model.norm.running_var)
 
 
-def test_inductor_hands_each_region_its_inputs_in_the_layouts_its_kernel_was_built_for(monkeypatch, tmp_path):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_inductor_hands_each_region_its_inputs_in_the_layouts_its_kernel_was_built_for(monkeypatch, tmp_path, dynamic):
     """Inductor computes PatchTST's BatchNorm backward on the transposed [B, C, L] and may lay its
     result out in that order. The region reading it as the dgrad GEMM's A was built k-major (the
     graph's layout): without a layout constraint its guard failed on the GPU and the region ran
     unfused (session 53). The op's `needs_exact_strides` tag and the layouts
     `record_input_layouts` records on each call give it rows; without the record this fails on
-    torch 2.13. On the CPU the kernel's guards run on every region call here."""
+    torch 2.13. With `dynamic=True` the recorded strides are symbolic. On the CPU the kernel's
+    guards run on every region call here."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # compile, not replay
-    failed = []
+    failed, calls = [], []
     run = reference.run
 
     def checked(spec, inputs, *args, **kwargs):
+        calls.append(spec.name)
         try:
             guards.check(spec, [guards.TensorInfo.of(t) for t in inputs], store_align=None)
         except Exception as e:  # noqa: BLE001
@@ -215,12 +218,14 @@ def test_inductor_hands_each_region_its_inputs_in_the_layouts_its_kernel_was_bui
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = PatchTSTLayer(32, 2, 64).bfloat16()
-    compiled = torch.compile(copy.deepcopy(model), backend="evt")  # Inductor for the rest
-    x = torch.randn(4, 8, 32, dtype=torch.bfloat16, requires_grad=True)
-    compiled(x).float().pow(2).sum().backward()
+    compiled = torch.compile(copy.deepcopy(model), backend="evt", dynamic=dynamic)  # Inductor for the rest
+    for batch in (4, 6) if dynamic else (4,):
+        x = torch.randn(batch, 8, 32, dtype=torch.bfloat16, requires_grad=True)
+        compiled(x).float().pow(2).sum().backward()
+        assert x.grad is not None and torch.isfinite(x.grad).all()
     torch._dynamo.reset()
+    assert calls, "no region ran"
     assert not failed, failed
-    assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
 @pytest.mark.parametrize("reduce, fuses", [

@@ -7,8 +7,8 @@ tracing. Without it Inductor constrains nothing, and may lay out a value it comp
 order it computed it: PatchTST's BatchNorm backward wrote the dgrad GEMM's A column-major
 (session 53), and the launch then pays a copy into rows (`guards.copy_into_rows`). The stride
 order tag (`needs_fixed_stride_order`) reaches a `Tensor[]` argument only from
-pytorch/pytorch#184098 on; the exact-strides path through `eager_input_vals` reaches it on the
-torch evt supports before that too.
+pytorch/pytorch#184098 on; the exact-strides path through `eager_input_vals` reaches it on torch
+2.11 too (the H200's, session 54: PatchTST's step runs without the copy).
 
 Run on each graph after the forward/backward split (last of `pipeline.SPLIT_PASSES`, after
 calls were rewritten), where the inputs' fake values are the layouts the region was built for.

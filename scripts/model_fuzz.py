@@ -8,7 +8,7 @@ region a launch), against fp32 eager: evt's error in the loss and every gradient
 max(2e-2, 2 x bf16 eager's), and no region may fall back. The kernels of all seeds are captured on
 the CPU first and built in parallel. Prints every seed that fails or raises, with its program.
 
-    python scripts/model_fuzz.py [--seed 0] [--count 400] [--tol 1e-4] [--dynamic]
+    python scripts/model_fuzz.py [--seed 0] [--count 400] [--tol 1e-4] [--dynamic] [--rest inductor]
     python scripts/model_fuzz.py --device cuda --count 30 [--mask padding] [--op OP]
 
 (`EVT_NESTED_BATCH=1` in the environment fuzzes the in-place attention heads too.)
@@ -42,7 +42,7 @@ def on_cpu(args, chosen) -> tuple[int, int]:
     for seed in chosen:
         text = describe(program(seed)[0])
         try:
-            errs, n = compare(seed, dynamic=True if args.dynamic else None)
+            errs, n = compare(seed, dynamic=True if args.dynamic else None, rest=args.rest)
         except Exception as e:  # noqa: BLE001 - a crash is a finding: report it and go on
             bad += 1
             print(f"seed {seed}: raised {type(e).__name__}: {str(e)[:300]}\n  {text}")
@@ -88,6 +88,9 @@ def main() -> None:
     p.add_argument("--tol", type=float, default=1e-4)
     p.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--rest", default="eager", choices=("eager", "inductor"),
+                   help="the CPU's rest of the graph: eager, or Inductor, which must also hand each "
+                   "region its inputs in its kernel's layouts (evt.testing.layouts)")
     p.add_argument("--mask", choices=ATTENTION_MASKS,
                    help="only seeds with an attention block with this mask (from --seed on)")
     p.add_argument("--op", help="only seeds whose regions compute this op of evt.ir.COMPUTE_OPS "

@@ -23,6 +23,7 @@ from evt.codegen.emit import render
 from evt.errors import CodegenError
 from evt.runtime import guards, reference
 from evt.runtime.canonical import canonical
+from evt.testing.layouts import checked_layouts
 from tests import specs
 from tests.graphs import explain, rel_err, train_compare
 
@@ -203,26 +204,15 @@ def test_inductor_hands_each_region_its_inputs_in_the_layouts_its_kernel_was_bui
     torch 2.13. With `dynamic=True` the recorded strides are symbolic. On the CPU the kernel's
     guards run on every region call here."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # compile, not replay
-    failed, calls = [], []
-    run = reference.run
-
-    def checked(spec, inputs, *args, **kwargs):
-        calls.append(spec.name)
-        try:
-            guards.check(spec, [guards.TensorInfo.of(t) for t in inputs], store_align=None)
-        except Exception as e:  # noqa: BLE001
-            failed.append(f"{spec.name}: {e}")
-        return run(spec, inputs, *args, **kwargs)
-
-    monkeypatch.setattr(reference, "run", checked)
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = PatchTSTLayer(32, 2, 64).bfloat16()
     compiled = torch.compile(copy.deepcopy(model), backend="evt", dynamic=dynamic)  # Inductor for the rest
-    for batch in (4, 6) if dynamic else (4,):
-        x = torch.randn(batch, 8, 32, dtype=torch.bfloat16, requires_grad=True)
-        compiled(x).float().pow(2).sum().backward()
-        assert x.grad is not None and torch.isfinite(x.grad).all()
+    with checked_layouts() as (calls, failed):
+        for batch in (4, 6) if dynamic else (4,):
+            x = torch.randn(batch, 8, 32, dtype=torch.bfloat16, requires_grad=True)
+            compiled(x).float().pow(2).sum().backward()
+            assert x.grad is not None and torch.isfinite(x.grad).all()
     torch._dynamo.reset()
     assert calls, "no region ran"
     assert not failed, failed

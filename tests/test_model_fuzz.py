@@ -6,9 +6,11 @@ seeds: `python scripts/model_fuzz.py --count 400` (400 seeds passed when it was 
 import pytest
 import torch
 
-from evt.runtime import reference
+from evt.errors import LaunchError
+from evt.runtime import guards, reference
 from evt.testing.models import (
     BLOCKS,
+    LayoutMismatch,
     PipelineFailed,
     against_fp32,
     compare,
@@ -32,6 +34,18 @@ def test_program_trains_like_eager(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_program_with_dynamic_shapes_trains_like_eager(seed):
     errs, regions = compare(seed, dynamic=True)
+    assert max(errs.values()) < 1e-4, (seed, errs)
+    assert regions > 0
+
+
+# with Inductor for the rest (`scripts/model_fuzz.py --rest inductor`): 0 and 1 plain, 3 and 9
+# BatchNorm1d on a transposed block's [B, D, S] permute (Inductor computes its backward in the
+# transposed order: PatchTST's case), 24 on the flattened rows
+@pytest.mark.parametrize("seed", [0, 1, 3, 9, 24])
+def test_program_through_inductor_hands_each_region_its_kernels_layouts(seed):
+    """Inductor for the rest of the graph: every region call's inputs pass its kernel's guards
+    (the layouts it was built for, `evt.testing.layouts`) and the step matches eager."""
+    errs, regions = compare(seed, rest="inductor")
     assert max(errs.values()) < 1e-4, (seed, errs)
     assert regions > 0
 
@@ -65,6 +79,18 @@ def test_a_fallback_to_the_greedy_partition_is_caught(monkeypatch):
 
     monkeypatch.setattr(ilp, "_cycle", lambda graph, regions: {regions[0].anchor} if regions else None)
     with pytest.raises(PipelineFailed, match="greedy partition"):
+        compare(0)
+
+
+def test_a_layout_the_kernel_was_not_built_for_is_caught(monkeypatch):
+    """A region call whose inputs fail its kernel's guards is a finding (`LayoutMismatch`): on a
+    GPU it would copy them or run unfused."""
+
+    def refuses(spec, infos, **kwargs):
+        raise LaunchError(f"{spec.name}: injected")
+
+    monkeypatch.setattr(guards, "check", refuses)
+    with pytest.raises(LayoutMismatch, match="injected"):
         compare(0)
 
 

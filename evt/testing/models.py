@@ -239,15 +239,18 @@ def describe(model: Program) -> str:
 
 
 def compare(
-    seed: int, dtype: torch.dtype = torch.float32, dynamic: bool | None = None
+    seed: int, dtype: torch.dtype = torch.float32, dynamic: bool | None = None, rest: str = "eager"
 ) -> tuple[dict[str, float], int]:
-    """The seed's training step with evt (`rest="eager"`: regions on the reference path, or real
-    kernels on a GPU; `dynamic` as torch.compile's) against eager: the relative error of the loss
-    and of every gradient (to the tensor's largest element), and how many regions evt formed."""
+    """The seed's training step with evt (regions on the reference path, or real kernels on a
+    GPU; `dynamic` as torch.compile's; the rest of the graph as `rest` says: "eager", or
+    "inductor", where every region call's inputs must also arrive in the layouts its kernel was
+    built for, `evt.testing.layouts`) against eager: the relative error of the loss and of every
+    gradient (to the tensor's largest element), and how many regions evt formed."""
     import copy
 
     import evt
     from evt.backend import evt_backend
+    from evt.testing.layouts import checked_layouts
 
     model, (x, target) = program(seed)
     model = model.to(dtype)
@@ -258,8 +261,8 @@ def compare(
     evt.backend._listeners.append(reports.append)
     try:
         torch._dynamo.reset()
-        compiled = torch.compile(fused, backend=evt_backend, options={"rest": "eager"}, dynamic=dynamic)
-        with warnings.catch_warnings(record=True) as caught:
+        compiled = torch.compile(fused, backend=evt_backend, options={"rest": rest}, dynamic=dynamic)
+        with warnings.catch_warnings(record=True) as caught, checked_layouts() as (_, relaid):
             warnings.simplefilter("always")
             got = compiled(x.to(dtype), target)
             got.backward()
@@ -272,6 +275,8 @@ def compare(
               if any(sign in str(w.message) for sign in ("graph left unfused", "using the greedy partition"))]  # fmt: skip
     if failed:
         raise PipelineFailed(failed[0])
+    if relaid:
+        raise LayoutMismatch(relaid[0])
     errs = {"loss": _rel(got, want)}
     for (name, p), q in zip(model.named_parameters(), fused.parameters()):
         errs[name] = _rel(q.grad, p.grad)
@@ -281,6 +286,10 @@ def compare(
 class PipelineFailed(Exception):
     """evt warned that a pass failed and left a graph unfused, or that the ILP partitioner fell
     back to the greedy partition."""
+
+
+class LayoutMismatch(Exception):
+    """A region call's inputs failed its kernel's guards: a layout the kernel was not built for."""
 
 
 def _rel(got: torch.Tensor | None, want: torch.Tensor | None) -> float:

@@ -294,7 +294,11 @@ def test_an_input_laid_out_against_the_kernel_is_copied_into_its_rows():
     x, w, b = fc1_inputs(M, K, N)
     residual = torch.randn(M, N).bfloat16()
     assert guards.copy_into_rows(spec, [x, w, b, residual]) is None
+    assert guards.against_layout(spec, [x, w, b, residual]) == []
     turned = [x.t().contiguous().t(), w.t().contiguous().t(), b, residual.t().contiguous().t()]
+    load = next(n.name for n in spec.nodes if isinstance(n, ir.AuxLoad))
+    assert [t.split(" with")[0] for t in guards.against_layout(spec, turned)] == [
+        "input 0 (A)", "input 1 (B)", f"input 3 (aux load {load})"]
     with pytest.raises(LaunchError, match="input 0 \\(A\\): stride along K is 64"):
         check(spec, turned)
     copies = guards.copy_into_rows(spec, turned)

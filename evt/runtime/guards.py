@@ -345,7 +345,7 @@ def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[
         t = inputs[index]
         if t.dim() < 2 or getattr(t, PADDED, False) or (out is not None and out[index] is not t):
             continue
-        strided = t.shape[-1] > 1 and t.stride(-1) != 1
+        strided = _turned(t)
         if not strided and (not aux or _readable(TensorInfo.of(t))):
             continue
         if strided and (spec.name, index) not in RELAID:
@@ -364,6 +364,18 @@ def copy_into_rows(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[
 # (region, input) copied into rows because it arrived against the layout the kernel was built
 # for, each reported once by EVT_DEBUG=1 (`dispatch.reset` clears it; tests read it)
 RELAID: set[tuple[str, int]] = set()
+
+
+def against_layout(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[str]:
+    """The inputs the kernel reads along their last dimension that arrived with it not
+    unit-stride, as "input i (role)": laid out against the kernel (`copy_into_rows` copies them
+    and records them in `RELAID`)."""
+    return [f"input {i} ({what}) with strides {tuple(inputs[i].stride())}"
+            for i, what, _ in _row_major_inputs(spec) if inputs[i].dim() >= 2 and _turned(inputs[i])]
+
+
+def _turned(t: torch.Tensor) -> bool:
+    return t.shape[-1] > 1 and t.stride(-1) != 1
 
 
 def _row_major_inputs(spec: ir.KernelSpec) -> list[tuple[int, str, bool]]:

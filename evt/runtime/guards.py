@@ -368,8 +368,8 @@ RELAID: set[tuple[str, int]] = set()
 
 def against_layout(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[str]:
     """The inputs the kernel reads along their last dimension that arrived with it not
-    unit-stride, as "input i (role)": laid out against the kernel (`copy_into_rows` copies them
-    and records them in `RELAID`)."""
+    unit-stride, as "input i (role) with strides (...)": laid out against the kernel
+    (`copy_into_rows` copies them and records them in `RELAID`)."""
     return [f"input {i} ({what}) with strides {tuple(inputs[i].stride())}"
             for i, what, _ in _row_major_inputs(spec) if inputs[i].dim() >= 2 and _turned(inputs[i])]
 

@@ -16,8 +16,9 @@ from evt.runtime import guards, reference
 
 @contextlib.contextmanager
 def checked_layouts() -> Iterator[tuple[list[str], list[str]]]:
-    """Inside: each region call's name goes to the first list and, where its inputs fail the
-    kernel's guards, "region: why" to the second."""
+    """Inside: each region call's name goes to the first list and, where an input arrived laid
+    out against the kernel or the inputs (aux rows copied as a launch copies them) fail its
+    guards, "region: why" to the second."""
     calls: list[str] = []
     failed: list[str] = []
     run = reference.run

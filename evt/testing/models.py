@@ -262,7 +262,7 @@ def compare(
     try:
         torch._dynamo.reset()
         compiled = torch.compile(fused, backend=evt_backend, options={"rest": rest}, dynamic=dynamic)
-        with warnings.catch_warnings(record=True) as caught, checked_layouts() as (_, relaid):
+        with warnings.catch_warnings(record=True) as caught, checked_layouts() as (_, mismatched):
             warnings.simplefilter("always")
             got = compiled(x.to(dtype), target)
             got.backward()
@@ -275,8 +275,8 @@ def compare(
               if any(sign in str(w.message) for sign in ("graph left unfused", "using the greedy partition"))]  # fmt: skip
     if failed:
         raise PipelineFailed(failed[0])
-    if relaid:
-        raise LayoutMismatch(relaid[0])
+    if mismatched:
+        raise LayoutMismatch(mismatched[0])
     errs = {"loss": _rel(got, want)}
     for (name, p), q in zip(model.named_parameters(), fused.parameters()):
         errs[name] = _rel(q.grad, p.grad)
@@ -289,7 +289,8 @@ class PipelineFailed(Exception):
 
 
 class LayoutMismatch(Exception):
-    """A region call's inputs failed its kernel's guards: a layout the kernel was not built for."""
+    """A region call got an input in a layout its kernel was not built for: laid out against it,
+    or failing its guards (`evt.testing.layouts`)."""
 
 
 def _rel(got: torch.Tensor | None, want: torch.Tensor | None) -> float:

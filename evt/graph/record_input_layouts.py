@@ -24,7 +24,7 @@ from evt.graph import lower_regions
 def record_input_layouts(graph: Graph) -> Graph:
     for call in graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM):
         values = lower_regions.input_values(call)
-        if any(v is None for v in values):
-            continue  # an input without a traced value: Inductor gets no constraint, the guards copy
+        if any(v is None for v in values):  # an input without a traced value: no constraint
+            continue  # (what arrives against the kernel is copied into rows at the launch)
         call.meta["eager_input_vals"] = ((call.args[0], values), {})
     return graph

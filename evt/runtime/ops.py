@@ -29,8 +29,8 @@ _lib = torch.library.Library("evt", "DEF")
 # (PatchTST's BatchNorm backward, session 53). With `needs_exact_strides` it gives each input
 # the strides of the fake value `evt.graph.record_input_layouts` records on the call, on torch
 # 2.11 as on 2.13 (both checked, session 54; the stride-order tag reaches a `Tensor[]` only from
-# pytorch/pytorch#184098 on). Whatever still arrives against the kernel is copied into rows at the launch
-# (`guards.copy_into_rows`).
+# pytorch/pytorch#184098 on). Whatever still arrives against the kernel is copied into rows at
+# the launch (`guards.copy_into_rows`).
 _lib.define("fused_gemm(str spec, Tensor[] inputs) -> Tensor[]", tags=(torch.Tag.needs_exact_strides,))
 # what the C++ launch path (evt.runtime.fast) calls for a spec or input layout it has no plan for
 _lib.define("fused_gemm_slow(str spec, Tensor[] inputs) -> Tensor[]")

@@ -319,8 +319,7 @@ def test_aux_tensors_tma_cannot_read_are_loaded_from_padded_copies():
     have 394-byte rows, which TMA cannot read; the launch copies them into padded rows
     (`guards.copy_into_rows`) and the kernel reads the copies, no fallback: every element as the
     reference computes it, the padding's garbage never read into the problem."""
-
-    from evt.runtime import dispatch, guards
+    from evt.runtime import dispatch
 
     spec = specs.attention_scores()
     inputs = make_inputs(spec, 197, 197, 64, seed=5, device="cuda", batch=(6,))

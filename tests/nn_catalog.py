@@ -1,6 +1,8 @@
 """Common `torch.nn` modules and functional patterns a user trains, as they come: transformer
 layers, `nn.MultiheadAttention` with its masks, recurrent cells, a CNN's head, tied embeddings,
-the losses, `baddbmm` with alpha and beta, in-place ops, several outputs. The CPU tier
+the losses, `baddbmm` with alpha and beta, in-place ops, several outputs, and blocks of other
+families (ConvNeXt's and MLP-Mixer's, Swin's window attention, T5's feed-forward, CLIP's loss,
+layer scale with stochastic depth, a highway layer; session 55). The CPU tier
 (`test_nn_modules.py`) trains each through evt's reference path against eager in float32; the
 GPU tier (`test_gpu_nn_modules.py`) trains each in bf16 on real kernels against float32 eager.
 Session 50 wrote them as a probe and found `baddbmm(c, x, w, beta=0.5, alpha=2.0)` computed
@@ -637,6 +639,138 @@ class PReLUMLP(nn.Module):
     def forward(self, x):
         return self.down(self.act(self.up(x)))
 
+
+class ConvNeXtBlock(nn.Module):
+    """ConvNeXt's block: a depthwise convolution (outside every region), channels-last LayerNorm,
+    Linear, GELU, Linear, a learned per-channel layer scale, and the residual in NCHW (the
+    block's output permuted back)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.dw, self.norm = nn.Conv2d(d, d, 7, padding=3, groups=d), nn.LayerNorm(d, eps=1e-6)
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.gamma = nn.Parameter(0.1 * torch.ones(d))
+
+    def forward(self, x):
+        h = self.down(F.gelu(self.up(self.norm(self.dw(x).permute(0, 2, 3, 1)))))
+        return x + (self.gamma * h).permute(0, 3, 1, 2)
+
+
+def _feature_maps(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b, d, s // 4, s // 4)]
+
+
+class MixerBlock(nn.Module):
+    """MLP-Mixer's block: token mixing (Linears over the transposed LayerNorm output, across its
+    `dim // 4` tokens), then channel mixing, each with its residual."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        t = d // 4
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.t1, self.t2 = nn.Linear(t, 2 * t), nn.Linear(2 * t, t)
+        self.c1, self.c2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        x = x + self.t2(F.gelu(self.t1(self.n1(x).transpose(1, 2)))).transpose(1, 2)
+        return x + self.c2(F.gelu(self.c1(self.n2(x))))
+
+
+def _tokens_of_mixer(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b, d // 4, d)]
+
+
+class WindowAttention(nn.Module):
+    """Swin's window attention: 4 x 4 windows of tokens, the scores plus a relative position bias
+    gathered from a learned table, softmax, values, projection."""
+
+    def __init__(self, d: int, heads: int = 4, w: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.table = nn.Parameter(0.02 * torch.randn((2 * w - 1) ** 2, heads))
+        c = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="ij")).flatten(1)
+        r = (c[:, :, None] - c[:, None, :]).permute(1, 2, 0) + (w - 1)
+        self.register_buffer("index", r[..., 0] * (2 * w - 1) + r[..., 1])
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = (q * (d // self.heads) ** -0.5) @ k.transpose(-2, -1)
+        bias = self.table[self.index.view(-1)].view(n, n, -1).permute(2, 0, 1)
+        a = (a + bias[None]).softmax(-1)
+        return self.proj((a @ v).transpose(1, 2).reshape(b, n, d))
+
+
+def _windows(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b * s // 16, 16, d)]
+
+
+class T5GatedFF(nn.Module):
+    """T5 v1.1's feed-forward: its RMS norm written out (no mean), gated tanh GELU, Linears
+    without bias, residual."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d))
+        self.wi0, self.wi1 = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
+        self.wo = nn.Linear(2 * d, d, bias=False)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        return x + self.wo(F.gelu(self.wi0(h), approximate="tanh") * self.wi1(h))
+
+
+class ClipLoss(nn.Module):
+    """CLIP's contrastive loss: normalized projections, their similarities scaled by a learned
+    temperature, cross-entropy over the rows and over the columns."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.img, self.txt = nn.Linear(d, d), nn.Linear(d, d)
+        self.scale = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, a, b):
+        i, t = F.normalize(self.img(a), dim=-1), F.normalize(self.txt(b), dim=-1)
+        logits = self.scale.exp() * i @ t.t()
+        y = torch.arange(a.shape[0], device=a.device)
+        return (F.cross_entropy(logits, y) + F.cross_entropy(logits.t(), y)) / 2
+
+
+def _pairs(b: int, s: int, d: int) -> list[torch.Tensor]:
+    return [torch.randn(b * s, d), torch.randn(b * s, d)]
+
+
+class LayerScaleDropPath(nn.Module):
+    """A pre-norm SiLU MLP block with a learned layer scale and stochastic depth (a per-sample
+    keep mask, given, scaled by 1 / keep probability) on its residual branch."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.gamma = nn.Parameter(0.1 * torch.ones(d))
+
+    def forward(self, x, keep):
+        return x + keep / 0.8 * (self.gamma * self.down(F.silu(self.up(self.norm(x)))))
+
+
+def _kept_samples(b: int, s: int, d: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(b)
+    return [torch.randn(b, s, d), (torch.rand(b, 1, 1, generator=g) > 0.2).float()]
+
+
+class Highway(nn.Module):
+    """A highway layer: a sigmoid gate mixing a ReLU transform with the input."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.gate, self.transform = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        t = torch.sigmoid(self.gate(x))
+        return F.relu(self.transform(x)) * t + x * (1 - t)
+
+
 def _keep_mask(b: int, s: int, d: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(b * s * d)
     return [torch.randn(b * s, d), torch.rand(b * s, d, generator=g) > 0.3]
@@ -703,6 +837,13 @@ CASES: dict[str, Case] = {
     "linear_batchnorm": Case(LinearBatchNorm, _rows),
     "transposed_batchnorm": Case(TransposedBatchNorm, _x),
     "prelu": Case(PReLUMLP, _rows),
+    "convnext_block": Case(ConvNeXtBlock, _feature_maps),
+    "mixer_block": Case(MixerBlock, _tokens_of_mixer),
+    "window_attention": Case(WindowAttention, _windows),
+    "t5_gated_ff": Case(T5GatedFF, _x),
+    "clip_loss": Case(ClipLoss, _pairs),
+    "layer_scale_drop_path": Case(LayerScaleDropPath, _kept_samples),
+    "highway": Case(Highway, _rows),
     "single_row": Case(lambda d: nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d)),
                        lambda b, s, d: [torch.randn(1, d)]),
 }

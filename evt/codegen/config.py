@@ -347,8 +347,12 @@ SM_COUNT = 132  # H100 SXM / H200: the persistent grid's width
 # tiles re-read more operands per FLOP; 2x1 clusters never won on the swept shapes). Fitted with
 # the constants below by a grid search against every committed sweep
 # (`benchmarks/heuristic_score.py`), last in session 13.
+# Main-loop efficiency per tile shape and schedule. 256x128 ran 3-9% behind 128x256 in the data
+# gradient's layout at K >= 3072 (H200, `2026-11-22-H200/config_sweep.json`), level with it at
+# K <= 768 (session 55): 0.96 keeps its tie with 128x256 broken toward the wide tile unless its
+# epilogue favours the tall one (reductions over M, `epilogue_parts`).
 _MAINLOOP = {
-    (128, 256, "cooperative"): 1.0, (256, 128, "cooperative"): 1.0,
+    (128, 256, "cooperative"): 1.0, (256, 128, "cooperative"): 0.96,
     (128, 192, "cooperative"): 0.9,
     (128, 128, "cooperative"): 0.9, (128, 128, "pingpong"): 0.9,
     (64, 256, "pingpong"): 0.85, (128, 64, "cooperative"): 0.75,
@@ -505,7 +509,7 @@ def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int =
     else:
         waves = math.ceil(tiles / SM_COUNT)
     mainloop = area * math.ceil(K / cfg.tile_k) / _MAINLOOP[(cfg.tile_m, cfg.tile_n, cfg.schedule)]
-    memory, arithmetic = epilogue_parts(spec)
+    memory, arithmetic = epilogue_parts(spec, cfg)
     memory += _COST["d"] * _bytes(spec.d_dtype) / 2 * register_store_factor(cfg, spec.d_dtype)
     if cfg.store_align:  # the aux stores' extra cost from registers
         memory += sum(_COST["store"] * _bytes(n.dtype) / 2 * (register_store_factor(cfg, n.dtype) - 1)
@@ -557,12 +561,21 @@ def epilogue_cost(spec: KernelSpec) -> float:
     return sum(epilogue_parts(spec))
 
 
-def epilogue_parts(spec: KernelSpec) -> tuple[float, float]:
+def epilogue_parts(spec: KernelSpec, cfg: TileConfig | None = None) -> tuple[float, float]:
     """(memory, arithmetic) of one 128x256 cooperative tile's epilogue beyond storing D, in
     k-blocks of main loop: aux tensors read and written (per 2 bytes an element), then special
     functions (erf, exp, tanh) and reductions. A ping-pong warp group alone runs the arithmetic
-    slower (half the warps issue it) but moves memory as fast. Fitted on
-    `benchmarks/config_sweep.py`."""
+    slower (half the warps issue it) but moves memory as fast. With `cfg`, a reduction over M (a
+    bias gradient, BatchNorm's column statistics) costs partly per column of each tile, whatever
+    its rows (the lanes' shuffles, the warps' combine through shared memory, the tile's
+    partials): per element it scales with the square root of 128 / `cfg.tile_m`, 0.71 for a
+    256-row tile (fitted, `benchmarks/heuristic_score.py`: 0.993 of the measured best over 131
+    swept cases, 0.926 at worst; scaling it with 128 / `tile_m` itself put 256x128 first where
+    ping-pong hides the epilogue, at K >= 512). On the H200 (session 55,
+    `config_sweep_reductions_over_m.json`, N >= 256), 256x128 tiles took 0.50-0.96 of 128x256
+    ones' time beyond the bare GEMM for such epilogues, 1.04-1.15 for the same epilogue without
+    the reduction; up to 1.24x faster in all (BatchNorm's statistics at 131072x256x128).
+    Fitted on `benchmarks/config_sweep.py`."""
     memory = arithmetic = 0.0
     for n in spec.nodes:
         if isinstance(n, AuxLoad):
@@ -571,10 +584,15 @@ def epilogue_parts(spec: KernelSpec) -> tuple[float, float]:
             memory += _COST["store"] * _bytes(n.dtype) / 2
         elif getattr(n, "op", None) in _SPECIAL | _ERF:
             arithmetic += _COST["special"]
-        elif n.kind in ("row_reduction", "col_reduction", "scalar_reduction", "softmax_stats", "welford",
-                        "column_welford"):  # fmt: skip
+        elif n.kind in OVER_M and cfg is not None:
+            arithmetic += _COST["reduction"] * math.sqrt(128 / cfg.tile_m)
+        elif n.kind in (*OVER_M, "col_reduction", "scalar_reduction", "softmax_stats", "welford"):
             arithmetic += _COST["reduction"]
     return memory, arithmetic
+
+
+# the reductions over M, to one value per column (`epilogue_parts`)
+OVER_M = ("row_reduction", "column_welford")
 
 
 def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:

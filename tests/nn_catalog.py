@@ -1,8 +1,8 @@
 """Common `torch.nn` modules and functional patterns a user trains, as they come: transformer
 layers, `nn.MultiheadAttention` with its masks, recurrent cells, a CNN's head, tied embeddings,
 the losses, `baddbmm` with alpha and beta, in-place ops, several outputs, and blocks of other
-families (ConvNeXt's and MLP-Mixer's, Swin's window attention, T5's feed-forward, CLIP's loss,
-layer scale with stochastic depth, a highway layer; session 55). The CPU tier
+families (ConvNeXt's and MLP-Mixer's, Swin's window attention, CLIP's loss, layer scale with
+stochastic depth, a highway layer; session 55). The CPU tier
 (`test_nn_modules.py`) trains each through evt's reference path against eager in float32; the
 GPU tier (`test_gpu_nn_modules.py`) trains each in bf16 on real kernels against float32 eager.
 Session 50 wrote them as a probe and found `baddbmm(c, x, w, beta=0.5, alpha=2.0)` computed
@@ -706,21 +706,6 @@ def _windows(b: int, s: int, d: int) -> list[torch.Tensor]:
     return [torch.randn(b * s // 16, 16, d)]
 
 
-class T5GatedFF(nn.Module):
-    """T5 v1.1's feed-forward: its RMS norm written out (no mean), gated tanh GELU, Linears
-    without bias, residual."""
-
-    def __init__(self, d: int):
-        super().__init__()
-        self.w = nn.Parameter(torch.ones(d))
-        self.wi0, self.wi1 = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
-        self.wo = nn.Linear(2 * d, d, bias=False)
-
-    def forward(self, x):
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
-        return x + self.wo(F.gelu(self.wi0(h), approximate="tanh") * self.wi1(h))
-
-
 class ClipLoss(nn.Module):
     """CLIP's contrastive loss: normalized projections, their similarities scaled by a learned
     temperature, cross-entropy over the rows and over the columns."""
@@ -840,7 +825,6 @@ CASES: dict[str, Case] = {
     "convnext_block": Case(ConvNeXtBlock, _feature_maps),
     "mixer_block": Case(MixerBlock, _tokens_of_mixer),
     "window_attention": Case(WindowAttention, _windows),
-    "t5_gated_ff": Case(T5GatedFF, _x),
     "clip_loss": Case(ClipLoss, _pairs),
     "layer_scale_drop_path": Case(LayerScaleDropPath, _kept_samples),
     "highway": Case(Highway, _rows),

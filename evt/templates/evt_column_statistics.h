@@ -118,11 +118,10 @@ struct Sm90ColumnStatistics {
     CUTLASS_DEVICE ConsumerStoreCallbacks(ColTensor tCrCol, BufTensor tCrBuf, SColTensor tCsCol,
                                           CoordTensor cD, ThrCoordTensor tCcD, Residue residue_cD,
                                           ThrResidue residue_tCcD, LaneLayout lane_layout_MN,
-                                          int lane_m, int warp_m, Partial* smem, Partial* slot,
-                                          int thread_idx)
+                                          int lane_m, Partial* smem, Partial* slot, int thread_idx)
         : tCrCol(tCrCol), tCrBuf(tCrBuf), tCsCol(tCsCol), cD(cD), tCcD(tCcD),
           residue_cD(residue_cD), residue_tCcD(residue_tCcD), lane_layout_MN(lane_layout_MN),
-          lane_m(lane_m), warp_m(warp_m), smem(smem), slot(slot), thread_idx(thread_idx) {
+          lane_m(lane_m), smem(smem), slot(slot), thread_idx(thread_idx) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kOwned * kEpiN; ++i) {
         owned[i] = Stat::identity();
@@ -138,7 +137,6 @@ struct Sm90ColumnStatistics {
     ThrResidue residue_tCcD;
     LaneLayout lane_layout_MN;
     int lane_m;
-    int warp_m;
     Partial* smem;
     Partial* slot;  // this tile's row of partials: slot[column of the tile]
     int thread_idx;
@@ -271,7 +269,8 @@ struct Sm90ColumnStatistics {
       if (!is_last_iteration || !elem_less(cD(_0{}, _0{}), residue_cD)) {
         return;  // not done yet, or a CTA of a cluster that is wholly out of bounds
       }
-      // 3. The warps in M through shared memory, combined in order into this tile's partials
+      // the warps in M meet in shared memory (each its row, `tCsCol`), combined in warp order
+      // into this tile's partials
       CUTLASS_PRAGMA_UNROLL
       for (int e = 0; e < kEpiN; ++e) {
         Tensor dst = logical_divide(filter(tCsCol(_, _, _, 0, e)), Int<kOwned>{});  // (kOwned, lanes)
@@ -346,7 +345,7 @@ struct Sm90ColumnStatistics {
                                   decltype(args.residue_cD), decltype(args.residue_tCcD),
                                   decltype(lane_layout_MN), decltype(args.tiled_copy)>(
         tCrCol, tCrBuf, tCsCol, args.cD, args.tCcD, args.residue_cD, args.residue_tCcD,
-        lane_layout_MN, int(get<0>(lane_mn)), int(get<0>(warp_mn)), smem, slot, args.thread_idx);
+        lane_layout_MN, int(get<0>(lane_mn)), smem, slot, args.thread_idx);
   }
 };
 

@@ -85,12 +85,12 @@ def test_heuristic_follows_the_sweep():
 
 
 def test_reductions_over_m_take_tall_tiles_where_the_epilogue_sets_the_pace():
-    """A reduction over M costs per column of each tile, so its share per element halves in a
-    256-row tile. Measured on the H200 (session 55, `config_sweep_reductions_over_m.json`): the
-    dgrad with GELU's backward and its bias gradient ran at 131072x256x128 (PatchTST's) in
-    67.7 us at 256x128 against 76.5 at 128x256, the same epilogue without the reduction
-    level (56.0 against 56.2); at K = 4096 (an earlier H200 sweep) 256x128 ran the dgrad with
-    its bias gradient 7% behind 128x256."""
+    """A reduction over M costs partly per column of each tile, so its share per element
+    shrinks in a 256-row tile. Measured on the H200 (session 55, `config_sweep_patchtst.json`
+    and `config_sweep_reductions_over_m.json`): PatchTST's dgrad with the exact GELU's backward
+    and its bias gradient (131072x256x128) ran in 76.9 us at 256x128 against 88.1 at 128x256,
+    the tanh GELU's backward without the reduction level (56.0 against 56.2); at K = 4096 (an
+    earlier H200 sweep) 256x128 ran the dgrad with its bias gradient 7% behind 128x256."""
     reduced, plain = specs.mlp_dgrad_gelu_bias(), specs.mlp_dgrad_gelu()
     assert cfgs.heuristic(reduced, 131072, 256, 128)[0].label.startswith("256x128x64_c1x1_cooperative")
     assert not cfgs.heuristic(plain, 131072, 256, 128)[0].label.startswith("256x128")

@@ -346,11 +346,10 @@ SM_COUNT = 132  # H100 SXM / H200: the persistent grid's width
 # Main-loop throughput per tile shape and schedule, relative to 128x256 cooperative (narrow
 # tiles re-read more operands per FLOP; 2x1 clusters never won on the swept shapes). Fitted with
 # the constants below by a grid search against every committed sweep
-# (`benchmarks/heuristic_score.py`), last in session 13.
-# Main-loop efficiency per tile shape and schedule. 256x128 ran 3-9% behind 128x256 in the data
-# gradient's layout at K >= 3072 (H200, `2026-11-22-H200/config_sweep.json`), level with it at
-# K <= 768 (session 55): 0.96 keeps its tie with 128x256 broken toward the wide tile unless its
-# epilogue favours the tall one (reductions over M, `epilogue_parts`).
+# (`benchmarks/heuristic_score.py`), last in session 13. 256x128's since session 55: it ran 3-9%
+# behind 128x256 in the data gradient's layout at K >= 3072 (H200, `2026-11-22-H200/
+# config_sweep.json`), level with it at K <= 768; 0.96 breaks their tie toward the wide tile
+# unless the epilogue favours the tall one (reductions over M, `epilogue_parts`).
 _MAINLOOP = {
     (128, 256, "cooperative"): 1.0, (256, 128, "cooperative"): 0.96,
     (128, 192, "cooperative"): 0.9,

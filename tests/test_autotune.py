@@ -92,11 +92,13 @@ def test_reductions_over_m_take_tall_tiles_where_the_epilogue_sets_the_pace():
     the tanh GELU's backward without the reduction level (56.0 against 56.2); at K = 4096 (an
     earlier H200 sweep) 256x128 ran the dgrad with its bias gradient 7% behind 128x256."""
     reduced, plain = specs.mlp_dgrad_gelu_bias(), specs.mlp_dgrad_gelu()
-    assert cfgs.heuristic(reduced, 131072, 256, 128)[0].label.startswith("256x128x64_c1x1_cooperative")
+    tall = "256x128x64_c1x1_cooperative"
+    assert cfgs.heuristic(reduced, 131072, 256, 128)[0].label.startswith(tall)
     assert not cfgs.heuristic(plain, 131072, 256, 128)[0].label.startswith("256x128")
     assert not cfgs.heuristic(reduced, 8192, 1024, 4096)[0].label.startswith("256x128")
     # without a config (the profitability model's unit tile) a reduction costs as any other
-    assert cfgs.epilogue_parts(reduced)[1] - cfgs.epilogue_parts(plain)[1] == cfgs._COST["reduction"]
+    reduction = cfgs.epilogue_parts(reduced)[1] - cfgs.epilogue_parts(plain)[1]
+    assert reduction == cfgs._COST["reduction"]
 
 
 def test_wide_tiles_of_192_fill_the_waves_where_n_is_768():

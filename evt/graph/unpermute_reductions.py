@@ -13,10 +13,10 @@ gradient times the centred input, over the same dims. This pass rewrites such re
     var_mean(t, dims, keepdim=k)  ->  view(var_mean(h, [0], keepdim=True)[i], shape)   (both items)
     sum / mean / amax / var(t, dims, keepdim=k)  ->  view(that of h over [0], shape)
 
-where `t` is views and permutes of a 2-D `h` (a GEMM's result through epilogue ops: `sink_views.from_gemm`)
-that keep h's columns whole in one dimension of size N (its last dimension in h, moved anywhere
-by the permutes), and `dims` are all the others: each output element reduces exactly one of h's
-columns. The result has one dimension larger than 1, so a view gives it its shape. The same
+where `t` is views and permutes of a 2-D `h` (a GEMM's result through epilogue ops:
+`sink_views.from_gemm`) that keep h's columns whole in one dimension of size N (its last
+dimension in h, moved anywhere by the permutes), and `dims` are all the others: each output
+element reduces exactly one of h's columns. The result has one dimension larger than 1, so a view gives it its shape. The same
 elements are reduced; only their order can differ, as it does in any kernel.
 
 `sink_views` runs first: it moves the elementwise ops between the permute and the reduction

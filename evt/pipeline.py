@@ -36,6 +36,7 @@ from evt.graph.fold_views import fold_views
 from evt.graph.layouts import why_not_anchor
 from evt.graph.lower_regions import lower_regions
 from evt.graph.one_hot_scatters import rewrite_one_hot_scatters
+from evt.graph.pointwise_convs_as_mm import pointwise_convs_as_mm
 from evt.graph.prune_unused_outputs import prune_unused_outputs
 from evt.graph.read_heads_in_place import read_heads_in_place
 from evt.graph.recognize_statistics import recognize_statistics
@@ -76,6 +77,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
     ("fold_scalar_tensors", fold_scalar_tensors),
     ("eliminate_noop_clones", eliminate_noop_clones),
+    ("pointwise_convs_as_mm", pointwise_convs_as_mm),
     ("sink_views", sink_views),
     ("unpermute_reductions", unpermute_reductions),
     ("fold_views", fold_views),

@@ -2,7 +2,8 @@
 layers, `nn.MultiheadAttention` with its masks, recurrent cells, a CNN's head, tied embeddings,
 the losses, `baddbmm` with alpha and beta, in-place ops, several outputs, and blocks of other
 families (ConvNeXt's and MLP-Mixer's, Swin's window attention, CLIP's loss, layer scale with
-stochastic depth, a highway layer; session 55). The CPU tier
+stochastic depth, a highway layer; session 55; a bottleneck of pointwise convolutions, session
+56). The CPU tier
 (`test_nn_modules.py`) trains each through evt's reference path against eager in float32; the
 GPU tier (`test_gpu_nn_modules.py`) trains each in bf16 on real kernels against float32 eager.
 Session 50 wrote them as a probe and found `baddbmm(c, x, w, beta=0.5, alpha=2.0)` computed
@@ -660,6 +661,23 @@ def _feature_maps(b: int, s: int, d: int) -> list[torch.Tensor]:
     return [torch.randn(b, d, s // 4, s // 4)]
 
 
+class PointwiseBottleneck(nn.Module):
+    """A ResNet-style bottleneck of pointwise (1x1) convolutions on channels-last feature maps:
+    convolution, BatchNorm2d, ReLU, convolution, BatchNorm2d, the residual, ReLU. The
+    convolutions run as GEMMs (`pointwise_convs_as_mm`): the batch statistics join their
+    forward epilogues, ReLU's and BatchNorm's backward and the residual's gradient their dgrads'."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.reduce, self.n1 = nn.Conv2d(d, d // 2, 1, bias=False), nn.BatchNorm2d(d // 2)
+        self.expand, self.n2 = nn.Conv2d(d // 2, d, 1, bias=False), nn.BatchNorm2d(d)
+
+    def forward(self, x):
+        x = x.contiguous(memory_format=torch.channels_last)
+        h = F.relu(self.n1(self.reduce(x)))
+        return F.relu(x + self.n2(self.expand(h)))
+
+
 class MixerBlock(nn.Module):
     """MLP-Mixer's block: token mixing (Linears over the transposed LayerNorm output, across its
     `dim // 4` tokens), then channel mixing, each with its residual."""
@@ -823,6 +841,7 @@ CASES: dict[str, Case] = {
     "transposed_batchnorm": Case(TransposedBatchNorm, _x),
     "prelu": Case(PReLUMLP, _rows),
     "convnext_block": Case(ConvNeXtBlock, _feature_maps),
+    "pointwise_bottleneck": Case(PointwiseBottleneck, _feature_maps),
     "mixer_block": Case(MixerBlock, _tokens_of_mixer),
     "window_attention": Case(WindowAttention, _windows),
     "clip_loss": Case(ClipLoss, _pairs),

@@ -70,6 +70,7 @@ def test_suite_covers_the_issue():
         "llama",
         "projection_head",
         "patchtst",
+        "resnet_bottleneck",
         "lm_head",
     }
 

@@ -207,6 +207,31 @@ class PatchTSTLayer(nn.Module):
         return self._norm(self.norm2, x + self.mlp(x))
 
 
+class Bottleneck(nn.Module):
+    """ResNet-50's bottleneck block (torchvision's `Bottleneck`, stride 1) on channels-last
+    feature maps, as channels-last training runs it: 1x1 convolution, BatchNorm2d, ReLU, 3x3
+    convolution, BatchNorm2d, ReLU, 1x1 convolution, BatchNorm2d, the residual, ReLU. Its
+    [B, H*W, C] input is the [B, C, H, W] channels-last map viewed as tokens (and the result is
+    viewed back). Under evt the pointwise convolutions run as GEMMs (`pointwise_convs_as_mm`);
+    the 3x3 one stays cuDNN's."""
+
+    def __init__(self, dim: int, hidden: int, side: int):
+        super().__init__()
+        self.side = side
+        self.conv1, self.bn1 = nn.Conv2d(dim, hidden, 1, bias=False), nn.BatchNorm2d(hidden)
+        self.conv2 = nn.Conv2d(hidden, hidden, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(hidden)
+        self.conv3, self.bn3 = nn.Conv2d(hidden, dim, 1, bias=False), nn.BatchNorm2d(dim)
+        self.to(memory_format=torch.channels_last)
+
+    def forward(self, x):
+        b, hw, c = x.shape
+        x = x.view(b, self.side, self.side, c).permute(0, 3, 1, 2)  # channels-last [B, C, H, W]
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        return F.relu(x + self.bn3(self.conv3(h))).permute(0, 2, 3, 1).reshape(b, hw, c)
+
+
 class LMHead(nn.Module):
     """GPT-2's final LayerNorm and vocabulary projection (no bias); returns the logits."""
 

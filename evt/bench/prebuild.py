@@ -12,6 +12,9 @@ default off CUDA and in the CPU tests) traces some losses differently: torch 2.1
 on meta tensors gives mse_loss a gradient for its target (which requires none) and
 cross_entropy none for its input, so the loss regions' specs differed from the run's and their
 kernels were built again at the first call (scripts/prebuild_check.py shows such differences).
+Meta also lays a convolution's result out contiguously where cuDNN returns it channels-last, so
+a meta capture keeps pointwise convolutions as convolutions (`pointwise_convs_as_mm` needs the
+GPU's layouts): their GEMMs' kernels are built by the CUDA capture, or from a CPU one.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ are checked against a float64 copy of the model. Batch sizes fill an H100 (8192.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from evt.bench.models import (
+    Bottleneck,
     Checkpointed,
     LlamaBlock,
     LMHead,
@@ -127,6 +129,14 @@ STEPS: dict[str, Step] = {
         "mse",
         dict(batch=2048, seq=64, dim=128, heads=16, hidden=256),
         {**_TINY_BLOCK, "seq": 8},
+    ),
+    "resnet_bottleneck": Step(
+        "ResNet-50's bottleneck block of its third stage on channels-last 14 x 14 maps (1x1, 3x3 "
+        "and 1x1 convolutions, each with BatchNorm2d, ReLU, the residual), 256 images",
+        lambda dim, hidden, seq, **_: Bottleneck(dim, hidden, math.isqrt(seq)),
+        "mse",
+        dict(batch=256, seq=196, dim=1024, hidden=256),
+        dict(batch=2, seq=16, dim=32, hidden=16),
     ),
     "lm_head": Step(
         "GPT-2 final LayerNorm + LM head (vocab 50304) + cross-entropy, 8 x 1024 tokens",

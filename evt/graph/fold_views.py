@@ -5,15 +5,24 @@ flattens the result again (a Linear's backward: `view(grad, (B*S, N))`, then `su
 the bias gradient, or the next GEMM) then reads `view(view(op(x)))`, an alias of `op(x)` that no
 epilogue recognizes as its own value. Pointing such consumers at `x` lets the region that computes
 `op(x)` absorb them. Views are free, so the graph computes the same values.
+
+Permutes join the chains: a pointwise convolution run as a GEMM (`pointwise_convs_as_mm`) reads
+`view(permute(permute(view(h, (N, H, W, C)), (0, 3, 1, 2)), (0, 2, 3, 1)), (P, C))`, which is
+`h` itself. Where a chain re-reads one of the tensors it passes through unchanged (the same
+shape, strides and dtype), the consumer reads that tensor instead. (`alias` nodes stay: folding
+them changed which ops attention's backward leaves to Inductor.)
 """
 
 from __future__ import annotations
 
 from typing import TypeGuard
 
+import torch
 from torch.fx import Graph, Node
 
 from evt.graph.sink_views import VIEWS
+
+CHAIN = (*VIEWS, torch.ops.aten.permute.default)
 
 
 def fold_views(graph: Graph) -> Graph:
@@ -26,19 +35,31 @@ def fold_views(graph: Graph) -> Graph:
 
 
 def _source(node: Node) -> Node | None:
-    """The tensor a view chain ending at `node` re-reads unchanged, else None."""
+    """The deepest tensor a chain of views ending at `node` re-reads unchanged, else None."""
     if not _is_view(node) or any(u.op == "output" for u in node.users):
         return None  # graph outputs keep their own tensors (no new aliasing between them)
     out = node.meta.get("val")
-    x = node.args[0]
-    while _is_view(x):
-        x = x.args[0]
-    val = x.meta.get("val") if isinstance(x, Node) else None
-    if out is None or val is None or not isinstance(x, Node):
+    if not isinstance(out, torch.Tensor):
         return None
-    same = tuple(val.shape) == tuple(out.shape) and val.stride() == out.stride()
-    return x if same and val.dtype == out.dtype else None
+    found, x = None, node.args[0]
+    while isinstance(x, Node):
+        if _same(x.meta.get("val"), out):
+            found = x
+        if not _is_view(x):
+            break
+        x = x.args[0]
+    return found
+
+
+def _same(val, out: torch.Tensor) -> bool:
+    if not isinstance(val, torch.Tensor):
+        return False
+    return (
+        tuple(val.shape) == tuple(out.shape)
+        and val.stride() == out.stride()
+        and val.dtype == out.dtype
+    )
 
 
 def _is_view(node) -> TypeGuard[Node]:
-    return isinstance(node, Node) and node.op == "call_function" and node.target in VIEWS
+    return isinstance(node, Node) and node.op == "call_function" and node.target in CHAIN

@@ -15,7 +15,10 @@ values of one other shape keeping their last dimension (0-dim tensors and number
 a permute also vectors broadcast to it, such as BatchNorm's [1, C, 1] mean), and
 one of those values comes from a GEMM (through views, permutes and epilogue ops), the op moves
 above the permute or view instead (`_sink_layout`): an einsum's `permute(view(bmm, (H, B, S, E)), (1, 0, 2, 3))` followed by a
-ReLU then has the ReLU on the bmm's own [L, M, N] result. A view that changes the last dimension
+ReLU then has the ReLU on the bmm's own [L, M, N] result. Under a permute, a tensor input
+that is no permute but is laid out as the permute's result (a channels-last gradient added to a
+pointwise convolution's GEMM result, `pointwise_convs_as_mm`) is read through the inverse
+permute, a free view. A view that changes the last dimension
 (`y.reshape(-1)`) stays where it is: it would make a region's padded rows (`ir.row_pitch`) need
 a dense copy where they did not.
 
@@ -191,7 +194,9 @@ def _sink_layout(node: Node) -> bool:
     """op(t(x), t(y), v, c) -> t(op(x, y, v', c)) for one permute or view t, an elementwise
     epilogue op whose tensor inputs have its shape, or (under a permute) broadcast to it from a
     vector v ([1, C, 1] against [B, C, L]: v' is v viewed as the permute's input sees it) (module
-    doc)."""
+    doc). Under a permute, an input computed as it is but laid out as the permute's result (a
+    channels-last gradient beside a pointwise convolution's permuted GEMM result) is read through
+    the inverse permute, a free view."""
     expr = epilogue_expr(node)
     if expr is None or expr.op in REDUCTION_OPS or not isinstance(node.meta.get("val"), torch.Tensor):
         return False
@@ -203,16 +208,20 @@ def _sink_layout(node: Node) -> bool:
     full = [a for a in tensors if _same_shape(a.meta["val"].shape, out.shape)]
     if not full:
         return False  # no tensor input, or each broadcasts
-    layouts = [_layout(a) for a in full]
-    if any(lay is None for lay in layouts) or len({lay[0] for lay in layouts}) != 1:
+    layouts = {a: _layout(a) for a in full}
+    known = [lay for lay in layouts.values() if lay is not None]
+    if not known or len({lay[0] for lay in known}) != 1:
         return False
-    (kind, key, *_), _ = layouts[0]
+    (kind, key, *_), _ = known[0]
     if kind == "view" and not is_static(out.shape):
         return False
-    if not any(from_gemm(src) for _, src in layouts):
+    if not any(from_gemm(src) for _, src in known):
         return False
-    mapping = {a: src for a, (_, src) in zip(full, layouts)}
-    others = [a for a in tensors if a not in mapping]
+    loose = [a for a, lay in layouts.items() if lay is None]  # computed as it is, not a permute
+    if loose and (kind != "permute" or not all(_laid_out_as(a, key) for a in loose)):
+        return False
+    mapping = {a: lay[1] for a, lay in layouts.items() if lay is not None}
+    others = [a for a in tensors if a not in mapping and a not in loose]
     if others and kind != "permute":
         return False
     broadcast = {a: _unpermuted_vector(a, key, out.dim()) for a in others}
@@ -222,6 +231,8 @@ def _sink_layout(node: Node) -> bool:
     with graph.inserting_before(node):
         for a, shape in broadcast.items():
             mapping[a] = make_node(graph, aten.view.default, (a, shape), {}, node)
+        for a in loose:
+            mapping[a] = make_node(graph, aten.permute.default, (a, _inverse(key)), {}, node)
         args = map_arg(node.args, lambda a: mapping.get(a, a))
         inner = make_node(graph, node.target, args, dict(node.kwargs), node)
         layout = (aten.permute.default, list(key)) if kind == "permute" else (aten.view.default, list(out.shape))
@@ -229,9 +240,26 @@ def _sink_layout(node: Node) -> bool:
     node.replace_all_uses_with(back)
     graph.erase_node(node)
     for a in full:  # a permute or view only this node read is dead now
-        if not a.users:
+        if not a.users and a not in loose:
             graph.erase_node(a)
     return True
+
+
+def _inverse(perm) -> list[int]:
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return inverse
+
+
+def _laid_out_as(a: Node, perm) -> bool:
+    """Whether `a`'s static value is laid out as a dense permute(x, perm): a channels-last
+    [N, C, H, W] as permute(x, (0, 3, 1, 2)) of a contiguous [N, H, W, C] x, so that reading
+    permute(a, inverse) in its place is a free, dense view."""
+    val = a.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not is_static(val.shape):
+        return False
+    return bool(val.permute(*_inverse(perm)).is_contiguous())
 
 
 def _unpermuted_vector(a: Node, perm: tuple, rank: int) -> list[int] | None:

@@ -141,3 +141,10 @@ def test_view_chains_through_permutes_and_aliases_fold_to_their_source():
     g.lint()
     assert nodes["relu"].args[0] is h
     assert nodes["moved"].args[0] is nodes["p"]
+
+
+def test_evt_pointwise_convs_0_keeps_every_convolution(monkeypatch):
+    monkeypatch.setenv("EVT_POINTWISE_CONVS", "0")
+    torch.manual_seed(0)
+    before, after = convs_after_the_pass(PointwiseBottleneck(32), torch.randn(4, 32, 4, 4))
+    assert before == after == 4

@@ -20,12 +20,14 @@ statistics over the GEMM's rows; ReLU and its backward; a residual add) can join
 as they do after a Linear. Every view is free; nothing is copied. A convolution is left as it is
 where any condition fails: another kernel size, stride, padding, dilation or group count, a
 transposed convolution, an activation (or gradient) not laid out channels-last, symbolic sizes,
-or a result whose strides would differ from the convolution's own. cuDNN runs those, as before.
+or a result whose strides would differ from the convolution's own. cuDNN runs those, as before,
+and all of them under `EVT_POINTWISE_CONVS=0`.
 """
 
 from __future__ import annotations
 
 import operator
+import os
 
 import torch
 from torch.fx import Graph, Node
@@ -42,6 +44,8 @@ ARGS = {aten.convolution.default: (9, 3), aten.convolution_backward.default: (11
 
 
 def pointwise_convs_as_mm(graph: Graph) -> Graph:
+    if os.environ.get("EVT_POINTWISE_CONVS", "1") == "0":
+        return graph
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in ARGS or node.kwargs:
             continue

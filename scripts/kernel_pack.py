@@ -17,8 +17,8 @@ and evt's headers are the same; an entry whose key differs is simply built again
              python3 scripts/kernel_pack.py pack --new --out $OUT/kernels-N.tar.xz
              sends back what the call built; copy it into .kpack/ to carry it next time
 
-`build` captures each selected case at its real sizes on the meta device and builds its regions'
-kernels with the tile config the run would pick (`evt.bench.prebuild`), into evt's kernel cache
+`build` captures each selected case at its real sizes on the meta device (`--capture cpu`: on the
+CPU, for steps with pointwise convolutions) and builds its regions' kernels with the tile config the run would pick (`evt.bench.prebuild`), into evt's kernel cache
 (`$EVT_CACHE_DIR`, else ~/.cache/evt: outside .kpack, which travels); `--configs` adds each op
 case's kernels at other tile configs (labels, as `benchmarks/config_sweep.py --configs` takes
 them); `--autotune` builds every config max-autotune would time (`evt.runtime.autotune.shortlist`,
@@ -42,7 +42,9 @@ PACK = ROOT / ".kpack"
 ARCHIVE = PACK / "kernels.tar.xz"
 
 
-def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> None:
+def build(
+    only: str, dtype_name: str, configs: list[str], autotune: bool, capture: str = "meta"
+) -> None:
     import torch
 
     from evt.bench.plan import make_plan
@@ -62,15 +64,15 @@ def build(only: str, dtype_name: str, configs: list[str], autotune: bool) -> Non
         # the steps, then the other shapes), each case's whole shortlist (the heuristic's pick
         # among it) before the next's: a build cut short leaves whole cases, the first ones
         tuned = [i.case for i in make_plan(only=only, baselines="evt-max-autotune").items]
-        n = prebuild(tuned, dtype, print, configs=shortlist)  # the steps' regions are tuned too
+        n = prebuild(tuned, dtype, print, device=capture, configs=shortlist)  # steps' regions too
         print(f"{n} kernels on max-autotune's shortlists (EVT_AUTOTUNE_TOP and one per schedule)")
     else:
-        n = prebuild(cases, dtype, print, device="meta")
+        n = prebuild(cases, dtype, print, device=capture)
         print(f"{n} kernels at the heuristic's configs in {cache.root()}")
     op_cases = [c for c in cases if c.kind == "op"]
     if configs:
         extra = [TileConfig.from_label(label) for label in configs]
-        n = prebuild(op_cases, dtype, print, configs=lambda spec, problem: extra)
+        n = prebuild(op_cases, dtype, print, device=capture, configs=lambda spec, problem: extra)
         print(f"{n} kernels at {', '.join(configs)}")
 
 
@@ -256,6 +258,14 @@ def main() -> None:
         help="build every config max-autotune would time for the selected cases' regions (the "
         "heuristic's pick among them), case by case in the order part 4 measures them",
     )
+    b.add_argument(
+        "--capture",
+        default="meta",
+        choices=("meta", "cpu"),
+        help="where the cases are captured: meta (shapes only) or cpu (each case runs once on the "
+        "CPU at its real sizes: meta lays a convolution's result out contiguously, so only a CPU "
+        "capture finds the GEMMs of pointwise convolutions, e.g. step/resnet_bottleneck's)",
+    )
     p = sub.add_parser("pack", help="archive the cache's finished entries")
     p.add_argument("--out", type=Path, default=ARCHIVE, help=f"the archive (default {ARCHIVE})")
     p.add_argument("--new", action="store_true", help="only entries no .kpack archive holds")
@@ -270,7 +280,8 @@ def main() -> None:
         if not (args.only or args.tests):
             ap.error("build needs --only (bench cases) or --tests (GPU test modules)")
         if args.only:
-            build(args.only, args.dtype, [c for c in args.configs.split(",") if c], args.autotune)
+            configs = [c for c in args.configs.split(",") if c]
+            build(args.only, args.dtype, configs, args.autotune, args.capture)
         if args.tests:
             build_tests([t for t in args.tests.split(",") if t])
     elif args.cmd == "consolidate":

@@ -148,3 +148,17 @@ def test_evt_pointwise_convs_0_keeps_every_convolution(monkeypatch):
     torch.manual_seed(0)
     before, after = convs_after_the_pass(PointwiseBottleneck(32), torch.randn(4, 32, 4, 4))
     assert before == after == 4
+
+
+def test_a_meta_capture_keeps_the_convolutions_a_cpu_capture_runs_as_gemms():
+    """Meta lays a convolution's result out contiguously (cuDNN and the CPU return it
+    channels-last), so the bench's meta capture finds none of ResNet's bottleneck's pointwise
+    GEMMs: `scripts/kernel_pack.py build --capture cpu` builds their kernels ahead."""
+    from evt.bench import plan, steps
+
+    case = {c.name: c for c in plan.all_cases(small=True)}["step/resnet_bottleneck"]
+    found = {}
+    for device in ("meta", "cpu"):
+        w = steps.build(case, torch.bfloat16, device)
+        found[device] = len(explain(w.target, *w.make_inputs(0)).regions)
+    assert found == {"meta": 0, "cpu": 4}, found

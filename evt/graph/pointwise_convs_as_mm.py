@@ -52,15 +52,17 @@ def pointwise_convs_as_mm(graph: Graph) -> Graph:
         count, at = ARGS[node.target]
         if len(node.args) != count or not _pointwise(node, node.args[at : at + 6]):
             continue
-        start = node.prev
+        start = node.prev  # the rewrite inserts its nodes between start and node
         try:
-            (_forward if node.target is aten.convolution.default else _backward)(node)
+            done = (_forward if node.target is aten.convolution.default else _backward)(node)
         except Exception as e:  # noqa: BLE001 - a weight no view reshapes, say: cuDNN runs it
-            _erase_between(start, node)
+            done = False
             debug.log(
                 1,
                 f"pointwise_convs_as_mm: {node.name} stays a convolution ({type(e).__name__}: {e})",
             )
+        if not done:
+            _erase_between(start, node)
     return graph
 
 
@@ -120,17 +122,17 @@ def _matrix(graph: Graph, w: Node, like: Node) -> Node:
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same sizes and the same strides wherever a size is above 1."""
-    return a.shape == b.shape and all(
-        sa == sb for sa, sb, n in zip(a.stride(), b.stride(), a.shape) if n > 1
-    )
+    """Same sizes and dtype, and the same strides wherever a size is above 1."""
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and all(sa == sb for sa, sb, n in zip(a.stride(), b.stride(), a.shape) if n > 1))  # fmt: skip
 
 
-def _forward(node: Node) -> None:
+def _forward(node: Node) -> bool:
+    """The convolution's result from a GEMM (True), or False where it stays as it is."""
     x, w, bias = node.args[:3]
     if not _channels_last(x) or not isinstance(node.meta.get("val"), torch.Tensor):
-        return
-    graph, start = node.graph, node.prev
+        return False
+    graph = node.graph
     with graph.inserting_before(node):
         rows = _rows(graph, x, node)
         weight = make_node(graph, aten.permute.default, (_matrix(graph, w, node), [1, 0]), {}, node)
@@ -140,23 +142,24 @@ def _forward(node: Node) -> None:
             out = make_node(graph, aten.addmm.default, (bias, rows, weight), {}, node)
         result = _pixels(graph, out, node.meta["val"], node)
     if not _same_layout(result.meta["val"], node.meta["val"]):
-        _erase_between(start, node)  # laid out otherwise than cuDNN's result: leave it
-        return
+        return False  # laid out otherwise than cuDNN's result
     node.replace_all_uses_with(result)
     graph.erase_node(node)
+    return True
 
 
-def _backward(node: Node) -> None:
+def _backward(node: Node) -> bool:
+    """The gradients from GEMMs and a sum (True), or False where the node stays as it is."""
     grad, x, w = node.args[:3]
     mask = node.args[10]
     vals = node.meta.get("val")
     if not _channels_last(grad) or (mask[1] and not _channels_last(x)):
-        return  # (the input's layout matters only to the weight's gradient)
+        return False  # (the input's layout matters only to the weight's gradient)
     if not isinstance(vals, (tuple, list)) or not isinstance(x.meta.get("val"), torch.Tensor):
-        return
+        return False
     if not all(u.target is operator.getitem for u in node.users):
-        return
-    graph, start = node.graph, node.prev
+        return False
+    graph = node.graph
     made: dict[int, Node] = {}
     with graph.inserting_before(node):
         g = _rows(graph, grad, node)
@@ -172,12 +175,12 @@ def _backward(node: Node) -> None:
         if mask[2]:
             made[2] = make_node(graph, aten.sum.dim_IntList, (g, [0]), {}, node)
     if any(not _same_layout(made[i].meta["val"], vals[i]) for i in made):
-        _erase_between(start, node)
-        return
+        return False
     for item in list(node.users):
         item.replace_all_uses_with(made[item.args[1]])
         graph.erase_node(item)
     graph.erase_node(node)
+    return True
 
 
 def _erase_between(start: Node, end: Node) -> None:

@@ -1,7 +1,9 @@
 """Training steps: forward, loss and backward of a model from `evt.bench.models` (no optimizer).
 
 A step's outputs are the loss, the input's gradient and every parameter's gradient, all of which
-are checked against a float64 copy of the model. Batch sizes fill an H100 (8192..12608 tokens).
+are checked against a float64 copy of the model. Batch sizes fill an H100 (8192..12608 tokens;
+ResNet's bottleneck takes 256 images, the usual per-GPU batch: 50176 pixels, at 64 images its
+step took under 0.5 ms on an H200 and the host paced it).
 """
 
 from __future__ import annotations

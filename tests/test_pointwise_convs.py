@@ -162,3 +162,28 @@ def test_a_meta_capture_keeps_the_convolutions_a_cpu_capture_runs_as_gemms():
         w = steps.build(case, torch.bfloat16, device)
         found[device] = len(explain(w.target, *w.make_inputs(0)).regions)
     assert found == {"meta": 0, "cpu": 4}, found
+
+
+
+def test_with_dynamic_shapes_the_convolutions_stay_and_training_runs_through_inductor():
+    """Symbolic sizes keep the convolutions (`dynamic=True`; taking the views' sizes from the
+    SymInt inputs fused on the reference path, but Inductor then failed to compile two CNN
+    blocks' graphs, "cannot determine truth value of Relational: 1 < s53", session 56)."""
+    from evt.backend import evt_backend
+    from evt.testing.layouts import checked_layouts
+    from tests.graphs import rel_err
+
+    torch.manual_seed(0)
+    model = PointwiseBottleneck(32)
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, backend=evt_backend, options={"rest": "inductor"}, dynamic=True)
+    for shape in ((4, 32, 6, 6), (2, 32, 4, 4)):
+        x = torch.randn(*shape)
+        with checked_layouts() as (calls, failed):
+            got = train_step(twin, [x], compiled)
+        want = train_step(model, [x])
+        assert not calls and not failed, (shape, calls, failed)
+        errs = {n: rel_err(got[n], want[n]) for n in want}
+        assert max(errs.values()) < 1e-4, (shape, errs)
+    torch._dynamo.reset()

@@ -18,7 +18,8 @@ and evt's headers are the same; an entry whose key differs is simply built again
              sends back what the call built; copy it into .kpack/ to carry it next time
 
 `build` captures each selected case at its real sizes on the meta device (`--capture cpu`: on the
-CPU, for steps with pointwise convolutions) and builds its regions' kernels with the tile config the run would pick (`evt.bench.prebuild`), into evt's kernel cache
+CPU, for steps with pointwise convolutions) and builds its regions' kernels with the tile config
+the run would pick (`evt.bench.prebuild`), into evt's kernel cache
 (`$EVT_CACHE_DIR`, else ~/.cache/evt: outside .kpack, which travels); `--configs` adds each op
 case's kernels at other tile configs (labels, as `benchmarks/config_sweep.py --configs` takes
 them); `--autotune` builds every config max-autotune would time (`evt.runtime.autotune.shortlist`,

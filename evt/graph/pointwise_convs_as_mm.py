@@ -34,7 +34,7 @@ from torch.fx import Graph, Node
 
 from evt import debug
 from evt.graph.fake import make_node
-from evt.graph.sink_views import is_static
+from evt.graph.sink_views import inverse, is_static, laid_out_as
 
 aten = torch.ops.aten
 
@@ -86,20 +86,23 @@ def _all(values, want: int, count: int) -> bool:
     return all(v == want for v in values) and len(values) in (1, count)
 
 
+def _to_map(rank: int) -> list[int]:
+    """The permute that takes a dense [N, *S, C] value to the [N, C, *S] map of `rank` dims it
+    is laid out as channels-last (its inverse takes such a map to its pixel rows)."""
+    return [0, rank - 1, *range(1, rank - 1)]
+
+
 def _channels_last(a) -> bool:
     """Whether `a` is a node whose static value is laid out channels-last: its channels the
     innermost dimension, its pixels the rows of a dense [P, C] matrix."""
     val = a.meta.get("val") if isinstance(a, Node) else None
-    if not isinstance(val, torch.Tensor) or not is_static(val.shape) or val.dim() < 3:
-        return False
-    return bool(val.permute(0, *range(2, val.dim()), 1).is_contiguous())
+    return isinstance(val, torch.Tensor) and val.dim() >= 3 and laid_out_as(a, _to_map(val.dim()))
 
 
 def _rows(graph: Graph, x: Node, like: Node) -> Node:
     """The [P, C] matrix of channels-last `x` [N, C, *S]: a view of its permute."""
     val = x.meta["val"]
-    perm = [0, *range(2, val.dim()), 1]
-    moved = make_node(graph, aten.permute.default, (x, perm), {}, like)
+    moved = make_node(graph, aten.permute.default, (x, inverse(_to_map(val.dim()))), {}, like)
     return make_node(
         graph, aten.view.default, (moved, [val.numel() // val.shape[1], val.shape[1]]), {}, like
     )
@@ -111,8 +114,7 @@ def _pixels(graph: Graph, rows: Node, like_val: torch.Tensor, like: Node) -> Nod
     n, spatial = like_val.shape[0], list(like_val.shape[2:])
     channels = rows.meta["val"].shape[1]
     viewed = make_node(graph, aten.view.default, (rows, [n, *spatial, channels]), {}, like)
-    d = len(spatial)
-    return make_node(graph, aten.permute.default, (viewed, [0, d + 1, *range(1, d + 1)]), {}, like)
+    return make_node(graph, aten.permute.default, (viewed, _to_map(len(spatial) + 2)), {}, like)
 
 
 def _matrix(graph: Graph, w: Node, like: Node) -> Node:
@@ -123,8 +125,8 @@ def _matrix(graph: Graph, w: Node, like: Node) -> Node:
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same sizes and dtype, and the same strides wherever a size is above 1."""
-    return (a.shape == b.shape and a.dtype == b.dtype
-            and all(sa == sb for sa, sb, n in zip(a.stride(), b.stride(), a.shape) if n > 1))  # fmt: skip
+    strides = zip(a.stride(), b.stride(), a.shape)
+    return a.shape == b.shape and a.dtype == b.dtype and all(x == y for x, y, n in strides if n > 1)
 
 
 def _forward(node: Node) -> bool:

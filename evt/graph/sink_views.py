@@ -218,7 +218,7 @@ def _sink_layout(node: Node) -> bool:
     if not any(from_gemm(src) for _, src in known):
         return False
     loose = [a for a, lay in layouts.items() if lay is None]  # computed as it is, not a permute
-    if loose and (kind != "permute" or not all(_laid_out_as(a, key) for a in loose)):
+    if loose and (kind != "permute" or not all(laid_out_as(a, key) for a in loose)):
         return False
     mapping = {a: lay[1] for a, lay in layouts.items() if lay is not None}
     others = [a for a in tensors if a not in mapping and a not in loose]
@@ -232,7 +232,7 @@ def _sink_layout(node: Node) -> bool:
         for a, shape in broadcast.items():
             mapping[a] = make_node(graph, aten.view.default, (a, shape), {}, node)
         for a in loose:
-            mapping[a] = make_node(graph, aten.permute.default, (a, _inverse(key)), {}, node)
+            mapping[a] = make_node(graph, aten.permute.default, (a, inverse(key)), {}, node)
         args = map_arg(node.args, lambda a: mapping.get(a, a))
         inner = make_node(graph, node.target, args, dict(node.kwargs), node)
         layout = (aten.permute.default, list(key)) if kind == "permute" else (aten.view.default, list(out.shape))
@@ -245,21 +245,22 @@ def _sink_layout(node: Node) -> bool:
     return True
 
 
-def _inverse(perm) -> list[int]:
+def inverse(perm) -> list[int]:
+    """The permutation that undoes `perm`."""
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
         inverse[p] = i
     return inverse
 
 
-def _laid_out_as(a: Node, perm) -> bool:
+def laid_out_as(a: Node, perm) -> bool:
     """Whether `a`'s static value is laid out as a dense permute(x, perm): a channels-last
     [N, C, H, W] as permute(x, (0, 3, 1, 2)) of a contiguous [N, H, W, C] x, so that reading
     permute(a, inverse) in its place is a free, dense view."""
     val = a.meta.get("val")
     if not isinstance(val, torch.Tensor) or not is_static(val.shape):
         return False
-    return bool(val.permute(*_inverse(perm)).is_contiguous())
+    return bool(val.permute(*inverse(perm)).is_contiguous())
 
 
 def _unpermuted_vector(a: Node, perm: tuple, rank: int) -> list[int] | None:

@@ -16,8 +16,9 @@ gradient times the centred input, over the same dims. This pass rewrites such re
 where `t` is views and permutes of a 2-D `h` (a GEMM's result through epilogue ops:
 `sink_views.from_gemm`) that keep h's columns whole in one dimension of size N (its last
 dimension in h, moved anywhere by the permutes), and `dims` are all the others: each output
-element reduces exactly one of h's columns. The result has one dimension larger than 1, so a view gives it its shape. The same
-elements are reduced; only their order can differ, as it does in any kernel.
+element reduces exactly one of h's columns. The result has one dimension larger than 1, so a
+view gives it its shape. The same elements are reduced; only their order can differ, as it does
+in any kernel.
 
 `sink_views` runs first: it moves the elementwise ops between the permute and the reduction
 (the centring of the backward's `sum(dY * (x - mean))`) above the permute.

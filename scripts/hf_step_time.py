@@ -1,0 +1,104 @@
+"""Hugging Face models' training steps (`tests/hf_catalog.py`, two layers) under evt and under
+torch.compile, timed in turn in one process on the GPU, bf16.
+
+Each model is built once per compiler from the same seed; both compiles are checked against
+eager first (the loss within 2% of eager's bf16 loss), then timed for `--rounds` rounds (evt,
+compile, evt, ...; `evt.bench.in_turn.alternate`): as run, the host's time per step and the step
+replayed from CUDA graphs. Prints per model the medians, the ratios evt / compile and in how
+many rounds evt was faster, and with `--json` writes every round.
+
+    python scripts/hf_step_time.py --models llama,gpt2 --dim 2048 --heads 16 --seq 1024 --batch 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from evt.bench import in_turn, measure  # noqa: E402
+from tests.hf_catalog import CASES, Sizes  # noqa: E402
+
+
+def step_fn(model, fn, inputs):
+    """One training step (forward, loss, backward; gradients accumulate) as a call of no
+    arguments."""
+
+    def call():
+        loss = fn(*inputs)
+        loss.backward()
+        return loss
+
+    return call
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="llama")
+    ap.add_argument("--dim", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=in_turn.ROUNDS)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    sizes = Sizes(dim=args.dim, heads=args.heads, vocab=args.vocab, batch=args.batch, seq=args.seq)
+    records = {}
+    for name in args.models.split(","):
+        case = CASES[name]
+        torch.manual_seed(0)
+        model = case.build(sizes).train().to("cuda", torch.bfloat16)
+        inputs = [t.cuda() for t in case.inputs(sizes)]
+        inputs = [t.bfloat16() if t.is_floating_point() else t for t in inputs]
+        want = model(*inputs).float().item()
+        calls, compile_s = {}, {}
+        for b in ("evt", "compile"):
+            torch._dynamo.reset()
+            twin = copy.deepcopy(model)
+            fn = torch.compile(twin, backend="evt") if b == "evt" else torch.compile(twin)
+            t = time.perf_counter()
+            loss = fn(*inputs)
+            loss.backward()
+            torch.cuda.synchronize()
+            compile_s[b] = time.perf_counter() - t
+            got = loss.float().item()
+            if abs(got - want) > 0.02 * abs(want):
+                raise SystemExit(f"{name} {b}: loss {got} against eager's {want}")
+            calls[b] = step_fn(twin, fn, inputs)
+            for _ in range(3):
+                calls[b]()
+        replays = {}
+        for b, call in calls.items():
+            try:
+                replays[b] = measure.graph_replay(lambda call=call: call(), [()])
+            except Exception as e:  # noqa: BLE001 - then as run only
+                print(f"{name} {b}: CUDA graph capture failed: {type(e).__name__}: {e}")
+        rec = {"in_turn": in_turn.alternate(calls, "cuda", args.rounds, replays=replays),
+               "compile_s": compile_s}  # fmt: skip
+        records[name] = rec
+        stats = in_turn.summarize(rec)
+        print(f"\n== {name} (dim {args.dim}, {args.heads} heads, batch {args.batch} x seq "
+              f"{args.seq}, vocab {args.vocab}; cold compile evt {compile_s['evt']:.1f} s, "
+              f"torch.compile {compile_s['compile']:.1f} s): ms, median [min .. max]")  # fmt: skip
+        for field in in_turn.FIELDS:
+            if not all(field in s for s in stats.values()):
+                continue
+            parts = [f"{b} {s[field][0]:.3f} [{s[field][1]:.3f} .. {s[field][2]:.3f}]"
+                     for b, s in stats.items()]  # fmt: skip
+            faster = in_turn.rounds_faster(rec, field)
+            won = f"; evt faster in {faster[0]} of {faster[1]} rounds (p {faster[2]:.2g})" if faster else ""
+            print(f"  {field:9s} {'  '.join(parts)}; evt / compile {in_turn.ratio(rec, field):.3f}{won}")
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1))
+
+
+if __name__ == "__main__":
+    main()

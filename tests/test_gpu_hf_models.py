@@ -1,0 +1,78 @@
+"""Real Hugging Face models (`tests/hf_catalog.py`) with real kernels on an SM90 GPU: each trains
+one bf16 step through `backend="evt"` (Inductor for the rest, SDPA for attention as the models
+call it) and matches fp32 eager as closely as bf16 eager does, the loss and every gradient; no
+region falls back, and kernels ran. The CPU tier (`test_hf_models.py`) runs them in float32 on
+the reference path.
+
+All kernels are built first in one parallel batch, from a CPU capture of each model's regions at
+the sizes the GPU runs (also `scripts/kernel_pack.py build --tests hf_models`). The CPU runs SDPA
+as its math decomposition, whose GEMMs evt fuses there: those kernels are built and not run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import evt
+from evt.runtime import dispatch, guards
+from tests.hf_catalog import CASES, GPU, errors, train_step
+from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
+from tests.test_gpu_models import build_in_cache
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.gpu
+
+BF16 = torch.bfloat16
+# the decoders that differ in what evt fuses (LLaMA's, Qwen3's norms on q and k, Gemma's tanh
+# GELU gate, Mixtral's experts), GPT-2, BERT, T5 (relative position bias, ReLU) and ViT
+NAMES = ["gpt2", "bert", "llama", "qwen3", "gemma", "mixtral", "t5", "vit"]
+
+
+def make(name: str, device: str, dtype=BF16):
+    torch.manual_seed(0)
+    case = CASES[name]
+    model = case.build(GPU).train().to(device=device, dtype=dtype)
+    inputs = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
+              for t in case.inputs(GPU)]  # fmt: skip
+    return model, inputs
+
+
+def captured(names=NAMES) -> dict[str, list[tuple]]:
+    """(spec, (M, N, K, L)) of each region of each model's bf16 training step, captured on the CPU
+    at the GPU's sizes: what the `regions` fixture builds (also `scripts/kernel_pack.py build
+    --tests hf_models`, without a GPU)."""
+    out = {}
+    for name in names:
+        model, inputs = make(name, "cpu")
+        report = evt.explain(lambda *a, m=model: train_step(m, a), *inputs)
+        out[name] = [(r.spec, r.problem) for r in report.regions]
+    return out
+
+
+@pytest.fixture(scope="module")
+def regions(request, tmp_path_factory) -> dict[str, list[tuple]]:
+    """The kernels of the models the session's selected tests train."""
+    names = {item.callspec.params["name"] for item in request.session.items
+             if item.module is request.module and hasattr(item, "callspec")}  # fmt: skip
+    return build_in_cache(tmp_path_factory, captured([n for n in NAMES if n in names]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_model_trains_like_fp32_eager(regions, name):
+    model, inputs = make(name, "cuda")
+    twin = copy.deepcopy(model)
+    got = torch.compile(lambda *a: train_step(twin, a), backend="evt")(*inputs)
+    assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+    assert not guards.RELAID, sorted(guards.RELAID)
+    assert dispatch.launches(), (name, regions[name])
+    bf16 = train_step(model, inputs)
+    model32 = copy.deepcopy(model).float()
+    want = train_step(model32, [t.float() if t.is_floating_point() else t for t in inputs])
+    assert got.keys() == want.keys()
+    for n in want:
+        assert torch.isfinite(got[n]).all(), n
+    errs, eager_errs = errors(got, want), errors(bf16, want)
+    for n in want:
+        assert errs[n] < max(2e-2, 2 * eager_errs[n]), (name, n, errs[n], eager_errs[n])

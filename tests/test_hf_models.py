@@ -1,0 +1,64 @@
+"""Real Hugging Face models (`tests/hf_catalog.py`) through the whole pipeline, CPU tier: one
+float32 training step with evt (its regions run by the reference interpreter) against eager, the
+loss and every gradient; evt fuses regions on both sides and no region falls back. Skipped
+without `transformers` (the `models` extra)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import evt
+from tests.hf_catalog import CASES, CPU, errors, train_step
+
+pytest.importorskip("transformers")
+
+
+def fallbacks(caught) -> list[str]:
+    return [str(w.message) for w in caught if str(w.message).startswith("evt:")]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_model_trains_like_eager(name):
+    case = CASES[name]
+    torch.manual_seed(0)
+    model = case.build(CPU).train()
+    inputs = case.inputs(CPU)
+    twin = copy.deepcopy(model)
+    result: dict[str, torch.Tensor] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = evt.explain(lambda *a: result.update(train_step(twin, a)), *inputs)
+    assert not fallbacks(caught), fallbacks(caught)
+    assert not report.fallbacks, report.fallbacks
+    assert {r.side for r in report.regions} == {"forward", "backward"}, report
+    want = train_step(model, inputs)
+    assert result.keys() == want.keys()
+    errs = errors(result, want)
+    assert max(errs.values()) < 1e-4, errs
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_model_trains_like_eager_through_inductor(name):
+    """The rest of the graph compiled by Inductor (evt's default route), regions on the reference
+    path."""
+    case = CASES[name]
+    torch.manual_seed(0)
+    model = case.build(CPU).train()
+    inputs = case.inputs(CPU)
+    twin = copy.deepcopy(model)
+    reports: list = []
+    evt.backend._listeners.append(reports.append)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = train_step(twin, inputs, torch.compile(twin, backend="evt"))
+    finally:
+        evt.backend._listeners.remove(reports.append)
+    assert not fallbacks(caught), fallbacks(caught)
+    assert sum(len(r.regions) for r in reports) > 0
+    errs = errors(got, train_step(model, inputs))
+    assert max(errs.values()) < 1e-4, errs

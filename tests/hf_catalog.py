@@ -159,6 +159,13 @@ CASES: dict[str, Case] = {
                          embd_pdrop=0.0), "PhiForCausalLM"),  # fmt: skip
     "mixtral": Case(_decoder("MixtralConfig", num_local_experts=4, num_experts_per_tok=2),
                     "MixtralForCausalLM"),  # fmt: skip
+    # every token to all four experts: the GPU tier's variant. With top-2 routing, bf16 changes
+    # some tokens' expert pair against float32 (at the GPU tier's sizes 2 and 1 of 512 tokens in
+    # eager's two layers), evt's rounding (float32 inside its epilogues) changes others, and each
+    # change moves those experts' weight gradients by far more than rounding does (session 57:
+    # evt's down_proj gradient 0.043 from float32, bf16 eager's 0.012)
+    "mixtral_dense": Case(_decoder("MixtralConfig", num_local_experts=4, num_experts_per_tok=4),
+                          "MixtralForCausalLM"),  # fmt: skip
     "gpt_neox": Case(_neox, "GPTNeoXForCausalLM"),
     "opt": Case(_opt, "OPTForCausalLM"),
     "t5": Case(_t5, "T5ForConditionalGeneration", "seq2seq"),

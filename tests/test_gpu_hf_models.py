@@ -26,8 +26,9 @@ pytestmark = pytest.mark.gpu
 
 BF16 = torch.bfloat16
 # the decoders that differ in what evt fuses (LLaMA's, Qwen3's norms on q and k, Gemma's tanh
-# GELU gate, Mixtral's experts), GPT-2, BERT, T5 (relative position bias, ReLU) and ViT
-NAMES = ["gpt2", "bert", "llama", "qwen3", "gemma", "mixtral", "t5", "vit"]
+# GELU gate, Mixtral's experts, each token routed to all of them: `hf_catalog`'s comment), GPT-2,
+# BERT, T5 (relative position bias, ReLU) and ViT
+NAMES = ["gpt2", "bert", "llama", "qwen3", "gemma", "mixtral_dense", "t5", "vit"]
 
 
 def make(name: str, device: str, dtype=BF16):
@@ -47,7 +48,9 @@ def captured(names=NAMES) -> dict[str, list[tuple]]:
     for name in names:
         model, inputs = make(name, "cpu")
         report = evt.explain(lambda *a, m=model: train_step(m, a), *inputs)
-        out[name] = [(r.spec, r.problem) for r in report.regions]
+        # the CPU forms regions CUDA vetoes for a static reason (T5's float32 attention GEMMs:
+        # no TF32 kernels by default, `guards.tf32_reason`); those run unfused there, not built
+        out[name] = [(r.spec, r.problem) for r in report.regions if not guards.static_reason(r.spec)]
     return out
 
 

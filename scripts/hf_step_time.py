@@ -28,10 +28,14 @@ from tests.hf_catalog import CASES, Sizes  # noqa: E402
 
 
 def step_fn(model, fn, inputs):
-    """One training step (forward, loss, backward; gradients accumulate) as a call of no
-    arguments."""
+    """One training step (forward, loss, backward into fresh gradients, as the bench's steps) as
+    a call of no arguments: accumulating into the last step's gradients fails a CUDA graph's
+    capture (AccumulateGrad on another stream than the one captured)."""
+    params = list(model.parameters())
 
     def call():
+        for p in params:
+            p.grad = None
         loss = fn(*inputs)
         loss.backward()
         return loss
@@ -49,39 +53,40 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=in_turn.ROUNDS)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test (no CUDA graphs)")
     args = ap.parse_args()
     sizes = Sizes(dim=args.dim, heads=args.heads, vocab=args.vocab, batch=args.batch, seq=args.seq)
     records = {}
     for name in args.models.split(","):
         case = CASES[name]
         torch.manual_seed(0)
-        model = case.build(sizes).train().to("cuda", torch.bfloat16)
-        inputs = [t.cuda() for t in case.inputs(sizes)]
+        model = case.build(sizes).train().to(args.device, torch.bfloat16)
+        inputs = [t.to(args.device) for t in case.inputs(sizes)]
         inputs = [t.bfloat16() if t.is_floating_point() else t for t in inputs]
         want = model(*inputs).float().item()
         calls, compile_s = {}, {}
+        torch._dynamo.reset()  # once per model: a reset between the two would recompile the first
         for b in ("evt", "compile"):
-            torch._dynamo.reset()
             twin = copy.deepcopy(model)
             fn = torch.compile(twin, backend="evt") if b == "evt" else torch.compile(twin)
+            call = step_fn(twin, fn, inputs)
             t = time.perf_counter()
-            loss = fn(*inputs)
-            loss.backward()
-            torch.cuda.synchronize()
+            loss = call()
+            measure.sync(args.device)
             compile_s[b] = time.perf_counter() - t
             got = loss.float().item()
             if abs(got - want) > 0.02 * abs(want):
                 raise SystemExit(f"{name} {b}: loss {got} against eager's {want}")
-            calls[b] = step_fn(twin, fn, inputs)
+            calls[b] = call
             for _ in range(3):
                 calls[b]()
         replays = {}
-        for b, call in calls.items():
+        for b, call in calls.items() if args.device == "cuda" else ():
             try:
                 replays[b] = measure.graph_replay(lambda call=call: call(), [()])
             except Exception as e:  # noqa: BLE001 - then as run only
                 print(f"{name} {b}: CUDA graph capture failed: {type(e).__name__}: {e}")
-        rec = {"in_turn": in_turn.alternate(calls, "cuda", args.rounds, replays=replays),
+        rec = {"in_turn": in_turn.alternate(calls, args.device, args.rounds, replays=replays),
                "compile_s": compile_s}  # fmt: skip
         records[name] = rec
         stats = in_turn.summarize(rec)

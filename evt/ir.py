@@ -157,6 +157,18 @@ class ColBroadcast:
 
 
 @dataclass(frozen=True)
+class ScalarLoad:
+    """A 0-d tensor input, the same value everywhere (CUTLASS `Sm90ScalarBroadcast` reading it
+    through `scalar_ptrs` in each tile's epilogue): a learnable scalar (CLIP's logit scale), or a
+    Python float Dynamo turned into a graph input under dynamic shapes (GPT-2's sqrt(2 / pi))."""
+
+    kind: ClassVar[str] = "scalar_load"
+    name: str
+    input: int
+    dtype: str
+
+
+@dataclass(frozen=True)
 class ScalarBroadcast:
     """A compile-time constant (CUTLASS `Sm90ScalarBroadcast`, value baked into the arguments)."""
 
@@ -283,17 +295,18 @@ class ColumnWelfordStats(_Welford):
 
 
 Node = (
-    AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarBroadcast | Compute | AuxStore
-    | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats | ColumnWelfordStats
+    AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarLoad | ScalarBroadcast | Compute
+    | AuxStore | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats | ColumnWelfordStats
 )  # fmt: skip
 NODE_TYPES: dict[str, type] = {
     cls.kind: cls
     for cls in (
-        AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarBroadcast, Compute, AuxStore,
-        RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats, ColumnWelfordStats,
+        AccFetch, AuxLoad, RowBroadcast, ColBroadcast, ScalarLoad, ScalarBroadcast, Compute,
+        AuxStore, RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats,
+        ColumnWelfordStats,
     )
 }  # fmt: skip
-LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast")
+LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast", "scalar_load")
 REDUCTIONS = (
     RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats, ColumnWelfordStats,
 )  # fmt: skip
@@ -622,7 +635,7 @@ def _format_node(n: Node) -> str:
     if isinstance(n, AuxLoad):
         every = ", every batch" if n.broadcast_l else ""
         return f"{n.name} = AuxLoad(in{n.input}, {n.dtype}, {n.major}-major{every})"
-    if isinstance(n, (RowBroadcast, ColBroadcast)):
+    if isinstance(n, (RowBroadcast, ColBroadcast, ScalarLoad)):
         return f"{n.name} = {type(n).__name__}(in{n.input}, {n.dtype})"
     if isinstance(n, ScalarBroadcast):
         return f"{n.name} = ScalarBroadcast({n.value!r})"

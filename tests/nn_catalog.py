@@ -774,6 +774,22 @@ class Highway(nn.Module):
         return F.relu(self.transform(x)) * t + x * (1 - t)
 
 
+class ReZero(nn.Module):
+    """ReZero's residual (Bachlechner et al.): x + alpha * mlp(x), alpha one learned 0-d scalar,
+    and a learned temperature on the output: 0-d tensors the epilogue reads (`ir.ScalarLoad`,
+    session 57; before, an op on one stayed out of every region)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.alpha = nn.Parameter(torch.tensor(0.3))
+        self.temperature = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        h = x + self.alpha * self.fc2(F.gelu(self.fc1(x)))
+        return h / self.temperature
+
+
 def _keep_mask(b: int, s: int, d: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(b * s * d)
     return [torch.randn(b * s, d), torch.rand(b * s, d, generator=g) > 0.3]
@@ -845,6 +861,7 @@ CASES: dict[str, Case] = {
     "mixer_block": Case(MixerBlock, _tokens_of_mixer),
     "window_attention": Case(WindowAttention, _windows),
     "clip_loss": Case(ClipLoss, _pairs),
+    "rezero_scalars": Case(ReZero, _x),
     "layer_scale_drop_path": Case(LayerScaleDropPath, _kept_samples),
     "highway": Case(Highway, _rows),
     "single_row": Case(lambda d: nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d)),

@@ -36,6 +36,7 @@ from evt.ir import (
     RowBroadcast,
     RowReduction,
     ScalarBroadcast,
+    ScalarLoad,
     ScalarReduction,
     SoftmaxStats,
     WelfordStats,
@@ -228,7 +229,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         "children": [names[a] for a in args],
         "edges": [order[a] for a in args],
     }
-    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast)):
+    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, ScalarLoad)):
         view["input"] = n.input
     if isinstance(n, AuxLoad) and config.register_loads:
         view["in_flight"] = config.register_loads
@@ -251,7 +252,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         if config.store_align:
             view["align"] = _store_vector(config, n.dtype)
             view["comment"] += f", {view['align']} element(s) a store"
-    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, Compute, *WRITERS)):
+    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, ScalarLoad, Compute, *WRITERS)):
         view["element"] = DTYPES[n.dtype][1]
     if isinstance(n, (RowReduction, ColReduction, ScalarReduction)):
         view["reduce_fn"], view["identity"] = REDUCE_FNS[n.op]
@@ -346,6 +347,8 @@ def _comment(n: Node) -> str:
         return f"{text}(input {n.input}, {n.dtype}, {n.major}-major{every})"
     if isinstance(n, (RowBroadcast, ColBroadcast)):
         return f"{text}(input {n.input}, {n.dtype})"
+    if isinstance(n, ScalarLoad):
+        return f"{text}(input {n.input}, {n.dtype}, a 0-d tensor read once per tile)"
     return text
 
 

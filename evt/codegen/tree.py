@@ -75,7 +75,9 @@ class _Builder:
             every = len(self.shape) == 3 and val.dim() == 2  # one [M, N] tensor for every batch
             node: ir.Node = ir.AuxLoad(name, idx, dtype, aux_major(val), every)
         else:
-            node = (ir.RowBroadcast if kind == "row_broadcast" else ir.ColBroadcast)(name, idx, dtype)
+            cls = {"row_broadcast": ir.RowBroadcast, "col_broadcast": ir.ColBroadcast,
+                   "scalar_load": ir.ScalarLoad}[kind]  # fmt: skip
+            node = cls(name, idx, dtype)
         self.value[fx] = self.add(node)
         return node.name
 
@@ -114,7 +116,7 @@ class _Builder:
         if e.op != "identity" or e.dtype is None:
             return False
         node = next(n for n in self.nodes if n.name == args[0])
-        loads = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)
+        loads = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast, ir.ScalarLoad)
         return isinstance(node, loads) and node.dtype == ir.dtype_name(e.dtype)
 
     def anchor(self) -> ir.Gemm:

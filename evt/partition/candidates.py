@@ -84,7 +84,7 @@ def _grow(anchor: Node, shape: tuple[int, ...], order: dict[Node, int], max_aux:
         trees = {a: None if a in reach else load_tree(a, anchor, shape, order) for a in args}
         need = frozenset().union(*(loads[a] for a in args if a in reach))
         for a, tree in trees.items():  # each input loaded, or computed from what its tree loads
-            if a not in reach:
+            if a not in reach and kinds[a] != "scalar_load":  # a 0-d tensor takes no shared memory
                 need |= {a} if kinds[a] == "aux_load" or tree is None else tree[1]
         if len(need) > max_aux:
             continue

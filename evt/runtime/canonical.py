@@ -32,6 +32,8 @@ def node_name(node: ir.Node, position: int) -> str:
         return f"in{node.input}_row"
     if isinstance(node, ir.ColBroadcast):
         return f"in{node.input}_col"
+    if isinstance(node, ir.ScalarLoad):
+        return f"in{node.input}_scalar"
     if isinstance(node, ir.ScalarBroadcast):
         return f"c{position}"
     if isinstance(node, ir.Compute):

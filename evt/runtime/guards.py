@@ -125,6 +125,9 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     dtypes, else None: `static_reason`, then the launch guards on aligned data pointers. None too where a size or
     stride is symbolic (a dynamic shape decides at launch) or the values are not CUDA tensors
     (the CPU runs the reference path by design; "meta" stands for CUDA: the bench's capture)."""
+    devices = {v.device.type for v in values if isinstance(v, torch.Tensor)}
+    if "cpu" in devices and devices & {"cuda", "meta"}:  # a CPU scalar beside CUDA operands
+        return "an input is a CPU tensor (a 0-d scalar torch moves to the GPU itself); the kernel reads device memory"
     if not all(static_cuda(v) for v in values):
         return None
     if reason := static_reason(spec):  # e.g. an fp32 GEMM (no TF32 kernels yet): never runs
@@ -157,6 +160,9 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
         raise LaunchError(f"empty problem (M, N, K, L) = {(M, N, K, L)}")
     batch = tuple(int(x) for x in reference.batch_extents(spec, infos))
     roles = _roles(spec, infos, (M, N, K), batch)
+    for n in spec.nodes:
+        if isinstance(n, ir.ScalarLoad):
+            _check_scalar(n, infos[n.input])
     none = (0,) * (4 if spec.gemm.nested else 3)
     strides = [none] * spec.num_inputs
     for r in roles:
@@ -175,6 +181,17 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
     inputs = tuple(s for t in strides for s in t)
     nested = (batch[0], batch[1]) if spec.gemm.nested else None
     return Problem(M, N, K, L, inputs, output_strides(spec, M, N, batch[-1]), nested)
+
+
+def _check_scalar(n: ir.ScalarLoad, t: TensorInfo) -> None:
+    """A scalar load reads one element of its dtype through a plain pointer (no TMA)."""
+    where = f"input {n.input} (scalar load {n.name})"
+    if t.shape != ():
+        raise LaunchError(f"{where} has shape {list(t.shape)}; the kernel reads a 0-d tensor")
+    if t.dtype != ir.torch_dtype(n.dtype):
+        raise LaunchError(f"{where} is {t.dtype}; the kernel was built for {n.dtype}")
+    if t.data_ptr % t.dtype.itemsize:
+        raise LaunchError(f"{where}: data pointer not aligned to its {t.dtype.itemsize} bytes")
 
 
 def _roles(spec: ir.KernelSpec, infos: Sequence[TensorInfo], mnk, batch) -> list[Role]:

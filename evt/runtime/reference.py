@@ -153,6 +153,8 @@ def _visit(node, values, inputs, a, b, shape, outputs, batched: bool) -> torch.T
         return torch.matmul(a, b)
     if isinstance(node, (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)):
         return _load(node, inputs[node.input], shape)
+    if isinstance(node, ir.ScalarLoad):  # a 0-d tensor
+        return inputs[node.input].to(F32).expand(shape)
     if isinstance(node, ir.ScalarBroadcast):
         return torch.full(shape, node.value, dtype=F32, device=a.device)
     if isinstance(node, ir.Compute):

@@ -21,7 +21,7 @@ from evt.testing.facts import ACC, LOAD, Fact, infer
 MAX_AUX = 4  # aux loads + stores per kernel: evt.partition.greedy.MAX_AUX_TENSORS
 FLOATS = ("bf16", "f16", "f32")
 WRITERS = ir.WRITERS
-LOADS = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)
+LOADS = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast, ir.ScalarLoad)
 
 
 def facts_of(spec: ir.KernelSpec) -> dict[str, Fact | None]:
@@ -37,7 +37,7 @@ def _fact(n: ir.Node, known: dict[str, Fact | None]) -> Fact | None:
         return Fact(*ACC)
     if isinstance(n, ir.ScalarBroadcast):
         return Fact(n.value, n.value)
-    if isinstance(n, (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast)):
+    if isinstance(n, LOADS):
         return Fact(0.0, 1.0, mask=True) if n.dtype == "b8" else Fact(*LOAD)
     args = [known.get(a) for a in ir.node_args(n)]
     if any(a is None for a in args):

@@ -296,7 +296,8 @@ class ColumnWelfordStats(_Welford):
 
 Node = (
     AccFetch | AuxLoad | RowBroadcast | ColBroadcast | ScalarLoad | ScalarBroadcast | Compute
-    | AuxStore | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats | ColumnWelfordStats
+    | AuxStore | RowReduction | ColReduction | ScalarReduction | SoftmaxStats | WelfordStats
+    | ColumnWelfordStats
 )  # fmt: skip
 NODE_TYPES: dict[str, type] = {
     cls.kind: cls

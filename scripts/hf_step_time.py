@@ -55,9 +55,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test (no CUDA graphs)")
     ap.add_argument("--no-graphs", action="store_true",
-                    help="time as run only: torch.compile's LLaMA and GPT-2 steps failed their CUDA "
-                         "graph capture (AccumulateGrad on another stream), which left the process "
-                         "out of memory (session 57)")  # fmt: skip
+                    help="time as run only: torch.compile's LLaMA and GPT-2 steps failed their "
+                         "CUDA graph capture (AccumulateGrad on another stream), which left the "
+                         "process out of memory (session 57)")  # fmt: skip
     args = ap.parse_args()
     sizes = Sizes(dim=args.dim, heads=args.heads, vocab=args.vocab, batch=args.batch, seq=args.seq)
     records = {}
@@ -103,8 +103,10 @@ def main() -> None:
             parts = [f"{b} {s[field][0]:.3f} [{s[field][1]:.3f} .. {s[field][2]:.3f}]"
                      for b, s in stats.items()]  # fmt: skip
             faster = in_turn.rounds_faster(rec, field)
-            won = f"; evt faster in {faster[0]} of {faster[1]} rounds (p {faster[2]:.2g})" if faster else ""
-            print(f"  {field:9s} {'  '.join(parts)}; evt / compile {in_turn.ratio(rec, field):.3f}{won}")
+            won = (f"; evt faster in {faster[0]} of {faster[1]} rounds (p {faster[2]:.2g})"
+                   if faster else "")  # fmt: skip
+            ratio = in_turn.ratio(rec, field)
+            print(f"  {field:9s} {'  '.join(parts)}; evt / compile {ratio:.3f}{won}")
     if args.json:
         args.json.write_text(json.dumps(records, indent=1))
 

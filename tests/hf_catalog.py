@@ -86,7 +86,8 @@ def _gpt2(s: Sizes):
     from transformers import GPT2Config
 
     return GPT2Config(vocab_size=s.vocab, n_embd=s.dim, n_layer=2, n_head=s.heads,
-                      n_positions=2 * s.seq, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)  # fmt: skip
+                      n_positions=2 * s.seq, attn_pdrop=0.0, resid_pdrop=0.0,
+                      embd_pdrop=0.0)  # fmt: skip
 
 
 def _bert(name: str, **extra):

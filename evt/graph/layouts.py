@@ -57,7 +57,9 @@ def expanded_batch(val: torch.Tensor) -> bool:
 # the device of the graph `evt.pipeline.fuse` is working on ("cuda", "meta" or "cpu"; None outside
 # it): a 0-d CPU tensor beside CUDA operands (a constant made without a device, which torch moves
 # to the GPU itself) is no value a kernel can read
-GRAPH_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("evt_graph_device", default=None)
+GRAPH_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "evt_graph_device", default=None
+)
 
 
 def load_kind(val: torch.Tensor, *dims: int) -> str | None:

@@ -127,7 +127,8 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     (the CPU runs the reference path by design; "meta" stands for CUDA: the bench's capture)."""
     devices = {v.device.type for v in values if isinstance(v, torch.Tensor)}
     if "cpu" in devices and devices & {"cuda", "meta"}:  # a CPU scalar beside CUDA operands
-        return "an input is a CPU tensor (a 0-d scalar torch moves to the GPU itself); the kernel reads device memory"
+        return ("an input is a CPU tensor (a 0-d scalar torch moves to the GPU itself); the "
+                "kernel reads device memory")  # fmt: skip
     if not all(static_cuda(v) for v in values):
         return None
     if reason := static_reason(spec):  # e.g. an fp32 GEMM (no TF32 kernels yet): never runs

@@ -13,12 +13,9 @@ import torch
 
 import evt
 from tests.hf_catalog import CASES, CPU, errors, train_step
+from tests.test_nn_modules import explained_step, fallbacks
 
 pytest.importorskip("transformers")
-
-
-def fallbacks(caught) -> list[str]:
-    return [str(w.message) for w in caught if str(w.message).startswith("evt:")]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -27,12 +24,7 @@ def test_model_trains_like_eager(name):
     torch.manual_seed(0)
     model = case.build(CPU).train()
     inputs = case.inputs(CPU)
-    twin = copy.deepcopy(model)
-    result: dict[str, torch.Tensor] = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = evt.explain(lambda *a: result.update(train_step(twin, a)), *inputs)
-    assert not fallbacks(caught), fallbacks(caught)
+    result, report = explained_step(model, inputs, train_step)
     assert not report.fallbacks, report.fallbacks
     assert {r.side for r in report.regions} == {"forward", "backward"}, report
     want = train_step(model, inputs)

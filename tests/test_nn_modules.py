@@ -24,18 +24,25 @@ def fallbacks(caught) -> list[str]:
     return [str(w.message) for w in caught if str(w.message).startswith("evt:")]
 
 
+def explained_step(model, inputs, step=train_step):
+    """`step` of a copy of `model` on `inputs` through `evt.explain` (regions on the reference
+    path): its result and the report; no region may have fallen back."""
+    twin = copy.deepcopy(model)
+    result: dict[str, torch.Tensor] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = evt.explain(lambda *a: result.update(step(twin, a)), *inputs)
+    assert not fallbacks(caught), fallbacks(caught)
+    return result, report
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_module_trains_like_eager(name):
     case = CASES[name]
     torch.manual_seed(0)
     model = case.build(D)
     inputs = case.inputs(B, S, D)
-    twin = copy.deepcopy(model)
-    result: dict[str, torch.Tensor] = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = evt.explain(lambda *a: result.update(train_step(twin, a)), *inputs)
-    assert not fallbacks(caught), fallbacks(caught)
+    result, report = explained_step(model, inputs)
     if case.unfused:  # as the catalog says, and why
         assert not report.regions, f"{name}: fuses now ({case.unfused!r} no longer holds)\n{report}"
     else:

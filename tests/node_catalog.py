@@ -61,6 +61,19 @@ class Case:
     tolerance: float = 1e-4
 
 
+class LearnedScale(nn.Module):
+    """fc2(fc1(x) * s), s a learned 0-d scalar: the epilogue reads it through its pointer
+    (`scalar_load`), forward and in fc2's dgrad."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.scale = nn.Parameter(torch.tensor(0.7))
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x) * self.scale)
+
+
 def _rows(rows: int, dim: int) -> list[torch.Tensor]:
     return [torch.randn(rows, dim)]
 
@@ -96,6 +109,8 @@ CASES: dict[str, Case] = {
     "arith": Case(lambda r, d: Arith(d, d), lambda r, d: [torch.randn(r, d), torch.randn(r, d)],
                   # its division by a number is a multiply by the float32 reciprocal (as eager's)
                   frozenset({"acc", "aux_load", "scalar"}), frozenset({"mul", "sub", "neg", "add"})),
+    "learned_scale": Case(lambda r, d: LearnedScale(d, 2 * d), _rows,
+                          frozenset({"acc", "row_broadcast", "scalar_load"}), frozenset({"mul"})),
     "row_scaled": Case(lambda r, d: RowScaled(d, 2 * d), _rows,
                        frozenset({"col_broadcast", "col_reduction", "aux_store"}), frozenset({"ne", "where"})),
     "softmax": Case(lambda r, d: LinearStatistics("softmax", d, 2 * d, r), _rows,

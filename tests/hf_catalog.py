@@ -4,9 +4,9 @@ and returns the model's own training loss (`labels=`). The CPU tier (`test_hf_mo
 each through evt's reference path against eager in float32; the GPU tier
 (`test_gpu_hf_models.py`) trains some in bf16 on real kernels against float32 eager.
 
-Session 57 ran 21 of these configs (and seven `timm` vision models: ResNet-50 channels-last,
-ConvNeXt, ViT, EfficientNet, MobileNetV3, MLP-Mixer) as a probe, rest eager and Inductor: every
-step matched eager, no region fell back. Dropout is off (eager's masks and evt's would differ).
+Session 57's probe ran 21 such configs (and seven `timm` vision models: ResNet-50 channels-last,
+ConvNeXt, ViT, EfficientNet, MobileNetV3, MLP-Mixer), rest eager and Inductor: every step
+matched eager, no region fell back. Dropout is off (eager's masks and evt's would differ).
 
 Needs `transformers` (the `models` extra: `pip install -e ".[dev,models]"`); the tests skip
 without it.

@@ -307,7 +307,8 @@ NODE_TYPES: dict[str, type] = {
         ColumnWelfordStats,
     )
 }  # fmt: skip
-LOAD_KINDS = ("aux_load", "row_broadcast", "col_broadcast", "scalar_load")
+LOADS = (AuxLoad, RowBroadcast, ColBroadcast, ScalarLoad)  # nodes that read a kernel input
+LOAD_KINDS = tuple(cls.kind for cls in LOADS)
 REDUCTIONS = (
     RowReduction, ColReduction, ScalarReduction, SoftmaxStats, WelfordStats, ColumnWelfordStats,
 )  # fmt: skip

@@ -21,6 +21,7 @@ from evt.ir import (
     RowBroadcast,
     RowReduction,
     ScalarBroadcast,
+    ScalarLoad,
     ScalarReduction,
     SoftmaxStats,
     WelfordStats,
@@ -40,6 +41,12 @@ def mlp_fc1_forward() -> KernelSpec:
         Compute("gelu", "gelu", ("add",)),
     )
     return KernelSpec("mlp_fc1_forward", LINEAR, nodes, "gelu", "bf16", 3)
+
+
+def scaled_by_scalar() -> KernelSpec:
+    """D = (x @ W.T) * s, s a 0-d float32 input (a learned scale) read through its pointer."""
+    nodes = (AccFetch("acc"), ScalarLoad("s", 2, "f32"), Compute("d", "mul", ("acc", "s"), "bf16"))
+    return KernelSpec("evt_scaled", LINEAR, nodes, "d", "bf16", 3)
 
 
 def mlp_fc1_forward_tf32() -> KernelSpec:

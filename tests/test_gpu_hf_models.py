@@ -20,6 +20,7 @@ from evt.runtime import dispatch, guards
 from tests.hf_catalog import CASES, GPU, errors, train_step
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_gpu_models import build_in_cache
+from tests.test_gpu_nn_modules import assert_like_fp32_eager
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.gpu
@@ -70,12 +71,4 @@ def test_model_trains_like_fp32_eager(regions, name):
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
     assert not guards.RELAID, sorted(guards.RELAID)
     assert dispatch.launches(), (name, regions[name])
-    bf16 = train_step(model, inputs)
-    model32 = copy.deepcopy(model).float()
-    want = train_step(model32, [t.float() if t.is_floating_point() else t for t in inputs])
-    assert got.keys() == want.keys()
-    for n in want:
-        assert torch.isfinite(got[n]).all(), n
-    errs, eager_errs = errors(got, want), errors(bf16, want)
-    for n in want:
-        assert errs[n] < max(2e-2, 2 * eager_errs[n]), (name, n, errs[n], eager_errs[n])
+    assert_like_fp32_eager(name, model, inputs, got, train_step, errors)

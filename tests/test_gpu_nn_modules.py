@@ -94,17 +94,22 @@ def test_module_trains_like_fp32_eager(regions, name):
     assert_like_fp32_eager(name, model, inputs, got)
 
 
-def assert_like_fp32_eager(name: str, model, inputs, got: dict[str, torch.Tensor]) -> None:
-    """`got` (evt's step of `model` on `inputs`) holds the loss and gradients of fp32 eager's
-    step, each finite and within max(2e-2, 2x bf16 eager's error)."""
-    bf16 = train_step(model, inputs)
+def rel_errs(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {n: rel_err(got[n], want[n]) for n in want}
+
+
+def assert_like_fp32_eager(name: str, model, inputs, got: dict[str, torch.Tensor],
+                           step=train_step, errors=rel_errs) -> None:  # fmt: skip
+    """`got` (evt's `step` of `model` on `inputs`) holds the loss and gradients of fp32 eager's
+    step, each finite and within max(2e-2, 2x bf16 eager's error), as `errors` measures them."""
+    bf16 = step(model, inputs)
     model32 = copy.deepcopy(model).float()
-    want = train_step(model32, [t.float() if t.is_floating_point() else t for t in inputs])
+    want = step(model32, [t.float() if t.is_floating_point() else t for t in inputs])
     assert got.keys() == want.keys()
+    errs, eager_errs = errors(got, want), errors(bf16, want)
     for n in want:
         assert torch.isfinite(got[n]).all(), n
-        err, eager_err = rel_err(got[n], want[n]), rel_err(bf16[n], want[n])
-        assert err < max(2e-2, 2 * eager_err), (name, n, err, eager_err)
+        assert errs[n] < max(2e-2, 2 * eager_errs[n]), (name, n, errs[n], eager_errs[n])
 
 
 def test_compiled_autograd_trains_like_fp32_eager(regions):

@@ -20,6 +20,7 @@ from evt.graph.layouts import GRAPH_DEVICE, load_kind
 from evt.runtime import build, guards
 from tests.graphs import rel_err
 from tests.nn_catalog import CASES, train_step
+from tests.specs import scaled_by_scalar
 
 
 def test_a_0d_tensor_loads_as_a_scalar():
@@ -37,20 +38,13 @@ def test_a_cpu_scalar_beside_cuda_operands_is_not_loaded():
     finally:
         GRAPH_DEVICE.reset(token)
     cpu, gpu = torch.empty(()), torch.empty(8, 16, device="meta")
-    reason = guards.shape_reason(_spec(), [gpu, torch.empty(16, 16, device="meta"), cpu])
+    weight = torch.empty(16, 16, device="meta")
+    reason = guards.shape_reason(scaled_by_scalar(), [gpu, weight, cpu])
     assert reason and "CPU tensor" in reason
 
 
-def _spec() -> ir.KernelSpec:
-    """D = (A @ B) * s, s a 0-d f32 input."""
-    gemm = ir.Gemm(a=ir.Operand(0, False, "k"), b=ir.Operand(1, True, "k"), dtype="bf16")
-    nodes = (ir.AccFetch("acc"), ir.ScalarLoad("s", 2, "f32"),
-             ir.Compute("d", "mul", ("acc", "s"), "bf16"))  # fmt: skip
-    return ir.KernelSpec("evt_scaled", gemm, nodes, "d", "bf16", 3)
-
-
 def test_the_kernel_reads_the_scalar_through_its_pointer():
-    spec = _spec()
+    spec = scaled_by_scalar()
     assert ir.from_json(ir.to_json(spec)) == spec
     source = build.plan(spec).source
     assert "fusion::Sm90ScalarBroadcast<float>" in source
@@ -58,7 +52,7 @@ def test_the_kernel_reads_the_scalar_through_its_pointer():
 
 
 def test_the_launch_guard_checks_the_scalar():
-    spec = _spec()
+    spec = scaled_by_scalar()
     a, b = torch.empty(64, 32, dtype=torch.bfloat16), torch.empty(48, 32, dtype=torch.bfloat16)
     info = guards.TensorInfo.of
     guards.check(spec, [info(a), info(b), info(torch.tensor(2.0))], store_align=None)

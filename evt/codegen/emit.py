@@ -21,6 +21,7 @@ from evt.errors import CodegenError
 from evt.ir import (
     COMPUTE_OPS,
     DTYPES,
+    LOADS,
     NOT_NESTED,
     ROW_STATISTICS,
     TWO_OUTPUT_STATISTICS,
@@ -229,7 +230,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         "children": [names[a] for a in args],
         "edges": [order[a] for a in args],
     }
-    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, ScalarLoad)):
+    if isinstance(n, LOADS):
         view["input"] = n.input
     if isinstance(n, AuxLoad) and config.register_loads:
         view["in_flight"] = config.register_loads
@@ -252,7 +253,7 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
         if config.store_align:
             view["align"] = _store_vector(config, n.dtype)
             view["comment"] += f", {view['align']} element(s) a store"
-    if isinstance(n, (AuxLoad, RowBroadcast, ColBroadcast, ScalarLoad, Compute, *WRITERS)):
+    if isinstance(n, (*LOADS, Compute, *WRITERS)):
         view["element"] = DTYPES[n.dtype][1]
     if isinstance(n, (RowReduction, ColReduction, ScalarReduction)):
         view["reduce_fn"], view["identity"] = REDUCE_FNS[n.op]

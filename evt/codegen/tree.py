@@ -116,8 +116,7 @@ class _Builder:
         if e.op != "identity" or e.dtype is None:
             return False
         node = next(n for n in self.nodes if n.name == args[0])
-        loads = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast, ir.ScalarLoad)
-        return isinstance(node, loads) and node.dtype == ir.dtype_name(e.dtype)
+        return isinstance(node, ir.LOADS) and node.dtype == ir.dtype_name(e.dtype)
 
     def anchor(self) -> ir.Gemm:
         a_node = self.region.anchor

@@ -21,7 +21,7 @@ from evt.testing.facts import ACC, LOAD, Fact, infer
 MAX_AUX = 4  # aux loads + stores per kernel: evt.partition.greedy.MAX_AUX_TENSORS
 FLOATS = ("bf16", "f16", "f32")
 WRITERS = ir.WRITERS
-LOADS = (ir.AuxLoad, ir.RowBroadcast, ir.ColBroadcast, ir.ScalarLoad)
+LOADS = ir.LOADS
 
 
 def facts_of(spec: ir.KernelSpec) -> dict[str, Fact | None]:

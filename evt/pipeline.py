@@ -30,10 +30,10 @@ from evt.graph.eliminate_noop_clones import eliminate_noop_clones
 from evt.graph.fake import recompute_tagged
 from evt.graph.float_index_compares import rewrite_index_compares
 from evt.graph.float_index_masks import rewrite_index_masks
-from evt.graph.fold_gemm_operands import GEMM, GEMM_TARGETS, fold_gemm_operands
+from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
-from evt.graph.layouts import GRAPH_DEVICE, why_not_anchor
+from evt.graph.layouts import why_not_anchor
 from evt.graph.lower_regions import lower_regions
 from evt.graph.one_hot_scatters import rewrite_one_hot_scatters
 from evt.graph.pointwise_convs_as_mm import pointwise_convs_as_mm
@@ -157,22 +157,6 @@ def fuse(
     """Run the whole pipeline on `graph` in place; returns what was fused (and, with `draw`, a
     picture of the partition). `keep(region, built)` may veto regions (max-autotune), after
     `prepare(regions)` saw them all (`evt.graph.lower_regions`)."""
-    token = GRAPH_DEVICE.set(graph_device(graph))
-    try:
-        return _fuse(graph, check, draw, keep, prepare)
-    finally:
-        GRAPH_DEVICE.reset(token)
-
-
-def graph_device(graph: Graph) -> str | None:
-    """The device type of the graph's first GEMM (None without one)."""
-    for n in graph.nodes:
-        if n.op == "call_function" and n.target in GEMM_TARGETS and "val" in n.meta:
-            return n.meta["val"].device.type
-    return None
-
-
-def _fuse(graph: Graph, check: bool, draw: bool, keep, prepare) -> GraphReport:
     run_passes(graph, GRAPH_PASSES, check)
     regions = partition(graph)
     narrowed = narrow_outputs(graph, regions)

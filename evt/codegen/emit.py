@@ -121,6 +121,7 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
     if g.nested and (node := next((n for n in plan.nodes if isinstance(n, NOT_NESTED)), None)):
         raise CodegenError(f"node {node.name}: a nested batch (L1 x L2) has no reductions over M "
                            "yet; give the kernel a flat batch (the heads' contiguous copy)")  # fmt: skip
+    nodes = [_node_view(n, names, order, g.nested, config) for n in plan.nodes]
     return _template().render(
         kernel=c_identifier(spec.name),
         signature=json.dumps(signature(spec, config)),
@@ -132,7 +133,8 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
         element_ab=DTYPES[g.dtype][1],
         element_d=DTYPES[spec.d_dtype][1],
         a=g.a, b=g.b, nested=g.nested, **_layouts(spec),
-        nodes=[_node_view(n, names, order, g.nested, config) for n in plan.nodes],
+        nodes=nodes,
+        host_scalars=[n for n in nodes if n["kind"] == "scalar_load"],  # (in the launch's key)
         store_d=_store_d(spec, config),
         root=names[plan.root],
         dag=plan.dag,
@@ -232,6 +234,8 @@ def _node_view(n: Node, names: dict[str, str], order: dict[str, int], nested: bo
     }
     if isinstance(n, LOADS):
         view["input"] = n.input
+    if isinstance(n, ScalarLoad):  # where its strides start in the ABI's (a value in host memory?)
+        view["strides_at"] = n.input * (4 if nested else 3)
     if isinstance(n, AuxLoad) and config.register_loads:
         view["in_flight"] = config.register_loads
         view["comment"] += f"; loaded into registers, {config.register_loads} subtile(s) in flight"

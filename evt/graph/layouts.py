@@ -8,8 +8,6 @@ over the rest.
 
 from __future__ import annotations
 
-import contextvars
-
 import torch
 
 from evt.graph.fold_gemm_operands import GEMM, GemmOperands
@@ -54,22 +52,13 @@ def expanded_batch(val: torch.Tensor) -> bool:
     return any(val.shape[i] > 1 and val.stride(i) == 0 for i in range(val.dim() - 2))
 
 
-# the device of the graph `evt.pipeline.fuse` is working on ("cuda", "meta" or "cpu"; None outside
-# it): a 0-d CPU tensor beside CUDA operands (a constant made without a device, which torch moves
-# to the GPU itself) is no value a kernel can read
-GRAPH_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "evt_graph_device", default=None
-)
-
-
 def load_kind(val: torch.Tensor, *dims: int) -> str | None:
     """How an external tensor broadcasts into an [m, n] or [l, m, n] epilogue (`dims`): an EVT
     load kind, or None."""
     if not isinstance(val, torch.Tensor) or val.dtype not in LOAD_DTYPES:
         return None
     if val.dim() == 0:  # one value for every element (`ScalarLoad`)
-        on_host = val.device.type == "cpu" and GRAPH_DEVICE.get() not in (None, "cpu")
-        return "scalar_load" if val.dtype != torch.bool and not on_host else None
+        return "scalar_load" if val.dtype != torch.bool else None  # (on the host: by value)
     m, n = dims[-2:]
     shape, stride = tuple(val.shape), val.stride()
     if shape == tuple(dims) or (len(dims) == 3 and shape == (m, n)):

@@ -214,7 +214,7 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], key: str | None = N
     LAUNCHES[spec.name] += 1
     if os.environ.get("EVT_VERIFY", "0") not in ("", "0"):
         verify.check(spec, inputs, outputs)
-    elif key is not None and fast.loaded() == inputs[0].device.type and not injected():
+    elif key is not None and fast.loaded() == inputs[spec.gemm.a.input].device.type and not injected():
         kernel = _ready[id(spec)]
         fast.remember(key, spec.name, kernel, kernel.guard(padded or inputs), inputs, outputs, padded)
     return outputs

@@ -122,7 +122,13 @@ int64_t ns_since(Clock::time_point t0) {
 // Launch `plan`'s kernel on `inputs`; false (nothing enqueued) when its launcher refuses.
 bool launch(Entry& e, Plan const& plan, at::TensorList inputs, std::vector<at::Tensor>& outs,
             bool timed) {
-  c10::Device const device = inputs[0].device();
+  c10::Device device = inputs[0].device();  // the first not in host memory (a CPU scalar may be
+  for (at::Tensor const& t : inputs) {       // a scalar load's, passed by value)
+    if (!t.device().is_cpu()) {
+      device = t.device();
+      break;
+    }
+  }
   c10::DeviceGuard guard(device);
   auto const options = at::TensorOptions().device(device);
   outs.reserve(plan.outputs.size());

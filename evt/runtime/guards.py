@@ -21,6 +21,10 @@ from evt.errors import LaunchError
 from evt.runtime import reference
 
 ALIGN = 16  # bytes: TMA base addresses and strides
+# the first stride handed for a scalar load's 0-d tensor in host memory (a CPU scalar beside CUDA
+# operands, as eager takes one): the launcher reads the value there and passes it in the kernel's
+# parameters (`Sm90ScalarBroadcast`'s `scalars[0]`; a device scalar's strides are all 0)
+HOST_SCALAR = 1
 PADDED = "_evt_padded_rows"  # the attribute `copy_into_rows` marks its copies with
 
 
@@ -125,15 +129,18 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     dtypes, else None: `static_reason`, then the launch guards on aligned data pointers. None too where a size or
     stride is symbolic (a dynamic shape decides at launch) or the values are not CUDA tensors
     (the CPU runs the reference path by design; "meta" stands for CUDA: the bench's capture)."""
-    devices = {v.device.type for v in values if isinstance(v, torch.Tensor)}
-    if "cpu" in devices and devices & {"cuda", "meta"}:  # a CPU scalar beside CUDA operands
-        return ("an input is a CPU tensor (a 0-d scalar torch moves to the GPU itself); the "
+    loads = {n.input for n in spec.nodes if isinstance(n, ir.ScalarLoad)}
+    devices = {v.device.type for k, v in enumerate(values) if isinstance(v, torch.Tensor) and k not in loads}
+    if "cpu" in devices and devices & {"cuda", "meta"}:
+        return ("an input the kernel reads as a tensor is a CPU tensor beside CUDA operands; the "
                 "kernel reads device memory")  # fmt: skip
-    if not all(static_cuda(v) for v in values):
+    on_host = {k for k in loads if isinstance(values[k], torch.Tensor) and values[k].device.type == "cpu"}
+    if not all(static_cuda(v) for k, v in enumerate(values) if k not in on_host):
         return None
     if reason := static_reason(spec):  # e.g. an fp32 GEMM (no TF32 kernels yet): never runs
         return reason
-    infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cuda") for v in values]
+    infos = [TensorInfo(tuple(v.shape), tuple(v.stride()), v.dtype, 0, "cpu" if k in on_host else "cuda")
+             for k, v in enumerate(values)]  # fmt: skip
     for n in spec.nodes:  # what `copy_into_rows` copies at launch, as the launch sees the copy
         if isinstance(n, ir.AuxLoad) and n.major == "n" and len(infos[n.input].shape) >= 2:
             infos[n.input] = _padded_info(infos[n.input])
@@ -154,8 +161,10 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
     the compile-time check)."""
     if len(infos) != spec.num_inputs:
         raise LaunchError(f"{len(infos)} inputs, the kernel takes {spec.num_inputs}")
-    if len({i.device for i in infos}) > 1:
-        raise LaunchError(f"inputs on several devices: {sorted({i.device for i in infos})}")
+    host = host_scalars(spec, infos)
+    devices = {i.device for k, i in enumerate(infos) if k not in host}
+    if len(devices) > 1:
+        raise LaunchError(f"inputs on several devices: {sorted(devices)}")
     M, N, K, L = (int(x) for x in reference.problem_shape(spec, infos))  # type: ignore[arg-type]
     if min(M, N, K, L) <= 0:
         raise LaunchError(f"empty problem (M, N, K, L) = {(M, N, K, L)}")
@@ -166,6 +175,8 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
             _check_scalar(n, infos[n.input])
     none = (0,) * (4 if spec.gemm.nested else 3)
     strides = [none] * spec.num_inputs
+    for k in host:
+        strides[k] = (HOST_SCALAR,) + none[1:]
     for r in roles:
         _check_role(r, infos[r.input])
         passed = _passed_strides(r)
@@ -184,14 +195,22 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
     return Problem(M, N, K, L, inputs, output_strides(spec, M, N, batch[-1]), nested)
 
 
+def host_scalars(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> set[int]:
+    """The scalar loads' inputs in host memory beside device operands (passed by value)."""
+    loads = {n.input for n in spec.nodes if isinstance(n, ir.ScalarLoad)}
+    on_device = any(i.device != "cpu" for k, i in enumerate(infos) if k not in loads)
+    return {k for k in loads if on_device and infos[k].device == "cpu"} if loads else set()
+
+
 def _check_scalar(n: ir.ScalarLoad, t: TensorInfo) -> None:
-    """A scalar load reads one element of its dtype through a plain pointer (no TMA)."""
+    """A scalar load reads one element of its dtype through a plain pointer (no TMA), or takes
+    its value from host memory at launch."""
     where = f"input {n.input} (scalar load {n.name})"
     if t.shape != ():
         raise LaunchError(f"{where} has shape {list(t.shape)}; the kernel reads a 0-d tensor")
     if t.dtype != ir.torch_dtype(n.dtype):
         raise LaunchError(f"{where} is {t.dtype}; the kernel was built for {n.dtype}")
-    if t.data_ptr % t.dtype.itemsize:
+    if t.device != "cpu" and t.data_ptr % t.dtype.itemsize:
         raise LaunchError(f"{where}: data pointer not aligned to its {t.dtype.itemsize} bytes")
 
 

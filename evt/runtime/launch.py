@@ -191,8 +191,9 @@ def capability(index: int) -> tuple[int, int]:
 
 
 def check_device(tensors: Sequence[torch.Tensor]) -> None:
-    """All tensors on one SM90 CUDA device (tests on CPU replace this function)."""
-    devices = {t.device for t in tensors}
+    """All tensors on one SM90 CUDA device but 0-d CPU tensors, which a scalar load takes by value
+    (`guards.check` refuses them anywhere else). Tests on CPU replace this function."""
+    devices = {t.device for t in tensors if t.dim() or t.device.type != "cpu"} or {tensors[0].device}
     if len(devices) != 1:
         raise LaunchError(f"inputs on several devices: {sorted(map(str, devices))}")
     (device,) = devices
@@ -260,7 +261,7 @@ class Kernel:
         """Enqueue the kernel; `outputs` (laid out as `KernelSpec.output_layouts`, e.g.
         NaN-poisoned by a test) or fresh ones."""
         plan = self.plan(p)
-        device = inputs[0].device
+        device = inputs[self.spec.gemm.a.input].device  # (a scalar load may be a CPU tensor)
         if device.type == "cuda" and device.index != torch.cuda.current_device():
             with torch.cuda.device(device):  # the launcher launches on the current device
                 return self.launch(p, inputs, outputs)

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,37 @@ inline T const* in_ptr(void const* const* ptrs, int i) {
 template <class T>
 inline T* out_ptr(void* const* ptrs, int i) {
   return ptrs ? static_cast<T*>(ptrs[i]) : nullptr;
+}
+
+// A scalar load's 0-d tensor (Sm90ScalarBroadcast): a device pointer the kernel reads, or a value
+// in host memory (a CPU scalar beside CUDA operands, as eager takes one; its first stride in the
+// ABI is kHostScalar, evt.runtime.guards.HOST_SCALAR) the launcher reads now and passes by value.
+constexpr int64_t kHostScalar = 1;
+
+inline bool host_scalar(void const* const* ptrs, int64_t const* strides, int strides_at) {
+  return ptrs && strides && strides[strides_at] == kHostScalar;
+}
+
+template <class T>
+inline T scalar_value(void const* const* ptrs, int64_t const* strides, int i, int strides_at) {
+  return host_scalar(ptrs, strides, strides_at) ? *static_cast<T const*>(ptrs[i]) : T(0);
+}
+
+template <class T>
+inline T const* scalar_ptr(void const* const* ptrs, int64_t const* strides, int i, int strides_at) {
+  return host_scalar(ptrs, strides, strides_at) ? nullptr : in_ptr<T>(ptrs, i);
+}
+
+// A launch's key holds a host scalar's value in its pointer's place (the value is in the kernel's
+// parameters, which the memo keeps per key; the kHostScalar stride tells it from a pointer).
+template <class T, size_t N>
+inline void key_host_scalar(std::array<int64_t, N>& key, void const* const* ptrs,
+                            int64_t const* strides, int i, int strides_at) {
+  if (host_scalar(ptrs, strides, strides_at)) {
+    int64_t bits = 0;
+    std::memcpy(&bits, ptrs[i], sizeof(T));
+    key[9 + i] = bits;  // after launch_key's 9 scalars
+  }
 }
 
 // The 3 strides of tensor i (a nested batch: 4), or none (the workspace query).

@@ -33,6 +33,7 @@ from evt.graph.float_index_masks import rewrite_index_masks
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
+from evt.graph.fold_whole_slices import fold_whole_slices
 from evt.graph.layouts import why_not_anchor
 from evt.graph.lower_regions import lower_regions
 from evt.graph.one_hot_scatters import rewrite_one_hot_scatters
@@ -76,6 +77,7 @@ DYNAMO_PASSES: list[tuple[str, Callable[[GraphModule], object]]] = [
 GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
     ("fold_scalar_tensors", fold_scalar_tensors),
+    ("fold_whole_slices", fold_whole_slices),
     ("eliminate_noop_clones", eliminate_noop_clones),
     ("pointwise_convs_as_mm", pointwise_convs_as_mm),
     ("sink_views", sink_views),

@@ -39,6 +39,7 @@ import sympy
 import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.node import map_arg
 
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr
@@ -79,11 +80,12 @@ def is_static(shape) -> bool:
 
 
 def same_size(a, b) -> bool:
-    """Equal sizes, symbolic ones by their expressions (no guard is added)."""
+    """Equal sizes, symbolic ones by their expressions or as the guards Dynamo holds prove them
+    equal (HF's `h[:, -s:]` has s + S rows where a guard says s = 0; no guard is added)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
-        return a.node.expr == b.node.expr
+        return a.node.expr == b.node.expr or statically_known_true(a == b)
     return False
 
 
@@ -383,13 +385,14 @@ def _size_from_inputs(graph: Graph, expr, like: Node):
     """A node computing the symbolic size `expr` (a product of symbols and integers) from the
     graph's SymInt placeholders, inserted at the current point; None if it is another kind of
     expression or a symbol is not an input."""
-    inputs = {}
+    inputs, env = {}, None
     for p in graph.find_nodes(op="placeholder"):
         v = p.meta.get("val")
         if isinstance(v, torch.SymInt) and isinstance(v.node.expr, sympy.Symbol):
             inputs.setdefault(v.node.expr, p)
-    factors = sympy.Mul.make_args(expr)
-    if not all(f in inputs or (f.is_Integer and f > 0) for f in factors):
+            env = v.node.shape_env
+    factors = [_as_input(f, inputs, env) for f in sympy.Mul.make_args(expr)]
+    if None in factors:
         return None
     out = None
     for f in sorted(factors, key=lambda f: (f.is_Integer, str(f))):  # symbols first
@@ -398,3 +401,13 @@ def _size_from_inputs(graph: Graph, expr, like: Node):
     return out
 
 
+def _as_input(factor, inputs: dict, env):
+    """`factor` if it is an input's symbol or a positive integer; else the input symbol the
+    guards Dynamo holds prove it equal to (HF's `h[:, -s:]` has s + S rows where a guard says
+    s = 0: S), without adding a guard; else None."""
+    if factor in inputs or (factor.is_Integer and factor > 0):
+        return factor
+    for symbol in inputs:  # (`statically_known_true`'s own evaluation, on an expression)
+        if env is not None and env._maybe_evaluate_static(sympy.Eq(factor, symbol)) == sympy.true:
+            return symbol
+    return None

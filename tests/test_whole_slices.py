@@ -1,0 +1,67 @@
+"""Whole slices under dynamic shapes (`evt/graph/fold_whole_slices.py`): Hugging Face's causal LMs
+take `h[:, -logits_to_keep:]` before the LM head with `logits_to_keep = 0`; `dynamic=True` makes
+the int a symbol, and the slice (s + S rows, s = 0 by a guard the loss's shape check made) and
+its backward's `slice_scatter` cost the LM head's dgrad its epilogue (the final norm's backward)
+before session 58. On the reference path, against eager."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import evt
+from tests.graphs import rel_err
+
+V, D = 128, 64
+
+
+class LMHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(D, D)
+        self.norm = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V, bias=False)
+
+    def forward(self, x, labels, keep: int = 0):
+        h = self.norm(F.gelu(self.fc(x)))
+        logits = self.head(h[:, -keep:, :])  # keep = 0: every position, as HF's default
+        return F.cross_entropy(logits.flatten(0, 1), labels[:, -keep:].flatten())
+
+
+def regions(dynamic: bool, keep: int) -> tuple[list, dict, dict]:
+    """The fused ops of each region of a compiled training step, its gradients and eager's."""
+    torch.manual_seed(0)
+    model = LMHead()
+    x, labels = torch.randn(2, 16, D), torch.randint(0, V, (2, 16))
+    twin = copy.deepcopy(model)
+    reports: list = []
+    evt.backend._listeners.append(reports.append)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(twin, backend="evt", options={"rest": "eager"}, dynamic=dynamic)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled(x, labels, keep).backward()
+    finally:
+        evt.backend._listeners.remove(reports.append)
+    model(x, labels, keep).backward()
+    got = {n: p.grad for n, p in twin.named_parameters()}
+    want = {n: p.grad for n, p in model.named_parameters()}
+    return sorted(tuple(sorted(r.fused)) for rep in reports for r in rep.regions), got, want
+
+
+def test_a_whole_slice_under_dynamic_shapes_fuses_as_with_static_ones():
+    static, _, _ = regions(False, 0)
+    dynamic, got, want = regions(True, 0)
+    assert any("aten.sum" in ops for ops in static), static  # the norm's backward in the dgrad
+    assert dynamic == static
+    assert max(rel_err(got[n], want[n]) for n in want) < 1e-5
+
+
+def test_a_slice_that_keeps_fewer_rows_stays():
+    _, got, want = regions(True, 4)
+    assert max(rel_err(got[n], want[n]) for n in want) < 1e-5

@@ -8,6 +8,7 @@ replayed from CUDA graphs. Prints per model the medians, the ratios evt / compil
 many rounds evt was faster, and with `--json` writes every round.
 
     python scripts/hf_step_time.py --models llama,gpt2 --dim 2048 --heads 16 --seq 1024 --batch 4
+    python scripts/hf_step_time.py --models gpt2 --dynamic ...   # both compiled with dynamic=True
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def main() -> None:
                     help="time as run only: torch.compile's LLaMA and GPT-2 steps failed their "
                          "CUDA graph capture (AccumulateGrad on another stream), which left the "
                          "process out of memory (session 57)")  # fmt: skip
+    ap.add_argument("--dynamic", action="store_true",
+                    help="compile both with dynamic=True (sizes as symbols; Dynamo passes some "
+                         "Python floats as 0-d CPU tensors)")  # fmt: skip
     args = ap.parse_args()
     sizes = Sizes(dim=args.dim, heads=args.heads, vocab=args.vocab, batch=args.batch, seq=args.seq)
     records = {}
@@ -72,7 +76,8 @@ def main() -> None:
         torch._dynamo.reset()  # once per model: a reset between the two would recompile the first
         for b in ("evt", "compile"):
             twin = copy.deepcopy(model)
-            fn = torch.compile(twin, backend="evt") if b == "evt" else torch.compile(twin)
+            dynamic = True if args.dynamic else None
+            fn = torch.compile(twin, backend="evt" if b == "evt" else "inductor", dynamic=dynamic)
             call = step_fn(twin, fn, inputs)
             t = time.perf_counter()
             loss = call()
@@ -94,7 +99,8 @@ def main() -> None:
                "compile_s": compile_s}  # fmt: skip
         records[name] = rec
         stats = in_turn.summarize(rec)
-        print(f"\n== {name} (dim {args.dim}, {args.heads} heads, batch {args.batch} x seq "
+        mode = " dynamic=True" if args.dynamic else ""
+        print(f"\n== {name}{mode} (dim {args.dim}, {args.heads} heads, batch {args.batch} x seq "
               f"{args.seq}, vocab {args.vocab}; cold compile evt {compile_s['evt']:.1f} s, "
               f"torch.compile {compile_s['compile']:.1f} s): ms, median [min .. max]")  # fmt: skip
         for field in in_turn.FIELDS:

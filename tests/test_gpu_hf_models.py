@@ -11,11 +11,13 @@ as its math decomposition, whose GEMMs evt fuses there: those kernels are built 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import pytest
 import torch
 
 import evt
+from evt import ir
 from evt.runtime import dispatch, guards
 from tests.hf_catalog import CASES, GPU, errors, train_step
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
@@ -41,7 +43,32 @@ def make(name: str, device: str, dtype=BF16):
     return model, inputs
 
 
-def captured(names=NAMES) -> dict[str, list[tuple]]:
+def reported_step(model, inputs, dynamic: bool = True) -> tuple[dict[str, torch.Tensor], list]:
+    """One training step of `model` compiled by evt (afresh: a cache hit reports no regions):
+    its loss and gradients and evt's reports."""
+    reports: list = []
+    torch._dynamo.reset()
+    evt.backend._listeners.append(reports.append)
+    try:
+        with (torch._inductor.config.patch(fx_graph_cache=False),
+              torch._functorch.config.patch(enable_autograd_cache=False)):  # fmt: skip
+            compiled = torch.compile(lambda *a: train_step(model, a), backend="evt", dynamic=dynamic)
+            return compiled(*inputs), reports
+    finally:
+        evt.backend._listeners.remove(reports.append)
+
+
+def captured_dynamic() -> dict[str, list[tuple]]:
+    """GPT-2's regions under `dynamic=True`, captured on the CPU at the GPU's sizes: its tanh
+    GELU's backward reads a 0-d tensor (a float Dynamo passes in, on the host on CUDA too) and its
+    LM head's dgrad keeps the final norm's backward (`fold_whole_slices`)."""
+    model, inputs = make("gpt2", "cpu")
+    _, reports = reported_step(model, inputs)
+    return {"gpt2_dynamic": [(r.spec, r.problem) for rep in reports for r in rep.regions
+                             if not guards.static_reason(r.spec)]}  # fmt: skip
+
+
+def captured(names=NAMES, dynamic: bool = True) -> dict[str, list[tuple]]:
     """(spec, (M, N, K, L)) of each region of each model's bf16 training step, captured on the CPU
     at the GPU's sizes: what the `regions` fixture builds (also `scripts/kernel_pack.py build
     --tests hf_models`, without a GPU)."""
@@ -52,7 +79,7 @@ def captured(names=NAMES) -> dict[str, list[tuple]]:
         # the CPU forms regions CUDA vetoes for a static reason (T5's float32 attention GEMMs:
         # no TF32 kernels by default, `guards.tf32_reason`); those run unfused there, not built
         out[name] = [(r.spec, r.problem) for r in report.regions if not guards.static_reason(r.spec)]
-    return out
+    return out | (captured_dynamic() if dynamic and "gpt2" in names else {})
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +87,9 @@ def regions(request, tmp_path_factory) -> dict[str, list[tuple]]:
     """The kernels of the models the session's selected tests train."""
     names = {item.callspec.params["name"] for item in request.session.items
              if item.module is request.module and hasattr(item, "callspec")}  # fmt: skip
-    return build_in_cache(tmp_path_factory, captured([n for n in NAMES if n in names]))
+    dynamic = any(item.name.startswith("test_gpt2_under") for item in request.session.items)
+    wanted = [n for n in NAMES if n in names or (dynamic and n == "gpt2")]
+    return build_in_cache(tmp_path_factory, captured(wanted, dynamic))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -72,3 +101,27 @@ def test_model_trains_like_fp32_eager(regions, name):
     assert not guards.RELAID, sorted(guards.RELAID)
     assert dispatch.launches(), (name, regions[name])
     assert_like_fp32_eager(name, model, inputs, got, train_step, errors)
+
+
+def test_gpt2_under_dynamic_shapes_fuses_what_static_shapes_do(regions):
+    """GPT-2 with `dynamic=True`: a region for each GEMM static shapes fuse, each taking at least
+    those ops (the tanh GELU's backward reads the float Dynamo passes as a 0-d CPU tensor, by
+    value; the LM head's dgrad keeps the final norm's backward; x̂ recomputed from bf16 x), each
+    launched, and the step like fp32 eager's."""
+    model, inputs = make("gpt2", "cuda")
+    _, static = reported_step(copy.deepcopy(model), inputs, dynamic=False)
+    dispatch.reset()
+    got, reports = reported_step(copy.deepcopy(model), inputs)
+    assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+
+    def fused(reps) -> dict[str, Counter]:
+        return {r.spec.name: Counter(r.fused) for rep in reps for r in rep.regions}
+
+    want, have = fused(static), fused(reports)
+    assert have.keys() == want.keys() and all(want[n] <= have[n] for n in want), (want, have)
+    scalars = [r.spec.name for rep in reports for r in rep.regions
+               if any(isinstance(n, ir.ScalarLoad) for n in r.spec.nodes)]  # fmt: skip
+    assert len(scalars) == 2, scalars  # each layer's GELU backward
+    launched = dispatch.launches()
+    assert all(launched[n] for n in have), (launched, list(have), regions["gpt2_dynamic"])
+    assert_like_fp32_eager("gpt2", model, inputs, got, train_step, errors)

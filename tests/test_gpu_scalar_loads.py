@@ -17,7 +17,7 @@ import evt
 from evt import ir
 from evt.runtime import build, dispatch, reference
 from tests import specs
-from tests.test_gpu_mlp import fresh_dispatch, random_inputs  # noqa: F401  (autouse: per-test reset)
+from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: per-test reset)
 from tests.test_gpu_models import build_in_cache
 from tests.test_gpu_ops import poisoned_launch
 
@@ -79,7 +79,8 @@ def kernels(tmp_path_factory) -> dict[str, list[tuple]]:
 @pytest.mark.parametrize("where", ["cuda", "cpu"])
 def test_the_scalar_is_read_on_the_device_or_passed_by_value(kernels, where):
     spec = specs.scaled_by_scalar()
-    inputs = random_inputs(spec, 200, 136, 72)[:2]
+    x = torch.randn(200, 72, device="cuda").to(torch.bfloat16)
+    inputs = [x, (torch.randn(136, 72, device="cuda") * 72**-0.5).to(torch.bfloat16)]  # W: [N, K]
     scale = torch.tensor(0.0, device=where)
     for value in (0.5, -3.0, 0.5):  # the same tensor: a host value is read at every launch
         scale.fill_(value)

@@ -128,18 +128,23 @@ def test_transformers_train_like_without(monkeypatch, name):
     assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6
 
 
-def test_dynamic_shapes_leave_the_regions_as_they_were(monkeypatch):
-    """Static shapes only: under `dynamic=True` the pass changes nothing (the kernels load x̂ as
-    without it), and the step still trains like without it."""
+@pytest.mark.parametrize("shape", [(512, 256), (2, 256, 256)], ids=["2d", "3d"])
+def test_dynamic_shapes_take_the_pass_too(monkeypatch, shape):
+    """Under `dynamic=True` as with static shapes (before session 58 the pass was for static shapes
+    only and the kernels loaded the fp32 x̂): the bf16 x and the statistics instead, the
+    flattening view's symbolic sizes computed from the graph's inputs (3-D); the step trains like
+    without the pass."""
 
     def build():
         torch.manual_seed(0)
-        model, x = PreNormStack().to(torch.bfloat16), torch.randn(512, 256, dtype=torch.bfloat16)
+        model, x = PreNormStack().to(torch.bfloat16), torch.randn(*shape, dtype=torch.bfloat16)
         compiled = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"}, dynamic=True)
         return model, compiled, (x,)
 
     loads, grads = run_both(monkeypatch, build)
-    assert loads[True] == loads[False] and ("f32", "aux_load") in loads[True], loads
+    assert loads[False].count(("f32", "aux_load")) == 2, loads
+    assert ("f32", "aux_load") not in loads[True] and loads[True].count(("bf16", "aux_load")) == 4
+    assert sum(kind == "col_broadcast" for _, kind in loads[True]) == 4, loads
     assert max(rel_err(grads[True][n], grads[False][n]) for n in grads[False]) < 1e-6
 
 

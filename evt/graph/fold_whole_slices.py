@@ -17,6 +17,8 @@ import torch
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from evt.graph.sink_views import same_shape
+
 aten = torch.ops.aten
 
 
@@ -59,12 +61,8 @@ def _val(node: Node):
 
 
 def _same_shape(a: Node, b: Node) -> bool:
-    """Whether a's and b's values have one shape, symbolic sizes as the guards Dynamo already
-    holds prove it (none is added)."""
     va, vb = _val(a), _val(b)
-    if not isinstance(va, torch.Tensor) or not isinstance(vb, torch.Tensor) or va.dim() != vb.dim():
-        return False
-    return all(statically_known_true(x == y) for x, y in zip(va.shape, vb.shape))
+    return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and same_shape(va.shape, vb.shape)
 
 
 _WHOLE = {aten.slice.Tensor: _slice, aten.slice_scatter.default: _slice_scatter}

@@ -69,6 +69,9 @@ def _flat_source(a: Node) -> Node | None:
     if not isinstance(x, Node):
         return None
     xv, av = x.meta.get("val"), a.meta.get("val")
+    if isinstance(xv, torch.Tensor) and isinstance(av, torch.Tensor) and same_shape(xv.shape, av.shape):
+        return _flat_source(x)  # a view to its input's own shape (`view(h, (-1, S, N))` under
+        # dynamic shapes, which static ones drop at trace time): through it
     if xv is None or av is None or xv.dim() not in (2, 3) or av.dim() <= xv.dim():
         return None
     k = xv.dim() - 1
@@ -84,12 +87,13 @@ def same_size(a, b) -> bool:
     equal (HF's `h[:, -s:]` has s + S rows where a guard says s = 0; no guard is added)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
-        return a.node.expr == b.node.expr or statically_known_true(a == b)
-    return False
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and a.node.expr == b.node.expr:
+        return True
+    return isinstance(a, (int, torch.SymInt)) and isinstance(b, (int, torch.SymInt)) and statically_known_true(a == b)
 
 
-def _same_shape(a, b) -> bool:
+def same_shape(a, b) -> bool:
+    """Equal shapes, size by size as `same_size` (no guard is added)."""
     return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
 
 
@@ -126,8 +130,8 @@ def _sink(node: Node) -> bool:
     sources = [_flat_source(a) for a in node.all_input_nodes]
     viewed = [a for a, s in zip(node.all_input_nodes, sources) if s is not None]
     # a full-size view first: a broadcast one ([B, S, 1] against [B, S, N]) cannot lead
-    viewed.sort(key=lambda a: not _same_shape(a.meta["val"].shape, out.shape))
-    if not viewed or not _same_shape(out.shape, viewed[0].meta["val"].shape):
+    viewed.sort(key=lambda a: not same_shape(a.meta["val"].shape, out.shape))
+    if not viewed or not same_shape(out.shape, viewed[0].meta["val"].shape):
         return False  # no input is a flattenable view, or the op broadcasts beyond it
     source = _flat_source(viewed[0])
     flat = tuple(source.meta["val"].shape)
@@ -207,7 +211,7 @@ def _sink_layout(node: Node) -> bool:
     if not all(isinstance(v, (torch.Tensor, torch.SymInt, int, float)) for v in vals):
         return False
     tensors = [a for a, v in zip(node.all_input_nodes, vals) if isinstance(v, torch.Tensor) and v.dim() > 0]
-    full = [a for a in tensors if _same_shape(a.meta["val"].shape, out.shape)]
+    full = [a for a in tensors if same_shape(a.meta["val"].shape, out.shape)]
     if not full:
         return False  # no tensor input, or each broadcasts
     layouts = {a: _layout(a) for a in full}
@@ -360,7 +364,7 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
         def size(d):
             if isinstance(d, tuple):  # ("sym_size", x, i): dimension i of x, a node of the graph
                 dim = d[1].meta["val"].shape[d[2]]
-                built = _size_from_inputs(graph, dim.node.expr, node)
+                built = size_from_inputs(graph, dim.node.expr, node)
                 return built if built is not None else make_node(
                     graph, aten.sym_size.int, (d[1], d[2]), {}, node)  # fmt: skip
             return d
@@ -381,7 +385,7 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
             graph.erase_node(a)
 
 
-def _size_from_inputs(graph: Graph, expr, like: Node):
+def size_from_inputs(graph: Graph, expr, like: Node):
     """A node computing the symbolic size `expr` (a product of symbols and integers) from the
     graph's SymInt placeholders, inserted at the current point; None if it is another kind of
     expression or a symbol is not an input."""

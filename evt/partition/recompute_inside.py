@@ -31,7 +31,8 @@ well, so the forward saved silu(g) beside g (one [tokens, hidden] tensor a layer
 min-cut recomputes instead); the kernel now computes it from g. The copy skips the op's 16-bit
 rounding, as Inductor's recompute in its fused backward kernel does.
 
-Static shapes only. On by default (`EVT_RECOMPUTE_INSIDE=0` turns it off): its kernels passed
+Symbolic sizes (dynamic shapes) compare as `sink_views.same_size` does, adding no guard, and
+a flattening view's sizes are computed from the graph's SymInt inputs. On by default (`EVT_RECOMPUTE_INSIDE=0` turns it off): its kernels passed
 on an H100 in session 26 (`test_gpu_ops.py`'s `layer_norm_backward_recomputed`, GPT-2's and
 BERT's training steps in `test_gpu_models.py`).
 """
@@ -50,6 +51,7 @@ from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.fake import copy_nodes, make_node
 from evt.graph.layouts import load_kind
+from evt.graph.sink_views import same_shape, same_size, size_from_inputs
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
 from evt.report import nbytes
@@ -72,8 +74,8 @@ def recompute_inside(graph: Graph, regions: list[Region]) -> list[Region]:
 
 def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
     shape = tuple(region.anchor.meta["val"].shape)
-    if len(shape) != 2 or not all(isinstance(d, int) for d in shape):
-        return region  # static [M, N] GEMMs only (comparing symbolic sizes would guard on them)
+    if len(shape) != 2:
+        return region  # [M, N] GEMMs only
     nodes = list(region.nodes)
     inputs = region.inputs()
     loaded = set(inputs)
@@ -83,13 +85,13 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
             continue  # a GEMM operand (or bias): no epilogue computes it
         start, frame = _unflattened(a, shape)
         chain = _chain(start, frame, shape, taken, loaded - {a})
-        if chain is None and frame == shape and not _read_outside(a, nodes):
+        if chain is None and same_shape(frame, shape) and not _read_outside(a, nodes):
             chain = _chain(start, frame, shape, taken, loaded - {a}, narrow=True)
         if chain is None:
             continue
         ordered = [n for n in graph.nodes if n in chain]
         with graph.inserting_before(readers[0]):
-            if frame == shape:
+            if same_shape(frame, shape):
                 copies = copy_nodes(graph, ordered, side=region.side)
             else:
                 copies = _copy_flattened(graph, ordered, frame, shape, region.side)
@@ -110,8 +112,7 @@ def _unflattened(a: Node, shape: tuple[int, ...]) -> tuple[Node, tuple[int, ...]
     b = a.args[0] if a.target in FLATTENS and a.args else None
     val = b.meta.get("val") if isinstance(b, Node) else None
     if (isinstance(val, torch.Tensor) and val.dim() > 2 and val.is_contiguous()
-            and all(isinstance(d, int) for d in val.shape)
-            and val.shape[-1] == shape[-1] and val.numel() == shape[0] * shape[1]):  # fmt: skip
+            and same_size(val.shape[-1], shape[-1]) and same_size(val.numel(), shape[0] * shape[1])):  # fmt: skip
         return b, tuple(val.shape)
     return a, shape
 
@@ -119,14 +120,14 @@ def _unflattened(a: Node, shape: tuple[int, ...]) -> tuple[Node, tuple[int, ...]
 def _flat(val, frame: tuple[int, ...], shape: tuple[int, ...]):
     """`val` (an operand of a chain working on `frame`) as the [M, N] epilogue sees it: its
     leading sizes flattened into M, or a vector along N; None when it is neither."""
-    if frame == shape or not isinstance(val, torch.Tensor):
+    if same_shape(frame, shape) or not isinstance(val, torch.Tensor):
         return val
     sizes = (1,) * (len(frame) - val.dim()) + tuple(val.shape)  # broadcasting's leading ones
     if len(sizes) != len(frame) or not val.is_contiguous():
         return None
-    if sizes[:-1] == frame[:-1]:
+    if same_shape(sizes[:-1], frame[:-1]):
         new = (shape[0], sizes[-1])
-    elif all(d == 1 for d in sizes[:-1]):
+    elif all(same_size(d, 1) for d in sizes[:-1]):
         new = (1, sizes[-1])
     else:
         return None
@@ -141,7 +142,8 @@ def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str)
     for x in (x for n in ordered for x in n.all_input_nodes if x not in ordered):
         if x not in views:
             flat = _flat(x.meta["val"], frame, shape)
-            views[x] = make_node(graph, aten.reshape.default, (x, list(flat.shape)), {}, like=x)
+            sizes = [d if isinstance(d, int) else size_from_inputs(graph, d.node.expr, x) for d in flat.shape]
+            views[x] = make_node(graph, aten.reshape.default, (x, sizes), {}, like=x)
     return copy_nodes(graph, ordered, side=side_, inputs=views)
 
 
@@ -172,7 +174,7 @@ def _copyable(n: Node, shape: tuple[int, ...], taken: set[Node], narrow: bool = 
         and isinstance(n.meta.get("val"), torch.Tensor)
         # the epilogue computes in fp32: no rounding lost (`narrow`: one rounding, as Inductor's)
         and (n.meta["val"].dtype == torch.float32 or narrow)
-        and tuple(n.meta["val"].shape) == shape
+        and same_shape(n.meta["val"].shape, shape)
     )
 
 

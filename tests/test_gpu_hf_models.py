@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import evt
-from evt import ir
 from evt.runtime import dispatch, guards
 from tests.hf_catalog import CASES, GPU, errors, train_step
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
@@ -59,9 +58,9 @@ def reported_step(model, inputs, dynamic: bool = True) -> tuple[dict[str, torch.
 
 
 def captured_dynamic() -> dict[str, list[tuple]]:
-    """GPT-2's regions under `dynamic=True`, captured on the CPU at the GPU's sizes: its tanh
-    GELU's backward reads a 0-d tensor (a float Dynamo passes in, on the host on CUDA too) and its
-    LM head's dgrad keeps the final norm's backward (`fold_whole_slices`)."""
+    """GPT-2's regions under `dynamic=True`, captured on the CPU at the GPU's sizes: its LM head's
+    dgrad keeps the final norm's backward (`fold_whole_slices`); on the CPU its tanh GELU's
+    backward reads a 0-d tensor (a float Dynamo passes in there), whose kernels CUDA never runs."""
     model, inputs = make("gpt2", "cpu")
     _, reports = reported_step(model, inputs)
     return {"gpt2_dynamic": [(r.spec, r.problem) for rep in reports for r in rep.regions
@@ -105,23 +104,22 @@ def test_model_trains_like_fp32_eager(regions, name):
 
 def test_gpt2_under_dynamic_shapes_fuses_what_static_shapes_do(regions):
     """GPT-2 with `dynamic=True`: a region for each GEMM static shapes fuse, each taking at least
-    those ops (the tanh GELU's backward reads the float Dynamo passes as a 0-d CPU tensor, by
-    value; the LM head's dgrad keeps the final norm's backward; x̂ recomputed from bf16 x), each
-    launched, and the step like fp32 eager's."""
+    those ops (the LM head's dgrad keeps the final norm's backward, `fold_whole_slices`; x̂
+    recomputed from bf16 x), each launched, and the step like fp32 eager's. (On CUDA Dynamo keeps
+    the tanh GELU's float a constant, session 58; on the CPU it passes it as a 0-d tensor, which
+    `captured_dynamic`'s kernels read.)"""
     model, inputs = make("gpt2", "cuda")
     _, static = reported_step(copy.deepcopy(model), inputs, dynamic=False)
     dispatch.reset()
     got, reports = reported_step(copy.deepcopy(model), inputs)
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
 
-    def fused(reps) -> dict[str, Counter]:
-        return {r.spec.name: Counter(r.fused) for rep in reps for r in rep.regions}
+    def fused(reps) -> dict[str, Counter]:  # casts aside: a bf16 rounding may be a store there
+        return {r.spec.name: Counter(op for op in r.fused if op != "prims.convert_element_type")
+                for rep in reps for r in rep.regions}  # fmt: skip
 
     want, have = fused(static), fused(reports)
     assert have.keys() == want.keys() and all(want[n] <= have[n] for n in want), (want, have)
-    scalars = [r.spec.name for rep in reports for r in rep.regions
-               if any(isinstance(n, ir.ScalarLoad) for n in r.spec.nodes)]  # fmt: skip
-    assert len(scalars) == 2, scalars  # each layer's GELU backward
     launched = dispatch.launches()
     assert all(launched[n] for n in have), (launched, list(have), regions["gpt2_dynamic"])
     assert_like_fp32_eager("gpt2", model, inputs, got, train_step, errors)

@@ -240,7 +240,7 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     from torch.fx import Graph
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    from evt.graph.sink_views import _size_from_inputs
+    from evt.graph.sink_views import size_from_inputs
 
     env = ShapeEnv()
     s0, s1, s2 = (env.create_unbacked_symint() for _ in range(3))
@@ -249,7 +249,7 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     p0.meta["val"], p1.meta["val"] = s0, s1
     x = g.placeholder("x")
     x.meta["val"] = torch.empty(4)
-    built = _size_from_inputs(g, (s0 * s1 * 2).node.expr, x)
+    built = size_from_inputs(g, (s0 * s1 * 2).node.expr, x)
     assert built is not None and built.target is operator.mul
     factors, stack = [], [built]
     while stack:
@@ -259,9 +259,9 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
         else:
             factors.append(n)
     assert sorted(map(str, factors)) == ["2", "b", "s"]
-    assert _size_from_inputs(g, s0.node.expr, x) is p0
-    assert _size_from_inputs(g, (s0 * s2).node.expr, x) is None
-    assert _size_from_inputs(g, (s0 + s1).node.expr, x) is None
+    assert size_from_inputs(g, s0.node.expr, x) is p0
+    assert size_from_inputs(g, (s0 * s2).node.expr, x) is None
+    assert size_from_inputs(g, (s0 + s1).node.expr, x) is None
 
 
 def test_a_linear_on_a_transposed_activation_fuses(monkeypatch):

@@ -1,7 +1,7 @@
 """Store the narrow value, not the wide one computed from it: a region output `u` in fp32 that is
 a short pointwise chain from the region's bf16/fp16 GEMM result `w` and broadcast operands
 (vectors, scalars) is recomputed from `w` by its outside readers, and the region stores `w`
-(2 bytes an element) instead of `u` (4). Static shapes only.
+(2 bytes an element) instead of `u` (4). Under dynamic shapes too since session 58.
 
 LayerNorm's backward in the dgrad GEMM is the case: the region computes the statistics from
 `dY * gamma` in fp32, and the input gradient, which Inductor finishes outside, read that
@@ -27,6 +27,7 @@ passed with it on (`tests/test_gpu_models.py`); `benchmarks/results/2026-11-27-H
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -34,6 +35,7 @@ from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction
 from evt.graph.fake import copy_nodes
+from evt.graph.sink_views import same_size
 from evt.partition.narrow_outputs import NARROW, VIEWS, foldable, is_rounding, rounding
 from evt.partition.region import Region
 
@@ -127,9 +129,10 @@ def _chain(u: Node, inside: set[Node], starts: set[Node]) -> tuple[list[Node], N
 
 
 def full_size(n: Node, shape) -> bool:
-    """Whether `n` is a tensor of as many elements as `shape` (static shapes only)."""
+    """Whether `n` is a tensor of as many elements as `shape`; symbolic sizes as Dynamo's guards
+    prove them (`sink_views.same_size`: no guard added)."""
     v = n.meta.get("val")
-    if not isinstance(v, torch.Tensor) or not all(isinstance(d, int) for d in (*v.shape, *shape)):
+    if not isinstance(v, torch.Tensor):
         return False
-    return v.numel() == torch.Size(shape).numel()
+    return same_size(v.numel(), math.prod(shape))
 

@@ -262,6 +262,9 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     assert size_from_inputs(g, s0.node.expr, x) is p0
     assert size_from_inputs(g, (s0 * s2).node.expr, x) is None
     assert size_from_inputs(g, (s0 + s1).node.expr, x) is None
+    nodes = len(g.nodes)  # asked only whether it could (`recompute_inside` before it copies)
+    assert size_from_inputs(g, (s0 * s1).node.expr, x, build=False) is True
+    assert size_from_inputs(g, (s0 * s2).node.expr, x, build=False) is None and len(g.nodes) == nodes
 
 
 def test_a_linear_on_a_transposed_activation_fuses(monkeypatch):

@@ -70,8 +70,9 @@ def _flat_source(a: Node) -> Node | None:
         return None
     xv, av = x.meta.get("val"), a.meta.get("val")
     if isinstance(xv, torch.Tensor) and isinstance(av, torch.Tensor) and same_shape(xv.shape, av.shape):
-        return _flat_source(x)  # a view to its input's own shape (`view(h, (-1, S, N))` under
-        # dynamic shapes, which static ones drop at trace time): through it
+        # a view to its input's own shape (`view(h, (-1, S, N))` under dynamic shapes, which
+        # static ones drop at trace time): through it
+        return _flat_source(x)
     if xv is None or av is None or xv.dim() not in (2, 3) or av.dim() <= xv.dim():
         return None
     k = xv.dim() - 1
@@ -89,7 +90,8 @@ def same_size(a, b) -> bool:
         return a == b
     if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and a.node.expr == b.node.expr:
         return True
-    return isinstance(a, (int, torch.SymInt)) and isinstance(b, (int, torch.SymInt)) and statically_known_true(a == b)
+    sizes = (int, torch.SymInt)
+    return isinstance(a, sizes) and isinstance(b, sizes) and statically_known_true(a == b)
 
 
 def same_shape(a, b) -> bool:
@@ -385,10 +387,10 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
             graph.erase_node(a)
 
 
-def size_from_inputs(graph: Graph, expr, like: Node):
+def size_from_inputs(graph: Graph, expr, like: Node | None, build: bool = True):
     """A node computing the symbolic size `expr` (a product of symbols and integers) from the
     graph's SymInt placeholders, inserted at the current point; None if it is another kind of
-    expression or a symbol is not an input."""
+    expression or a symbol is not an input. `build=False`: only whether it could (True)."""
     inputs, env = {}, None
     for p in graph.find_nodes(op="placeholder"):
         v = p.meta.get("val")
@@ -396,8 +398,8 @@ def size_from_inputs(graph: Graph, expr, like: Node):
             inputs.setdefault(v.node.expr, p)
             env = v.node.shape_env
     factors = [_as_input(f, inputs, env) for f in sympy.Mul.make_args(expr)]
-    if None in factors:
-        return None
+    if None in factors or not build:
+        return None if None in factors else True
     out = None
     for f in sorted(factors, key=lambda f: (f.is_Integer, str(f))):  # symbols first
         term = inputs[f] if f in inputs else int(f)

@@ -31,8 +31,9 @@ well, so the forward saved silu(g) beside g (one [tokens, hidden] tensor a layer
 min-cut recomputes instead); the kernel now computes it from g. The copy skips the op's 16-bit
 rounding, as Inductor's recompute in its fused backward kernel does.
 
-Symbolic sizes (dynamic shapes) compare as `sink_views.same_size` does, adding no guard, and
-a flattening view's sizes are computed from the graph's SymInt inputs. On by default (`EVT_RECOMPUTE_INSIDE=0` turns it off): its kernels passed
+Symbolic sizes (dynamic shapes) compare as `sink_views.same_size` does, adding no guard, and a
+flattening view's sizes are computed from the graph's SymInt inputs (session 58; a size they do
+not give leaves x̂ a load). On by default (`EVT_RECOMPUTE_INSIDE=0` turns it off): its kernels passed
 on an H100 in session 26 (`test_gpu_ops.py`'s `layer_norm_backward_recomputed`, GPT-2's and
 BERT's training steps in `test_gpu_models.py`).
 """
@@ -90,6 +91,8 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
         if chain is None:
             continue
         ordered = [n for n in graph.nodes if n in chain]
+        if not same_shape(frame, shape) and not _flattenable(ordered, frame, shape):
+            continue  # a symbolic size the graph's inputs do not give: x̂ stays a load
         with graph.inserting_before(readers[0]):
             if same_shape(frame, shape):
                 copies = copy_nodes(graph, ordered, side=region.side)
@@ -112,7 +115,8 @@ def _unflattened(a: Node, shape: tuple[int, ...]) -> tuple[Node, tuple[int, ...]
     b = a.args[0] if a.target in FLATTENS and a.args else None
     val = b.meta.get("val") if isinstance(b, Node) else None
     if (isinstance(val, torch.Tensor) and val.dim() > 2 and val.is_contiguous()
-            and same_size(val.shape[-1], shape[-1]) and same_size(val.numel(), shape[0] * shape[1])):  # fmt: skip
+            and same_size(val.shape[-1], shape[-1])
+            and same_size(val.numel(), shape[0] * shape[1])):  # fmt: skip
         return b, tuple(val.shape)
     return a, shape
 
@@ -141,10 +145,28 @@ def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str)
     views: dict[Node, Node] = {}
     for x in (x for n in ordered for x in n.all_input_nodes if x not in ordered):
         if x not in views:
-            flat = _flat(x.meta["val"], frame, shape)
-            sizes = [d if isinstance(d, int) else size_from_inputs(graph, d.node.expr, x) for d in flat.shape]
+            sizes = [d if isinstance(d, int) else size_from_inputs(graph, d.node.expr, x)
+                     for d in _flat(x.meta["val"], frame, shape).shape]  # fmt: skip
             views[x] = make_node(graph, aten.reshape.default, (x, sizes), {}, like=x)
     return copy_nodes(graph, ordered, side=side_, inputs=views)
+
+
+def _flattenable(ordered: list[Node], frame, shape) -> bool:
+    """Whether each operand the chain reads from outside can be viewed as `_flat` says, its
+    symbolic sizes built from the graph's SymInt inputs (`sink_views.size_from_inputs`)."""
+    for x in (x for n in ordered for x in n.all_input_nodes if x not in ordered):
+        flat = _flat(x.meta["val"], frame, shape)
+        if flat is None:
+            return False
+        for d in flat.shape:
+            if not isinstance(d, int) and not _from_inputs(x.graph, d.node.expr):
+                return False
+    return True
+
+
+def _from_inputs(graph: Graph, expr) -> bool:
+    """Whether `size_from_inputs` builds `expr` (tried on a scratch graph's copy of the inputs)."""
+    return size_from_inputs(graph, expr, None, build=False) is not None
 
 
 def _width(n: Node, frame: tuple[int, ...], shape: tuple[int, ...], loaded=frozenset()) -> int | None:

@@ -165,7 +165,7 @@ def _flattenable(ordered: list[Node], frame, shape) -> bool:
 
 
 def _from_inputs(graph: Graph, expr) -> bool:
-    """Whether `size_from_inputs` builds `expr` (tried on a scratch graph's copy of the inputs)."""
+    """Whether `size_from_inputs` can build `expr` (nothing is added to the graph)."""
     return size_from_inputs(graph, expr, None, build=False) is not None
 
 

@@ -7,7 +7,6 @@ path and eager."""
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
@@ -68,9 +67,7 @@ def captured() -> dict[str, list[tuple]]:
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory) -> dict[str, list[tuple]]:
-    regions = build_in_cache(tmp_path_factory, captured())
-    if not os.environ.get("EVT_CACHE_DIR"):
-        os.environ["EVT_CACHE_DIR"] = str(tmp_path_factory.mktemp("evt-cache"))
+    regions = build_in_cache(tmp_path_factory, captured())  # (sets EVT_CACHE_DIR where unset)
     for spec in prebuilt_specs():
         build.prefetch(spec).result()
     return regions

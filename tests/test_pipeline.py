@@ -240,7 +240,7 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     from torch.fx import Graph
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    from evt.graph.sink_views import size_from_inputs
+    from evt.graph.sink_views import input_factors, size_from_inputs
 
     env = ShapeEnv()
     s0, s1, s2 = (env.create_unbacked_symint() for _ in range(3))
@@ -262,9 +262,9 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     assert size_from_inputs(g, s0.node.expr, x) is p0
     assert size_from_inputs(g, (s0 * s2).node.expr, x) is None
     assert size_from_inputs(g, (s0 + s1).node.expr, x) is None
-    nodes = len(g.nodes)  # asked only whether it could (`recompute_inside` before it copies)
-    assert size_from_inputs(g, (s0 * s1).node.expr, x, build=False) is True
-    assert size_from_inputs(g, (s0 * s2).node.expr, x, build=False) is None and len(g.nodes) == nodes
+    nodes = len(g.nodes)  # the factors alone (`recompute_inside` asks before it copies)
+    assert input_factors(g, (s0 * s1 * 2).node.expr) == [p0, p1, 2] and len(g.nodes) == nodes
+    assert input_factors(g, (s0 * s2).node.expr) is None and len(g.nodes) == nodes
 
 
 def test_a_linear_on_a_transposed_activation_fuses(monkeypatch):

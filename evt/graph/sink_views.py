@@ -387,10 +387,22 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
             graph.erase_node(a)
 
 
-def size_from_inputs(graph: Graph, expr, like: Node | None, build: bool = True):
-    """A node computing the symbolic size `expr` (a product of symbols and integers) from the
-    graph's SymInt placeholders, inserted at the current point; None if it is another kind of
-    expression or a symbol is not an input. `build=False`: only whether it could (True)."""
+def size_from_inputs(graph: Graph, expr, like: Node):
+    """A node computing the symbolic size `expr` from the graph's SymInt placeholders
+    (`input_factors`), inserted at the current point; None where they do not give it."""
+    factors = input_factors(graph, expr)
+    if factors is None:
+        return None
+    out = None
+    for term in factors:
+        out = term if out is None else make_node(graph, operator.mul, (out, term), {}, like)
+    return out
+
+
+def input_factors(graph: Graph, expr) -> list[Node | int] | None:
+    """`expr` (a product of symbols and integers) as the graph's SymInt placeholders and positive
+    integers, placeholders first; None if it is another kind of expression or a symbol is no
+    input (nothing is added to the graph)."""
     inputs, env = {}, None
     for p in graph.find_nodes(op="placeholder"):
         v = p.meta.get("val")
@@ -398,13 +410,10 @@ def size_from_inputs(graph: Graph, expr, like: Node | None, build: bool = True):
             inputs.setdefault(v.node.expr, p)
             env = v.node.shape_env
     factors = [_as_input(f, inputs, env) for f in sympy.Mul.make_args(expr)]
-    if None in factors or not build:
-        return None if None in factors else True
-    out = None
-    for f in sorted(factors, key=lambda f: (f.is_Integer, str(f))):  # symbols first
-        term = inputs[f] if f in inputs else int(f)
-        out = term if out is None else make_node(graph, operator.mul, (out, term), {}, like)
-    return out
+    if None in factors:
+        return None
+    ordered = sorted(factors, key=lambda f: (f.is_Integer, str(f)))  # symbols first
+    return [inputs[f] if f in inputs else int(f) for f in ordered]
 
 
 def _as_input(factor, inputs: dict, env):

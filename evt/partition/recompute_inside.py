@@ -52,7 +52,7 @@ from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.fake import copy_nodes, make_node
 from evt.graph.layouts import load_kind
-from evt.graph.sink_views import same_shape, same_size, size_from_inputs
+from evt.graph.sink_views import input_factors, same_shape, same_size, size_from_inputs
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
 from evt.report import nbytes
@@ -143,30 +143,27 @@ def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str)
     """Copies of the chain `ordered` working on [M, N]: each operand it reads from outside
     reshaped (a view) as `_flat` says."""
     views: dict[Node, Node] = {}
-    for x in (x for n in ordered for x in n.all_input_nodes if x not in ordered):
-        if x not in views:
-            sizes = [d if isinstance(d, int) else size_from_inputs(graph, d.node.expr, x)
-                     for d in _flat(x.meta["val"], frame, shape).shape]  # fmt: skip
-            views[x] = make_node(graph, aten.reshape.default, (x, sizes), {}, like=x)
+    for x in _outside(ordered):
+        sizes = [d if isinstance(d, int) else size_from_inputs(graph, d.node.expr, x)
+                 for d in _flat(x.meta["val"], frame, shape).shape]  # fmt: skip
+        views[x] = make_node(graph, aten.reshape.default, (x, sizes), {}, like=x)
     return copy_nodes(graph, ordered, side=side_, inputs=views)
 
 
 def _flattenable(ordered: list[Node], frame, shape) -> bool:
     """Whether each operand the chain reads from outside can be viewed as `_flat` says, its
-    symbolic sizes built from the graph's SymInt inputs (`sink_views.size_from_inputs`)."""
-    for x in (x for n in ordered for x in n.all_input_nodes if x not in ordered):
+    symbolic sizes built from the graph's SymInt inputs (`sink_views.input_factors`)."""
+    for x in _outside(ordered):
         flat = _flat(x.meta["val"], frame, shape)
-        if flat is None:
+        if flat is None or any(not isinstance(d, int) and input_factors(x.graph, d.node.expr) is None
+                               for d in flat.shape):  # fmt: skip
             return False
-        for d in flat.shape:
-            if not isinstance(d, int) and not _from_inputs(x.graph, d.node.expr):
-                return False
     return True
 
 
-def _from_inputs(graph: Graph, expr) -> bool:
-    """Whether `size_from_inputs` can build `expr` (nothing is added to the graph)."""
-    return size_from_inputs(graph, expr, None, build=False) is not None
+def _outside(ordered: list[Node]) -> list[Node]:
+    """The values the chain `ordered` reads from outside it, each once, in reading order."""
+    return list(dict.fromkeys(x for n in ordered for x in n.all_input_nodes if x not in ordered))
 
 
 def _width(n: Node, frame: tuple[int, ...], shape: tuple[int, ...], loaded=frozenset()) -> int | None:

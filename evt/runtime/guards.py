@@ -129,7 +129,7 @@ def shape_reason(spec: ir.KernelSpec, values: Sequence) -> str | None:
     dtypes, else None: `static_reason`, then the launch guards on aligned data pointers. None too where a size or
     stride is symbolic (a dynamic shape decides at launch) or the values are not CUDA tensors
     (the CPU runs the reference path by design; "meta" stands for CUDA: the bench's capture)."""
-    loads = {n.input for n in spec.nodes if isinstance(n, ir.ScalarLoad)}
+    loads = scalar_inputs(spec)
     devices = {v.device.type for k, v in enumerate(values) if isinstance(v, torch.Tensor) and k not in loads}
     if "cpu" in devices and devices & {"cuda", "meta"}:
         return ("an input the kernel reads as a tensor is a CPU tensor beside CUDA operands; the "
@@ -195,9 +195,14 @@ def check(spec: ir.KernelSpec, infos: Sequence[TensorInfo], store_align: int | N
     return Problem(M, N, K, L, inputs, output_strides(spec, M, N, batch[-1]), nested)
 
 
+def scalar_inputs(spec: ir.KernelSpec) -> set[int]:
+    """The inputs the kernel reads as 0-d tensors (`ir.ScalarLoad`)."""
+    return {n.input for n in spec.nodes if isinstance(n, ir.ScalarLoad)}
+
+
 def host_scalars(spec: ir.KernelSpec, infos: Sequence[TensorInfo]) -> set[int]:
     """The scalar loads' inputs in host memory beside device operands (passed by value)."""
-    loads = {n.input for n in spec.nodes if isinstance(n, ir.ScalarLoad)}
+    loads = scalar_inputs(spec)
     on_device = any(i.device != "cpu" for k, i in enumerate(infos) if k not in loads)
     return {k for k in loads if on_device and infos[k].device == "cpu"} if loads else set()
 

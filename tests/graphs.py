@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from evt import backend
 from evt.backend import evt_backend
 from evt.graph.capture import capture_joint  # noqa: F401  (re-exported for the tests)
 
@@ -206,3 +209,20 @@ def explain_case(name: str, dtype: torch.dtype = torch.bfloat16):
     case = {c.name: c for c in plan.all_cases(small=True)}[name]
     w = (steps if case.kind == "step" else ops).build(case, dtype, "cpu")
     return explain(w.target, *w.make_inputs(0))
+
+
+@contextlib.contextmanager
+def compile_reports(fresh: bool = False) -> Iterator[list]:
+    """evt's `GraphReport` of each graph compiled inside (`evt.backend._listeners`). `fresh`:
+    Inductor's FX graph cache and AOTAutograd's cache off, so that each graph compiles (a cache
+    hit reports nothing)."""
+    reports: list = []
+    backend._listeners.append(reports.append)
+    try:
+        with contextlib.ExitStack() as stack:
+            if fresh:
+                stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+                stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+            yield reports
+    finally:
+        backend._listeners.remove(reports.append)

@@ -278,8 +278,8 @@ def test_the_example_models_train_like_eager_with_sdpa(name, dynamic):
     and BERT (its padding mask added to the scores) through backend="evt" on the default route
     (Inductor for the rest): their attention becomes SDPA (no scores region left) and every
     gradient matches eager's, also with symbolic shapes."""
-    from evt import backend
     from evt.examples import GPT2, SMALL, Bert, bert_inputs, gpt2_inputs
+    from tests.graphs import compile_reports
 
     torch.manual_seed(0)
     model = GPT2(SMALL, tied=True) if name == "gpt2" else Bert(SMALL)
@@ -288,12 +288,8 @@ def test_the_example_models_train_like_eager_with_sdpa(name, dynamic):
     want = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     torch._dynamo.reset()
-    reports: list = []
-    backend._listeners.append(reports.append)
-    try:
+    with compile_reports() as reports:
         torch.compile(model, backend="evt", dynamic=dynamic)(*inputs).backward()
-    finally:
-        backend._listeners.remove(reports.append)
     regions = [r for g in reports for r in g.regions]
     assert regions and not any(r.anchor == "aten.bmm" for r in regions), [r.anchor for r in regions]
     for n, p in model.named_parameters():  # (k's bias: zero up to rounding, so an absolute bound)

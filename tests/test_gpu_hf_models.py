@@ -18,6 +18,7 @@ import torch
 
 import evt
 from evt.runtime import dispatch, guards
+from tests.graphs import compile_reports
 from tests.hf_catalog import CASES, GPU, errors, train_step
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_gpu_models import build_in_cache
@@ -45,16 +46,10 @@ def make(name: str, device: str, dtype=BF16):
 def reported_step(model, inputs, dynamic: bool = True) -> tuple[dict[str, torch.Tensor], list]:
     """One training step of `model` compiled by evt (afresh: a cache hit reports no regions):
     its loss and gradients and evt's reports."""
-    reports: list = []
     torch._dynamo.reset()
-    evt.backend._listeners.append(reports.append)
-    try:
-        with (torch._inductor.config.patch(fx_graph_cache=False),
-              torch._functorch.config.patch(enable_autograd_cache=False)):  # fmt: skip
-            compiled = torch.compile(lambda *a: train_step(model, a), backend="evt", dynamic=dynamic)
-            return compiled(*inputs), reports
-    finally:
-        evt.backend._listeners.remove(reports.append)
+    with compile_reports(fresh=True) as reports:
+        compiled = torch.compile(lambda *a: train_step(model, a), backend="evt", dynamic=dynamic)
+        return compiled(*inputs), reports
 
 
 def captured_dynamic() -> dict[str, list[tuple]]:

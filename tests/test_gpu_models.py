@@ -22,6 +22,7 @@ import evt
 from evt import ir
 from evt.examples import GPT2, GPU, Bert, Llama, bert_inputs, gpt2_inputs
 from evt.runtime import dispatch, reference
+from tests.graphs import compile_reports
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 from tests.test_models import grad_err, rel_err, train
 
@@ -153,17 +154,12 @@ def test_attention_rewritten_into_sdpa_trains_like_fp32(regions, monkeypatch, na
     is left, the rest runs on evt's kernels (their kernels among `regions`'). H200, sessions 40
     (as `EVT_SDPA=1`) and 41: both passed, BERT's attention not yet rewritten then (its padding
     mask was not taken before session 41's calls)."""
-    from evt import backend
 
     monkeypatch.delenv("EVT_SDPA")
     model = make_model(name, "cuda")
     inputs = MODELS[name][1]("cuda", 1)
-    reports: list = []
-    backend._listeners.append(reports.append)
-    try:
+    with compile_reports() as reports:
         got = step(model, torch.compile(model, backend="evt"), inputs)
-    finally:
-        backend._listeners.remove(reports.append)
     anchors = [r.anchor for g in reports for r in g.regions]
     assert anchors and "aten.bmm" not in anchors, anchors
     assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS

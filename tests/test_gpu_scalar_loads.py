@@ -12,10 +12,10 @@ import warnings
 import pytest
 import torch
 
-import evt
 from evt import ir
 from evt.runtime import build, dispatch, reference
 from tests import specs
+from tests.graphs import compile_reports
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: per-test reset)
 from tests.test_gpu_models import build_in_cache
 from tests.test_gpu_ops import poisoned_launch
@@ -45,18 +45,11 @@ def float_inputs(device: str) -> tuple[torch.Tensor, torch.Tensor]:
 def compiled_calls(x: torch.Tensor, w: torch.Tensor, floats=(0.5, 0.25, -2.0)) -> tuple[list, list]:
     """`scaled_relu_sum` compiled by evt with `dynamic=True` and called with each float: its
     results and evt's reports of the one graph (compiled afresh: a cache hit makes none)."""
-    reports: list = []
     torch._dynamo.reset()
-    evt.backend._listeners.append(reports.append)
-    try:
-        with (torch._inductor.config.patch(fx_graph_cache=False),
-              torch._functorch.config.patch(enable_autograd_cache=False),
-              warnings.catch_warnings()):  # fmt: skip
-            warnings.simplefilter("ignore")
-            compiled = torch.compile(scaled_relu_sum, backend="evt", dynamic=True)
-            return [compiled(x, w, s) for s in floats], reports
-    finally:
-        evt.backend._listeners.remove(reports.append)
+    with compile_reports(fresh=True) as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = torch.compile(scaled_relu_sum, backend="evt", dynamic=True)
+        return [compiled(x, w, s) for s in floats], reports
 
 
 def captured() -> dict[str, list[tuple]]:

@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-import evt
+from tests.graphs import compile_reports
 from tests.hf_catalog import CASES, CPU, errors, train_step
 from tests.test_nn_modules import explained_step, fallbacks
 
@@ -42,14 +42,9 @@ def test_model_trains_like_eager_through_inductor(name):
     model = case.build(CPU).train()
     inputs = case.inputs(CPU)
     twin = copy.deepcopy(model)
-    reports: list = []
-    evt.backend._listeners.append(reports.append)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            got = train_step(twin, inputs, torch.compile(twin, backend="evt"))
-    finally:
-        evt.backend._listeners.remove(reports.append)
+    with compile_reports() as reports, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = train_step(twin, inputs, torch.compile(twin, backend="evt"))
     assert not fallbacks(caught), fallbacks(caught)
     assert sum(len(r.regions) for r in reports) > 0
     errs = errors(got, train_step(model, inputs))

@@ -37,7 +37,7 @@ from evt.explain import Report
 from evt.partition import solve_cache
 from evt.report import coverage
 from evt.runtime import guards, reference
-from tests.graphs import rel_err
+from tests.graphs import compile_reports, rel_err
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -409,12 +409,8 @@ def test_dynamic_shapes_train_like_eager(name):
     compiled = torch.compile(model, backend=evt.backend.evt_backend, options={"rest": "eager"},
                              dynamic=True)  # fmt: skip
     torch._dynamo.reset()
-    reports: list = []
-    evt.backend._listeners.append(reports.append)
-    try:
+    with compile_reports() as reports:
         loss = compiled(*inputs())
-    finally:
-        evt.backend._listeners.remove(reports.append)
     loss.backward()
     # views with symbolic sizes are rebuilt from the graph's SymInt inputs: the same regions as
     # with static shapes (GPT-2 9 regions / 35 ops, BERT 10 / 42)

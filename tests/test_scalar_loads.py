@@ -18,7 +18,7 @@ from evt import ir
 from evt.errors import LaunchError
 from evt.graph.layouts import load_kind
 from evt.runtime import build, guards
-from tests.graphs import rel_err
+from tests.graphs import compile_reports, rel_err
 from tests.nn_catalog import CASES, train_step
 from tests.specs import scaled_by_scalar
 
@@ -142,16 +142,11 @@ def test_gpt2_tanh_gelu_backward_fuses_under_dynamic_shapes():
     model = HF["gpt2"].build(CPU).train()
     inputs = HF["gpt2"].inputs(CPU)
     twin = copy.deepcopy(model)
-    reports: list = []
-    evt.backend._listeners.append(reports.append)
-    try:
+    with compile_reports() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         compiled = torch.compile(twin, backend=evt.backend.evt_backend,
                                  options={"rest": "eager"}, dynamic=True)  # fmt: skip
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got = hf_step(twin, inputs, compiled)
-    finally:
-        evt.backend._listeners.remove(reports.append)
+        got = hf_step(twin, inputs, compiled)
     fused = [r.fused for rep in reports for r in rep.regions]
     assert sum("aten.tanh_backward" in f for f in fused) == 2, fused  # both layers
     assert max(errors(got, hf_step(model, inputs)).values()) < 1e-4

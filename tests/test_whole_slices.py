@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import evt
-from tests.graphs import rel_err
+from tests.graphs import compile_reports, rel_err
 
 V, D = 128, 64
 
@@ -41,16 +40,11 @@ def regions(dynamic: bool, keep: int, dtype=torch.float32) -> tuple[dict, dict, 
     model = LMHead().to(dtype)
     x, labels = torch.randn(2, 16, D, dtype=dtype), torch.randint(0, V, (2, 16))
     twin = copy.deepcopy(model)
-    reports: list = []
-    evt.backend._listeners.append(reports.append)
     torch._dynamo.reset()
-    try:
+    with compile_reports() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         compiled = torch.compile(twin, backend="evt", options={"rest": "eager"}, dynamic=dynamic)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compiled(x, labels, keep).backward()
-    finally:
-        evt.backend._listeners.remove(reports.append)
+        compiled(x, labels, keep).backward()
     model(x, labels, keep).backward()
     got = {n: p.grad for n, p in twin.named_parameters()}
     want = {n: p.grad for n, p in model.named_parameters()}

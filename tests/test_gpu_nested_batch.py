@@ -173,3 +173,32 @@ def test_models_train_with_heads_in_place(model_regions, monkeypatch, name):
     nested = {s.name for s, _ in model_regions[name] if s.gemm.nested}
     assert nested <= set(dispatch.launches()), (sorted(nested), dict(dispatch.launches()))
     check_against_fp32(name, got, model, inputs, route=copied)
+
+
+def test_gpt2_under_dynamic_shapes_reads_heads_in_place(model_regions, monkeypatch):
+    """`dynamic=True` (a symbolic batch and sequence): GPT-2's attention GEMMs read their heads in
+    place as under static shapes (`read_heads_in_place` takes symbolic strides the shape
+    environment proves aligned), each such kernel launched, the step against fp32 eager."""
+    from evt.runtime import dispatch
+    from tests.graphs import compile_reports
+    from tests.test_gpu_models import MODELS, check_against_fp32, make_model, step
+
+    monkeypatch.setenv("EVT_SDPA", "0")
+    monkeypatch.setenv("EVT_NESTED_BATCH", "1")
+    model = make_model("gpt2", "cuda")
+    inputs = MODELS["gpt2"][1]("cuda", 5)
+
+    def run(dynamic: bool):
+        torch._dynamo.reset()
+        dispatch.reset()
+        compiled = torch.compile(model, backend="evt", options={"rest": "eager"}, dynamic=dynamic)
+        return step(model, compiled, inputs)
+
+    static = run(False)
+    with compile_reports(fresh=True) as reports:
+        got = run(True)
+    assert dispatch.FALLBACKS == {}, dispatch.FALLBACKS
+    nested = {r.name for g in reports for r in g.regions if r.spec.gemm.nested}
+    assert len(nested) == sum(s.gemm.nested for s, _ in model_regions["gpt2"]), sorted(nested)
+    assert nested <= set(dispatch.launches()), (sorted(nested), dict(dispatch.launches()))
+    check_against_fp32("gpt2", got, model, inputs, route=static)

@@ -15,6 +15,7 @@ from evt.backend import evt_backend
 from evt.graph.capture import capture_joint
 from evt.graph.fold_gemm_operands import GEMM
 from evt.graph.lower_regions import FUSED_GEMM
+from evt.graph.read_heads_in_place import readable
 from evt.partition.free_head_copies import PASS_THROUGH, copies_skipped, free_head_copies
 from evt.report import format_table
 from tests.graphs import Attention, train_compare
@@ -202,3 +203,57 @@ def test_free_head_copies_can_be_switched_off(monkeypatch):
     report = pipeline.fuse(graph, check=True)
     assert all(r.fused for r in report.regions)  # no GEMM-only regions
     assert len(gemm_copies(graph)) == 4  # q, k, v and dY: their unfused bmms still read them
+
+
+def symbolic_heads(make) -> torch.Tensor:
+    """`make(s)`'s fake value, s a symbolic size (hint 10) of a fresh shape environment."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    s = env.create_symintnode(env.create_symbol(10, ConstantSource("s")), hint=10)
+    with FakeTensorMode(shape_env=env):
+        return make(s)
+
+
+def test_symbolic_strides_are_read_in_place_where_every_size_allows_them():
+    bf16 = torch.bfloat16
+    # heads cut from an [s, S, H * D] projection: batch stride S * 64 elements, 128 bytes a row
+    cut = symbolic_heads(lambda s: torch.empty(s, S, 4 * 16, dtype=bf16).view(s, S, 4, 16)
+                         .transpose(1, 2))  # fmt: skip
+    assert readable(cut)
+    # rows of 16 + s elements: a whole 16 bytes only where s is a multiple of 8
+    padded = symbolic_heads(lambda s: torch.empty(2, 4, S, 16 + s, dtype=bf16)[..., :16])
+    assert not readable(padded)
+    # rows of 16 * s elements: 32 bytes a step of s, every s
+    wide = symbolic_heads(lambda s: torch.empty(2, 4, S, 16 * s, dtype=bf16)[..., :16])
+    assert readable(wide)
+    # a start s elements in: aligned only where s is
+    shifted = symbolic_heads(lambda s: torch.empty(s + 2 * 4 * S * 16, dtype=bf16)[s:]
+                             .as_strided((2, 4, S, 16), (4 * S * 16, S * 16, 16, 1)))  # fmt: skip
+    assert not readable(shifted)
+
+
+@pytest.mark.parametrize("qkv", [True, False], ids=["one-qkv-projection", "three-projections"])
+def test_attention_under_dynamic_shapes_reads_its_heads_in_place(qkv):
+    """`dynamic=True` (a symbolic batch and sequence): the batched GEMMs read the projections in
+    place as under static shapes, and training matches eager."""
+    from tests.graphs import compile_reports
+
+    torch.manual_seed(3)
+    model = Attention(32, 2, softmax=True, qkv=qkv)
+    x, mask = torch.randn(B, S, 32, requires_grad=True), causal()
+    probe = torch.randn(B, S, 32)
+    (model(x, mask) * probe).sum().backward()
+    want = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad()
+    with compile_reports() as reports:
+        compiled = torch.compile(model, backend=evt_backend, options={"rest": "eager"}, dynamic=True)
+        (compiled(x, mask) * probe).sum().backward()
+    nested = [r for g in reports for r in g.regions if r.spec.gemm.nested]
+    assert len(nested) == 6, [r.name for g in reports for r in g.regions]
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

@@ -5,9 +5,10 @@ two batch strides (a nested batch, `ir.Gemm.nested`).
 
 Rewrites only `node.meta["evt_gemm"]` (after `fold_gemm_operands`); the graph keeps its clone,
 which dead-code elimination removes once no GEMM reads it (`free_head_copies`). `x` is taken
-only where a kernel can read it: static sizes and strides, a unit-stride last or second-last
-dimension, every other stride (and the start) a whole 16-byte multiple, no expanded batch;
-anything else keeps the copy.
+only where a kernel can read it: a unit-stride last or second-last dimension, every other stride
+(and the start) a whole 16-byte multiple, no expanded batch, for every size Dynamo's guards
+allow (symbolic sizes and strides where the shape environment proves it); anything else keeps
+the copy.
 
 On by default (`EVT_NESTED_BATCH=0` turns it off): the nested kernels and GPT-2/BERT training
 with them matched eager on an H100 (`tests/test_gpu_nested_batch.py`), and a GPT-2 block with
@@ -21,6 +22,7 @@ import os
 
 import torch
 from torch.fx import Graph, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from evt.graph.fold_gemm_operands import GEMM, GemmOperands
 
@@ -75,15 +77,16 @@ def _shape(node) -> tuple | None:
 
 
 def readable(val: torch.Tensor) -> bool:
-    """Whether TMA can read the 4-D `val` in place: static sizes and strides, unit stride along
-    one of the last two dimensions, every other stride of an extent above 1 a non-zero multiple
-    of 16 bytes (no expanded batch), and a 16-byte aligned start."""
-    sizes, strides = tuple(val.shape), tuple(val.stride())
-    if not all(isinstance(x, int) for x in (*sizes, *strides, val.storage_offset())):
-        return False  # symbolic: the launch guards would decide at every step; keep the copy
-    if 1 not in strides[-2:] or val.dtype.itemsize * val.storage_offset() % ALIGN:
+    """Whether TMA can read the 4-D `val` in place, for every size Dynamo's guards allow: unit
+    stride along one of the last two dimensions, every other stride of an extent above 1 a
+    non-zero multiple of 16 bytes (no expanded batch), and a 16-byte aligned start. Symbolic
+    sizes and strides count where the shape environment proves this (a batch of s0 heads cut from
+    [s0, S, H * D]: strides S * H * D, D, H * D, 1); what it cannot prove keeps the copy, so the
+    launch guards never refuse the kernel at one step and take it at another."""
+    sizes, strides, item = tuple(val.shape), tuple(val.stride()), val.dtype.itemsize
+    unit = next((i for i in (3, 2) if statically_known_true(strides[i] == 1)), None)
+    if unit is None or not statically_known_true(val.storage_offset() * item % ALIGN == 0):
         return False
-    unit = 3 if strides[3] == 1 else 2
-    item = val.dtype.itemsize
-    return all(size == 1 or (stride != 0 and stride * item % ALIGN == 0)
+    return all(statically_known_true(size == 1) or (statically_known_true(stride != 0)
+               and statically_known_true(stride * item % ALIGN == 0))
                for i, (size, stride) in enumerate(zip(sizes, strides)) if i != unit)  # fmt: skip

@@ -294,3 +294,53 @@ def test_the_example_models_train_like_eager_with_sdpa(name, dynamic):
     assert regions and not any(r.anchor == "aten.bmm" for r in regions), [r.anchor for r in regions]
     for n, p in model.named_parameters():  # (k's bias: zero up to rounding, so an absolute bound)
         torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+class ScaledAttention(torch.nn.Module):
+    """Attention with its scale and dropout p module floats (LLaMA's `scaling`,
+    `attention_dropout`), which Dynamo passes as graph inputs under `dynamic=True`."""
+
+    def __init__(self, scale: float, p: float):
+        super().__init__()
+        self.scale, self.p = scale, p
+
+    def forward(self, q, k, v):
+        probs = torch.softmax(q @ k.transpose(-2, -1) * self.scale, -1)
+        return F.dropout(probs, self.p, self.training) @ v
+
+
+def test_float_attributes_traced_under_dynamic_shapes_are_specialized():
+    """Under `dynamic=True` the scale and p reach the graph as SymFloats (`.item()` of an input):
+    the rewrite takes the values they were traced with and guards on them, as Dynamo does where a
+    program passes such a float to SDPA itself, so another value compiles again, not reused."""
+    calls = []
+
+    def backend(gm, example_inputs):
+        attention_to_sdpa(gm)
+        calls.extend(dict(n.kwargs) for n in gm.graph.find_nodes(
+            op="call_function", target=F.scaled_dot_product_attention))  # fmt: skip
+        assert not gm.graph.find_nodes(op="call_method", target="item")  # erased with the chain
+        return gm.forward
+
+    model = ScaledAttention(0.25, 0.0)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    q, k, v = qkv()
+    for scale in (0.25, 0.5, 0.25):
+        model.scale = scale
+        torch.testing.assert_close(compiled(q, k, v), model(q, k, v))
+    assert {(c["scale"], c["dropout_p"]) for c in calls} == {(0.25, 0.0), (0.5, 0.0)}
+    assert all(type(c["scale"]) is float and type(c["dropout_p"]) is float for c in calls)
+
+
+def test_a_scale_computed_in_the_graph_stays_written_out():
+    """A scale read from a tensor the graph computes (`.item()`: no value it was traced with) is
+    no Python float for SDPA: the chain stays as written."""
+    torch._dynamo.config.capture_scalar_outputs, before = True, torch._dynamo.config.capture_scalar_outputs
+    try:
+        fn = lambda q, k, v, t: (q @ k.transpose(-2, -1) * t.exp().item()).softmax(-1) @ v  # noqa: E731
+        n, got = rewritten(fn, *qkv(), torch.tensor(-1.0, dtype=D64))
+    finally:
+        torch._dynamo.config.capture_scalar_outputs = before
+    assert n == 0
+    torch.testing.assert_close(got, fn(*qkv(), torch.tensor(-1.0, dtype=D64)))

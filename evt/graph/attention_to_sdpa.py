@@ -26,6 +26,8 @@ Rewritten only where the result is the same function (two exceptions below):
   `attn_mask`;
 - a dropout of the probabilities has a Python-number p and training flag: SDPA's `dropout_p`
   (0 where not training);
+- the scale and p may also be floats Dynamo traced as SymFloats (a module's float attributes
+  under `dynamic=True`): the rewrite takes their traced values and guards on them (`_number`);
 - q, k, v are [.., S, D] tensors of one float dtype with the same batch dims, the probabilities
   are cast back to it before `@ v` (SDPA's result has q's dtype);
 - `torch.use_deterministic_algorithms` is off (the written-out chain is deterministic, SDPA's
@@ -51,7 +53,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.fx import GraphModule, Node
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.fx.experimental.symbolic_shapes import guard_float, statically_known_true
 
 from evt import debug
 
@@ -76,6 +78,7 @@ class Attention:
     causal: bool = False
     mask: Node | None = None  # additive, broadcast to the scores: SDPA's float attn_mask
     dropout_p: float = 0.0
+    traced: tuple = ()  # the SymFloats scale and dropout_p were read from (`_number`)
 
 
 def attention_to_sdpa(gm: GraphModule) -> int:
@@ -117,7 +120,7 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
     x, v = out.args
     chain: list[Node] = [out]
     scale, scaled, causal, softmax = 1.0, False, False, None
-    mask, dropout_p = None, None
+    mask, dropout_p, traced = None, None, []
     while isinstance(x, Node) and _only_user(x, chain[-1]):
         step = None
         if _is(x, CASTS):
@@ -126,6 +129,7 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
             found = _dropout_input(x)
             if found is not None:
                 step, dropout_p = found
+                traced += _traced(x.args[1:], x.kwargs.values())
         elif softmax is None and _is(x, SOFTMAXES):
             step = _softmax_input(x)
             softmax = x
@@ -144,6 +148,7 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
             if found is not None:
                 step, factor = found
                 scale, scaled = scale * factor, True
+                traced += _traced(x.args)
         elif softmax is not None and _is(x, MATMULS):
             chain.append(x)
             break
@@ -158,7 +163,8 @@ def match(out: Node) -> tuple[Attention, list[Node]] | None:
         return None
     q, kt = qk.args
     k = _transposed_last_two(kt)
-    attention = Attention(q, k, v, scale, causal, mask, dropout_p or 0.0) if k is not None else None
+    attention = (Attention(q, k, v, scale, causal, mask, dropout_p or 0.0, tuple(traced))
+                 if k is not None else None)  # fmt: skip
     return (attention, chain) if attention is not None and _shapes_fit(attention, out) else None
 
 
@@ -190,12 +196,30 @@ def _scaled_input(node: Node) -> tuple[Node, float] | None:
     if len(node.args) != 2 or node.kwargs:
         return None
     a, b = node.args
-    if _is(node, MULS) and isinstance(b, Node):
+    if _is(node, MULS) and _number(b) is None:
         a, b = b, a
-    ok = isinstance(a, Node) and type(b) in (int, float) and 0 < b < math.inf
-    if not ok:
+    number = _number(b)
+    if not (isinstance(a, Node) and number is not None and 0 < number < math.inf):
         return None
-    return (a, 1.0 / b) if _is(node, DIVS) else (a, float(b))
+    return (a, 1.0 / number) if _is(node, DIVS) else (a, number)
+
+
+def _number(x) -> float | None:
+    """A Python number's value, or the value a SymFloat node was traced with: under
+    `dynamic=True` Dynamo passes a module's float attributes (LLaMA's `scaling`, its attention
+    dropout's p) as graph inputs, `.item()` of a 0-d tensor. SDPA takes Python floats, so a
+    rewrite that uses one specializes the graph on it (`_replace`), as Dynamo itself does where a
+    program passes such a float to SDPA. Not a SymFloat with no traced value (`.item()` of a
+    tensor computed in the graph): that stays written out."""
+    if type(x) in (int, float):
+        return float(x)
+    val = _val(x)
+    return float(val.node.hint) if isinstance(val, torch.SymFloat) and val.node.has_hint() else None
+
+
+def _traced(*args) -> list:
+    """The SymFloats of `args`' nodes (`_number`)."""
+    return [_val(a) for group in args for a in group if isinstance(_val(a), torch.SymFloat)]
 
 
 def _dropout_input(node: Node) -> tuple[Node, float] | None:
@@ -205,12 +229,12 @@ def _dropout_input(node: Node) -> tuple[Node, float] | None:
     if len(node.args) > len(names):
         return None
     args = {**dict(zip(names, node.args)), **node.kwargs}
-    p, training = args.get("p", 0.5), args.get("training", args.get("train", True))
+    p, training = _number(args.get("p", 0.5)), args.get("training", args.get("train", True))
     if set(args) - {"input", *names} or args.get("inplace", False) is not False:
         return None
-    if type(p) not in (int, float) or not 0 <= p < 1 or type(training) is not bool:
+    if p is None or not 0 <= p < 1 or type(training) is not bool:
         return None
-    return (args["input"], float(p) if training else 0.0) if isinstance(args.get("input"), Node) else None
+    return (args["input"], p if training else 0.0) if isinstance(args.get("input"), Node) else None
 
 
 def _added_mask(node: Node) -> tuple[Node, Node] | None:
@@ -319,6 +343,8 @@ def _shapes_fit(att: Attention, out: Node) -> bool:
 
 def _replace(gm: GraphModule, out: Node, att: Attention, chain: list[Node]) -> None:
     graph = gm.graph
+    for value in att.traced:  # a guard: another value recompiles (Dynamo's guards are built
+        guard_float(value)  # after the backend returns)
     with graph.inserting_before(out):
         sdpa = graph.call_function(
             F.scaled_dot_product_attention, (att.q, att.k, att.v),
@@ -337,9 +363,10 @@ def _replace(gm: GraphModule, out: Node, att: Attention, chain: list[Node]) -> N
 
 
 def _erase_unused(graph, nodes: list[Node]) -> None:
-    """The mask's construction (ones, tril, ~) and kᵀ, where nothing else reads them."""
+    """The mask's construction (ones, tril, ~), kᵀ and a traced scale's or dropout p's `.item()`,
+    where nothing else reads them."""
     while nodes:
         node = nodes.pop()
-        if not node.users and _is(node, {torch.ones} | TRIANGLES | TRANSPOSES | NOTS):
+        if not node.users and _is(node, {torch.ones, "item"} | TRIANGLES | TRANSPOSES | NOTS):
             nodes += [a for a in node.args if isinstance(a, Node)]
             graph.erase_node(node)

@@ -56,26 +56,35 @@ def test_module_trains_like_eager(name):
 
 @pytest.mark.parametrize("name", ["encoder_pre_norm_gelu", "einsum_heads", "baddbmm_alpha_beta",
                                   "attention_padding_mask", "tied_label_smoothing",
-                                  "parallel_residual", "column_statistics"])  # fmt: skip
+                                  "parallel_residual", "column_statistics", "linear_4d_residual",
+                                  "mixer_block", "sdpa_float_mask"])  # fmt: skip
 def test_module_trains_like_eager_with_dynamic_shapes(name):
-    """`dynamic=True` and two input sizes (one compile with symbolic sizes serves both)."""
+    """`dynamic=True` and two input sizes: one compile with symbolic sizes serves both (evt's
+    passes add no guard: `B * S == 32` compared with `==` compiled again at the second size), it
+    has as many regions as the static compile, and each step matches eager."""
+    from tests.graphs import compile_reports
+
     case = CASES[name]
     torch.manual_seed(0)
     model = case.build(D)
+    static = len(explained_step(model, case.inputs(B, S, D))[1].regions)
     twin = copy.deepcopy(model)
     torch._dynamo.reset()
     compiled = torch.compile(twin, backend=evt.backend.evt_backend, options={"rest": "eager"},
                              dynamic=True)  # fmt: skip
-    for batch, seq in ((B, S), (2 * B, S // 2)):
-        torch.manual_seed(batch)
-        inputs = case.inputs(batch, seq, D)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            got = train_step(twin, inputs, compiled)
-        assert not fallbacks(caught), fallbacks(caught)  # an unfused region would still match eager
-        want = train_step(model, inputs)
-        errs = {n: rel_err(got[n], want[n]) for n in want}
-        assert max(errs.values()) < 1e-4, (batch, seq, errs)
+    with compile_reports() as reports:
+        for batch, seq in ((B, S), (2 * B, S // 2)):
+            torch.manual_seed(batch)
+            inputs = case.inputs(batch, seq, D)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = train_step(twin, inputs, compiled)
+            assert not fallbacks(caught), fallbacks(caught)  # an unfused region would still match eager
+            want = train_step(model, inputs)
+            errs = {n: rel_err(got[n], want[n]) for n in want}
+            assert max(errs.values()) < 1e-4, (batch, seq, errs)
+    assert len(reports) == 1, f"{len(reports)} compiles for two sizes"
+    assert len(reports[0].regions) == static, reports[0]
     torch._dynamo.reset()
 
 

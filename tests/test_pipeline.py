@@ -232,15 +232,17 @@ def test_the_verifier_rejects_a_symbolic_size_written_as_a_literal():
 
 
 def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
-    """sink_views builds a symbolic size (M = s0 * s1 * 2) from the SymInt placeholders, so no
-    `sym_size` reads the GEMM or epilogue value being viewed (that user split regions); a size
-    whose symbol is not an input gets None (the caller falls back to `sym_size`)."""
+    """sink_views builds a symbolic size (M = s0 * s1 * 2, and sums and floor divisions:
+    `x.view(2, x.shape[0] // 2, ...)` flattens to 2 * (s0 // 2) * s1) from the SymInt
+    placeholders, so no `sym_size` reads the GEMM or epilogue value being viewed (that user split
+    regions); a size whose symbol is not an input gets None (the caller falls back to
+    `sym_size`)."""
     import operator
 
     from torch.fx import Graph
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    from evt.graph.sink_views import input_factors, size_from_inputs
+    from evt.graph.sink_views import size_from_inputs, size_terms
 
     env = ShapeEnv()
     s0, s1, s2 = (env.create_unbacked_symint() for _ in range(3))
@@ -249,6 +251,14 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     p0.meta["val"], p1.meta["val"] = s0, s1
     x = g.placeholder("x")
     x.meta["val"] = torch.empty(4)
+
+    def evaluate(n, b, s):
+        if not isinstance(n, torch.fx.Node):
+            return n
+        if n is p0 or n is p1:
+            return b if n is p0 else s
+        return n.target(*(evaluate(a, b, s) for a in n.args))
+
     built = size_from_inputs(g, (s0 * s1 * 2).node.expr, x)
     assert built is not None and built.target is operator.mul
     factors, stack = [], [built]
@@ -261,10 +271,14 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     assert sorted(map(str, factors)) == ["2", "b", "s"]
     assert size_from_inputs(g, s0.node.expr, x) is p0
     assert size_from_inputs(g, (s0 * s2).node.expr, x) is None
-    assert size_from_inputs(g, (s0 + s1).node.expr, x) is None
-    nodes = len(g.nodes)  # the factors alone (`recompute_inside` asks before it copies)
-    assert input_factors(g, (s0 * s1 * 2).node.expr) == [p0, p1, 2] and len(g.nodes) == nodes
-    assert input_factors(g, (s0 * s2).node.expr) is None and len(g.nodes) == nodes
+    for size, want in (((s0 // 2) * s1 * 2, lambda b, s: b // 2 * s * 2),
+                       (s0 + s1 - 1, lambda b, s: b + s - 1)):  # fmt: skip
+        built = size_from_inputs(g, size.node.expr, x)
+        assert built is not None
+        assert [evaluate(built, b, s) for b, s in ((7, 3), (10, 5))] == [want(7, 3), want(10, 5)]
+    nodes = len(g.nodes)  # the terms alone (`recompute_inside` asks before it copies)
+    assert size_terms(g, (s0 * s1 * 2).node.expr) == (operator.mul, [p0, p1, 2])
+    assert size_terms(g, (s0 * s2).node.expr) is None and len(g.nodes) == nodes
 
 
 def test_a_linear_on_a_transposed_activation_fuses(monkeypatch):

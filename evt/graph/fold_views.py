@@ -21,6 +21,7 @@ import torch
 from torch.fx import Graph, Node
 
 from evt.graph.sink_views import VIEWS
+from evt.graph.sizes import same_shape
 
 CHAIN = (*VIEWS, torch.ops.aten.permute.default)
 
@@ -52,12 +53,15 @@ def _source(node: Node) -> Node | None:
 
 
 def _same(val, out: torch.Tensor) -> bool:
+    """The same shape, strides and dtype; symbolic sizes where the shape environment proves them
+    equal (`same_shape`: comparing SymInts with `==` would add a guard, and `B * S == 32` one
+    that compiles the graph again at every other B * S)."""
     if not isinstance(val, torch.Tensor):
         return False
     return (
-        tuple(val.shape) == tuple(out.shape)
-        and val.stride() == out.stride()
-        and val.dtype == out.dtype
+        val.dtype == out.dtype
+        and same_shape(val.shape, out.shape)
+        and same_shape(val.stride(), out.stride())
     )
 
 

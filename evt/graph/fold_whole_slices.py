@@ -17,7 +17,7 @@ import torch
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from evt.graph.sink_views import same_shape
+from evt.graph.sizes import same_shape
 
 aten = torch.ops.aten
 

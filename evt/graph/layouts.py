@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from evt.graph.fold_gemm_operands import GEMM, GemmOperands
+from evt.graph.sizes import same_shape, same_size
 
 GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 LOAD_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.bool)  # bool: full masks only
@@ -61,15 +62,16 @@ def load_kind(val: torch.Tensor, *dims: int) -> str | None:
         return "scalar_load" if val.dtype != torch.bool else None  # (on the host: by value)
     m, n = dims[-2:]
     shape, stride = tuple(val.shape), val.stride()
-    if shape == tuple(dims) or (len(dims) == 3 and shape == (m, n)):
-        if stride[-1] == 1 or n == 1:  # N-major: as it is, or a copy with padded rows at launch
+    one = lambda d: same_size(d, 1)  # noqa: E731
+    if same_shape(shape, dims) or (len(dims) == 3 and same_shape(shape, (m, n))):
+        if one(stride[-1]) or one(n):  # N-major: as it is, or a copy with padded rows at launch
             return "aux_load"  # (`guards.copy_into_rows`: ViT's 197 x 197 bool mask)
-        return "aux_load" if stride[-2] == 1 and tma_aligned(val) else None
+        return "aux_load" if one(stride[-2]) and tma_aligned(val) else None
     if val.dtype == torch.bool:
         return None
-    if shape in ((n,), (1, n)) and (n == 1 or stride[-1] == 1):
+    if (same_shape(shape, (n,)) or same_shape(shape, (1, n))) and (one(n) or one(stride[-1])):
         return "row_broadcast"
-    if shape == (m, 1) and (m == 1 or stride[0] == 1):
+    if same_shape(shape, (m, 1)) and (one(m) or one(stride[0])):
         return "col_broadcast"
     return None
 

@@ -34,7 +34,8 @@ from torch.fx import Graph, Node
 
 from evt import debug
 from evt.graph.fake import make_node
-from evt.graph.sink_views import inverse, is_static, laid_out_as
+from evt.graph.sink_views import inverse, laid_out_as
+from evt.graph.sizes import is_static
 
 aten = torch.ops.aten
 

@@ -24,6 +24,7 @@ from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.fold_gemm_operands import GEMM
+from evt.graph.sizes import same_shape
 from evt.graph.statistics_ops import SOFTMAX_SUM
 
 aten = torch.ops.aten
@@ -46,10 +47,14 @@ def near_gemm(x: Node, memo: dict[Node, bool]) -> bool:
         shape = getattr(x.meta.get("val"), "shape", None)
         memo[x] = GEMM in x.meta or (
             expr is not None and not is_reduction(x)
-            and any(getattr(a.meta.get("val"), "shape", None) == shape and near_gemm(a, memo)
+            and any(_same_shape(getattr(a.meta.get("val"), "shape", None), shape) and near_gemm(a, memo)
                     for a in tensor_args(expr))
         )  # fmt: skip
     return memo[x]
+
+
+def _same_shape(a, b) -> bool:
+    return a is not None and b is not None and same_shape(a, b)
 
 
 def _last_dim(x: Node, dims) -> bool:

@@ -23,7 +23,8 @@ permute, a free view. A view that changes the last dimension
 a dense copy where they did not.
 
 With dynamic shapes a view's symbolic sizes must be nodes of the graph. They are computed from
-the graph's SymInt inputs (`M = s0 * s1` becomes `operator.mul(primals_2, primals_3)`), not
+the graph's SymInt inputs (`M = s0 * s1` becomes `operator.mul(primals_2, primals_3)`; sums and
+floor divisions too: `size_terms`), not
 read with `sym_size` from the tensor being viewed: a `sym_size` of a GEMM's output or of an
 epilogue op is a user the partitioner must keep that value for, and it split the region (a
 residual add and part of LayerNorm's backward stayed unfused). `sym_size` of the flat value is
@@ -39,12 +40,13 @@ import sympy
 import torch
 from torch._guards import detect_fake_mode
 from torch.fx import Graph, Node
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.node import map_arg
+from torch.utils._sympy.functions import FloorDiv
 
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr
 from evt.graph.fake import make_node
 from evt.graph.fold_gemm_operands import GEMM_TARGETS
+from evt.graph.sizes import is_static, same_shape, same_size
 
 aten = torch.ops.aten
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
@@ -76,27 +78,7 @@ def _flat_source(a: Node) -> Node | None:
     if xv is None or av is None or xv.dim() not in (2, 3) or av.dim() <= xv.dim():
         return None
     k = xv.dim() - 1
-    return x if tuple(av.shape[-k:]) == tuple(xv.shape[1:]) else None
-
-
-def is_static(shape) -> bool:
-    return all(isinstance(d, int) for d in shape)
-
-
-def same_size(a, b) -> bool:
-    """Equal sizes, symbolic ones by their expressions or as the guards Dynamo holds prove them
-    equal (HF's `h[:, -s:]` has s + S rows where a guard says s = 0; no guard is added)."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and a.node.expr == b.node.expr:
-        return True
-    sizes = (int, torch.SymInt)
-    return isinstance(a, sizes) and isinstance(b, sizes) and statically_known_true(a == b)
-
-
-def same_shape(a, b) -> bool:
-    """Equal shapes, size by size as `same_size` (no guard is added)."""
-    return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
+    return x if same_shape(av.shape[-k:], xv.shape[1:]) else None
 
 
 def _symbolic_sizes(shape: tuple, flat: tuple, source: Node) -> tuple | None:
@@ -139,7 +121,7 @@ def _sink(node: Node) -> bool:
     flat = tuple(source.meta["val"].shape)
     mapping = {}
     for a, src in zip(node.all_input_nodes, sources):
-        same = src is not None and tuple(src.meta["val"].shape) == flat
+        same = src is not None and same_shape(src.meta["val"].shape, flat)
         new = src if same else _as_flat(a, flat)
         if new is False:
             return False
@@ -165,20 +147,27 @@ def _layout(a: Node) -> tuple | None:
     source = a.args[0]
     if not isinstance(source.meta.get("val"), torch.Tensor) or not isinstance(a.meta.get("val"), torch.Tensor):
         return None  # a multi-output op's tuple, or no value
-    shape = tuple(source.meta["val"].shape)
+    shape = _exprs(source.meta["val"].shape)
     if a.target == aten.permute.default:
         return ("permute", tuple(d % len(shape) for d in a.args[1])), source
-    viewed = tuple(a.meta["val"].shape)
-    if a.target in VIEWS and is_static(shape) and is_static(viewed) and _row(shape) == _row(viewed):
+    viewed = _exprs(a.meta["val"].shape)
+    if a.target in VIEWS and _row(shape) == _row(viewed):
         # rows kept whole (a region's output with padded rows stays a view); the key holds the
         # strides: an op of inputs laid out alike lays its result out so too (or, reading an
-        # expanded input, contiguously), so the view back is as valid as these
-        return ("view", shape, tuple(source.meta["val"].stride())), source
+        # expanded input, contiguously), so the view back is as valid as these. Symbolic sizes
+        # and strides as their expressions (hashable; two keys alike only where they read alike)
+        return ("view", shape, _exprs(source.meta["val"].stride())), source
     return None
 
 
-def _row(shape: tuple) -> int | None:
-    """The last dimension of `shape` other than trailing ones (an einsum's views add them)."""
+def _exprs(sizes) -> tuple:
+    """Sizes or strides as sympy expressions (an int as an Integer, a SymInt as its expression)."""
+    return tuple(d.node.expr if isinstance(d, torch.SymInt) else sympy.Integer(d) for d in sizes)
+
+
+def _row(shape: tuple):
+    """The last dimension of `shape` (expressions) other than trailing ones (an einsum's views
+    add them)."""
     sizes = list(shape)
     while sizes and sizes[-1] == 1:
         sizes.pop()
@@ -221,7 +210,8 @@ def _sink_layout(node: Node) -> bool:
     if not known or len({lay[0] for lay in known}) != 1:
         return False
     (kind, key, *_), _ = known[0]
-    if kind == "view" and not is_static(out.shape):
+    back_sizes = list(out.shape) if kind == "permute" else _sizes(tuple(out.shape), full[0])
+    if back_sizes is None:  # symbolic sizes with no view's size argument to take them from
         return False
     if not any(from_gemm(src) for _, src in known):
         return False
@@ -243,7 +233,7 @@ def _sink_layout(node: Node) -> bool:
             mapping[a] = make_node(graph, aten.permute.default, (a, inverse(key)), {}, node)
         args = map_arg(node.args, lambda a: mapping.get(a, a))
         inner = make_node(graph, node.target, args, dict(node.kwargs), node)
-        layout = (aten.permute.default, list(key)) if kind == "permute" else (aten.view.default, list(out.shape))
+        layout = (aten.permute.default, list(key)) if kind == "permute" else (aten.view.default, back_sizes)
         back = make_node(graph, layout[0], (inner, layout[1]), {}, node)
     node.replace_all_uses_with(back)
     graph.erase_node(node)
@@ -321,7 +311,7 @@ def _sink_reduction(node: Node) -> bool:
     graph = node.graph
     with graph.inserting_before(node):
         flat = make_node(graph, node.target, (src, flat_dims[tuple(found)], keepdim), kwargs, node)
-        back = flat if tuple(flat.meta["val"].shape) == shape else make_node(
+        back = flat if same_shape(flat.meta["val"].shape, shape) else make_node(
             graph, aten.view.default, (flat, sizes), {}, node)  # fmt: skip
     node.replace_all_uses_with(back)
     graph.erase_node(node)
@@ -340,13 +330,13 @@ def _as_flat(a: Node, flat: tuple):
         return a
     k = len(flat) - 1  # the trailing dimensions kept
     tail, lead = tuple(val.shape[-k:]), val.shape[:-k]
-    if any(t not in (f, 1) for t, f in zip(tail, flat[1:])):
+    if not all(same_size(t, f) or same_size(t, 1) for t, f in zip(tail, flat[1:])):
         return False
-    if all(d == 1 for d in lead):
+    if all(same_size(d, 1) for d in lead):
         shape = (1, *tail) if k == 1 else tail
         return a if val.dim() == len(shape) else ("view", shape)  # no leading dims: `a` itself
     shape = (flat[0], *tail)
-    if math.prod(lead) != flat[0] or not _viewable(val, shape):
+    if not same_size(math.prod(lead), flat[0]) or not _viewable(val, shape):
         return False
     return ("view", shape)
 
@@ -389,40 +379,59 @@ def _rewrite(node: Node, mapping: dict, sizes: list) -> None:
 
 def size_from_inputs(graph: Graph, expr, like: Node):
     """A node computing the symbolic size `expr` from the graph's SymInt placeholders
-    (`input_factors`), inserted at the current point; None where they do not give it."""
-    factors = input_factors(graph, expr)
-    if factors is None:
-        return None
+    (`size_terms`), inserted at the current point; None where they do not give it."""
+    terms = size_terms(graph, expr)
+    return None if terms is None else _build(graph, terms, like)
+
+
+def _build(graph: Graph, terms, like: Node):
+    if not isinstance(terms, tuple):
+        return terms  # a placeholder or an integer
+    op, args = terms
     out = None
-    for term in factors:
-        out = term if out is None else make_node(graph, operator.mul, (out, term), {}, like)
+    for term in (_build(graph, t, like) for t in args):
+        out = term if out is None else make_node(graph, op, (out, term), {}, like)
     return out
 
 
-def input_factors(graph: Graph, expr) -> list[Node | int] | None:
-    """`expr` (a product of symbols and integers) as the graph's SymInt placeholders and positive
-    integers, placeholders first; None if it is another kind of expression or a symbol is no
-    input (nothing is added to the graph)."""
+def size_terms(graph: Graph, expr):
+    """`expr` over the graph's SymInt placeholders, nothing added to the graph: a placeholder, an
+    integer, or (operator, [terms]) for a product (`M = s0 * s1 * 2`: placeholders first), a sum
+    or a floor division (`x.view(2, x.shape[0] // 2, ...)` flattens to `2 * (s0 // 2) * s1`);
+    None if a symbol is no input or the expression is of another kind."""
     inputs, env = {}, None
     for p in graph.find_nodes(op="placeholder"):
         v = p.meta.get("val")
         if isinstance(v, torch.SymInt) and isinstance(v.node.expr, sympy.Symbol):
             inputs.setdefault(v.node.expr, p)
             env = v.node.shape_env
-    factors = [_as_input(f, inputs, env) for f in sympy.Mul.make_args(expr)]
-    if None in factors:
+    return _terms(expr, inputs, env)
+
+
+def _terms(expr, inputs: dict, env):
+    if expr.is_Integer:
+        return int(expr)
+    if not isinstance(expr, sympy.Mul) and (symbol := _as_input(expr, inputs, env)) is not None:
+        return inputs[symbol]
+    if isinstance(expr, FloorDiv):
+        op, args = operator.floordiv, list(expr.args)
+    elif isinstance(expr, sympy.Mul):  # symbols first, as `M = s0 * s1 * 2` reads
+        op, args = operator.mul, sorted(expr.args, key=lambda f: (f.is_Integer, str(f)))
+    elif isinstance(expr, sympy.Add):
+        op, args = operator.add, sorted(expr.args, key=lambda f: (f.is_Integer, str(f)))
+    else:
         return None
-    ordered = sorted(factors, key=lambda f: (f.is_Integer, str(f)))  # symbols first
-    return [inputs[f] if f in inputs else int(f) for f in ordered]
+    terms = [_terms(a, inputs, env) for a in args]
+    return None if any(t is None for t in terms) else (op, terms)
 
 
-def _as_input(factor, inputs: dict, env):
-    """`factor` if it is an input's symbol or a positive integer; else the input symbol the
-    guards Dynamo holds prove it equal to (HF's `h[:, -s:]` has s + S rows where a guard says
-    s = 0: S), without adding a guard; else None."""
-    if factor in inputs or (factor.is_Integer and factor > 0):
-        return factor
+def _as_input(expr, inputs: dict, env):
+    """`expr` if it is an input's symbol; else the input symbol the guards Dynamo holds prove it
+    equal to (HF's `h[:, -s:]` has s + S rows where a guard says s = 0: S), without adding a
+    guard; else None."""
+    if expr in inputs:
+        return expr
     for symbol in inputs:  # (`statically_known_true`'s own evaluation, on an expression)
-        if env is not None and env._maybe_evaluate_static(sympy.Eq(factor, symbol)) == sympy.true:
+        if env is not None and env._maybe_evaluate_static(sympy.Eq(expr, symbol)) == sympy.true:
             return symbol
     return None

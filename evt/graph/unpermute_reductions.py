@@ -32,7 +32,8 @@ import torch
 from torch.fx import Graph, Node
 
 from evt.graph.fake import make_node
-from evt.graph.sink_views import VIEWS, from_gemm, is_static, same_size
+from evt.graph.sink_views import VIEWS, from_gemm
+from evt.graph.sizes import is_static, same_size
 
 aten = torch.ops.aten
 KEEPDIM_ARG = (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default)  # keepdim is args[2]

@@ -29,6 +29,7 @@ from torch.fx import Graph, Node
 from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr, is_reduction, tensor_args
 from evt.graph.layouts import gemm_shape, load_kind
+from evt.graph.sizes import same_shape
 
 MAX_AUX_TENSORS = 4  # aux loads + aux stores per kernel: each costs epilogue shared memory
 
@@ -158,7 +159,10 @@ def _eligible(node: Node, anchor: Node, shape: tuple[int, ...], shared: bool = F
     if epilogue_expr(node) is None or side(node) != side(anchor):
         return False
     own = value_shape(node)
-    return own == shape or (shared and len(shape) == 3 and own == shape[1:] and len(node.users) == 1)
+    if own is None:
+        return False
+    return same_shape(own, shape) or (shared and len(shape) == 3 and same_shape(own, shape[1:])
+                                      and len(node.users) == 1)  # fmt: skip
 
 
 def value_shape(node: Node) -> tuple | None:

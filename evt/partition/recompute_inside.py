@@ -52,7 +52,8 @@ from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.fake import copy_nodes, make_node
 from evt.graph.layouts import load_kind
-from evt.graph.sink_views import input_factors, same_shape, same_size, size_from_inputs
+from evt.graph.sink_views import size_from_inputs, size_terms
+from evt.graph.sizes import same_shape, same_size
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
 from evt.report import nbytes
@@ -152,10 +153,10 @@ def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str)
 
 def _flattenable(ordered: list[Node], frame, shape) -> bool:
     """Whether each operand the chain reads from outside can be viewed as `_flat` says, its
-    symbolic sizes built from the graph's SymInt inputs (`sink_views.input_factors`)."""
+    symbolic sizes built from the graph's SymInt inputs (`sink_views.size_terms`)."""
     for x in _outside(ordered):
         flat = _flat(x.meta["val"], frame, shape)
-        if flat is None or any(not isinstance(d, int) and input_factors(x.graph, d.node.expr) is None
+        if flat is None or any(not isinstance(d, int) and size_terms(x.graph, d.node.expr) is None
                                for d in flat.shape):  # fmt: skip
             return False
     return True

@@ -35,7 +35,7 @@ from torch.fx import Graph, Node
 
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction
 from evt.graph.fake import copy_nodes
-from evt.graph.sink_views import same_size
+from evt.graph.sizes import same_size
 from evt.partition.narrow_outputs import NARROW, VIEWS, foldable, is_rounding, rounding
 from evt.partition.region import Region
 

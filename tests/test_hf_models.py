@@ -49,3 +49,27 @@ def test_model_trains_like_eager_through_inductor(name):
     assert sum(len(r.regions) for r in reports) > 0
     errs = errors(got, train_step(model, inputs))
     assert max(errs.values()) < 1e-4, errs
+
+
+def test_gpt2_in_bf16_under_dynamic_shapes_has_the_static_regions():
+    """HF GPT-2 in bf16 at the GPU tier's sizes (the reference path runs the regions): under
+    `dynamic=True` a region for each GEMM static shapes fuse, each taking at least those ops
+    (casts aside), as the GPU tier checks on real kernels. The LM head's dgrad keeps the final
+    norm's backward only where sizes like B * (s + S), s = 0 by a guard, compare equal to B * S
+    (`sizes.same_size`: proven factor by factor; the `==` before added a guard)."""
+    from collections import Counter
+
+    from tests.test_gpu_hf_models import make, reported_step
+
+    model, inputs = make("gpt2", "cpu")
+
+    def fused(dynamic: bool) -> dict[str, Counter]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, reports = reported_step(copy.deepcopy(model), inputs, dynamic=dynamic)
+        return {r.spec.name: Counter(op for op in r.fused if op != "prims.convert_element_type")
+                for rep in reports for r in rep.regions}  # fmt: skip
+
+    want, have = fused(False), fused(True)
+    assert have.keys() == want.keys(), (sorted(want), sorted(have))
+    assert all(want[n] <= have[n] for n in want), (want, have)

@@ -8,6 +8,7 @@ holds prove them (`statically_known_true`), and answer "not the same" where neit
 
 from __future__ import annotations
 
+import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -24,7 +25,26 @@ def same_size(a, b) -> bool:
     if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and a.node.expr == b.node.expr:
         return True
     sizes = (int, torch.SymInt)
-    return isinstance(a, sizes) and isinstance(b, sizes) and statically_known_true(a == b)
+    if not (isinstance(a, sizes) and isinstance(b, sizes)):
+        return False
+    return statically_known_true(a == b) or _same_factors(a, b)
+
+
+def _same_factors(a, b) -> bool:
+    """Products whose factors pair up, each pair proven equal on its own: B * (s + S) against
+    B * S where a guard says s = 0, which the shape environment does not prove of the products."""
+    env = next(x.node.shape_env for x in (a, b) if isinstance(x, torch.SymInt))
+    left, right = (list(sympy.Mul.make_args(sympy.sympify(x.node.expr if isinstance(x, torch.SymInt) else x)))
+                   for x in (a, b))  # fmt: skip
+    if len(left) != len(right) or len(left) < 2:
+        return False
+    for x in left:
+        match = next((y for y in right if x == y or env._maybe_evaluate_static(sympy.Eq(x, y)) == sympy.true),
+                     None)  # fmt: skip
+        if match is None:
+            return False
+        right.remove(match)
+    return True
 
 
 def same_shape(a, b) -> bool:

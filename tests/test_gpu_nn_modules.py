@@ -140,23 +140,23 @@ def test_operand_expanded_over_the_batch(regions, monkeypatch, name):
 @pytest.mark.parametrize("name", ["linear_4d_residual", "einsum_heads", "mixer_block",
                                   "parallel_residual"])  # fmt: skip
 def test_module_trains_like_fp32_eager_under_dynamic_shapes(regions, name):
-    """`dynamic=True` at two input sizes: one compile (symbolic sizes, its kernels built then)
-    serves both, every region launched at each (none falls back), each step like fp32 eager's."""
+    """`dynamic=True` at two input sizes: the module's compile at the first (symbolic sizes, its
+    kernels built then) serves the second, every region launched at each (none falls back), each
+    step like fp32 eager's."""
     from tests.graphs import compile_reports
 
     model, _ = make(name, "cuda")
     twin = copy.deepcopy(model)
-    compiled = torch.compile(lambda *a: train_step(twin, a), backend="evt", dynamic=True)
-    with compile_reports() as reports:
+    compiled = torch.compile(twin, backend="evt", dynamic=True)
+    with compile_reports(fresh=True) as reports:
         for batch, seq in ((B, S), (2 * B, S // 2)):
             torch.manual_seed(batch)
             inputs = [t.to(device="cuda", dtype=BF16) if t.is_floating_point() else t.cuda()
                       for t in CASES[name].inputs(batch, seq, D)]  # fmt: skip
             dispatch.reset()
-            got = compiled(*inputs)
+            got = train_step(twin, inputs, compiled)
             assert dispatch.FALLBACKS == {}, (batch, seq, dispatch.FALLBACKS)
-            regions_now = [r.spec.name for rep in reports for r in rep.regions]
-            assert regions_now and set(regions_now) <= set(dispatch.launches()), (
-                regions_now, dict(dispatch.launches()))
+            fused = [r.spec.name for rep in reports for r in rep.regions]
+            assert fused and set(fused) <= set(dispatch.launches()), (fused, dict(dispatch.launches()))
             assert_like_fp32_eager(name, model, inputs, got)
     assert len(reports) == 1, f"{len(reports)} compiles for two sizes"

@@ -46,7 +46,7 @@ from torch.utils._sympy.functions import FloorDiv
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr
 from evt.graph.fake import make_node
 from evt.graph.fold_gemm_operands import GEMM_TARGETS
-from evt.graph.sizes import is_static, same_shape, same_size
+from evt.graph.sizes import is_static, proven_equal, same_shape, same_size
 
 aten = torch.ops.aten
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
@@ -431,7 +431,4 @@ def _as_input(expr, inputs: dict, env):
     guard; else None."""
     if expr in inputs:
         return expr
-    for symbol in inputs:  # (`statically_known_true`'s own evaluation, on an expression)
-        if env is not None and env._maybe_evaluate_static(sympy.Eq(expr, symbol)) == sympy.true:
-            return symbol
-    return None
+    return next((symbol for symbol in inputs if proven_equal(expr, symbol, env)), None)

@@ -39,12 +39,17 @@ def _same_factors(a, b) -> bool:
     if len(left) != len(right) or len(left) < 2:
         return False
     for x in left:
-        match = next((y for y in right if x == y or env._maybe_evaluate_static(sympy.Eq(x, y)) == sympy.true),
-                     None)  # fmt: skip
+        match = next((y for y in right if x == y or proven_equal(x, y, env)), None)
         if match is None:
             return False
         right.remove(match)
     return True
+
+
+def proven_equal(x, y, env) -> bool:
+    """Whether the guards shape environment `env` holds prove expressions `x` and `y` equal
+    (`statically_known_true`'s own evaluation, on expressions; no guard is added)."""
+    return env is not None and env._maybe_evaluate_static(sympy.Eq(x, y)) == sympy.true
 
 
 def same_shape(a, b) -> bool:

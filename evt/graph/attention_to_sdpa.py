@@ -209,8 +209,9 @@ def _number(x) -> float | None:
     `dynamic=True` Dynamo passes a module's float attributes (LLaMA's `scaling`, its attention
     dropout's p) as graph inputs, `.item()` of a 0-d tensor. SDPA takes Python floats, so a
     rewrite that uses one specializes the graph on it (`_replace`), as Dynamo itself does where a
-    program passes such a float to SDPA. Not a SymFloat with no traced value (`.item()` of a
-    tensor computed in the graph): that stays written out."""
+    program passes such a float to SDPA (Dynamo then traces the frame once more with the value a
+    constant, and this pass rewrites that graph). Not a SymFloat with no traced value (`.item()`
+    of a tensor computed in the graph): that stays written out."""
     if type(x) in (int, float):
         return float(x)
     val = _val(x)

@@ -226,3 +226,15 @@ def compile_reports(fresh: bool = False) -> Iterator[list]:
             yield reports
     finally:
         backend._listeners.remove(reports.append)
+
+
+def symbolic_value(make):
+    """`make(s)`'s fake value, s a symbolic size (hint 10) of a fresh shape environment."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    s = env.create_symintnode(env.create_symbol(10, ConstantSource("s")), hint=10)
+    with FakeTensorMode(shape_env=env):
+        return make(s)

@@ -165,10 +165,14 @@ def test_a_meta_capture_keeps_the_convolutions_a_cpu_capture_runs_as_gemms():
 
 
 
-def test_with_dynamic_shapes_the_convolutions_stay_and_training_runs_through_inductor():
-    """Symbolic sizes keep the convolutions (`dynamic=True`; taking the views' sizes from the
-    SymInt inputs fused on the reference path, but Inductor then failed to compile two CNN
-    blocks' graphs, "cannot determine truth value of Relational: 1 < s53", session 56)."""
+@pytest.mark.parametrize("rest", ["eager", "inductor"])
+def test_with_dynamic_shapes_the_convolutions_become_gemms_and_train_like_eager(rest):
+    """Symbolic sizes (`dynamic=True`): the views' sizes are built from the SymInt inputs (H * W
+    of one symbol a square: `sink_views.size_terms`) and the channels-last layouts proven
+    (`sizes.dense`), so the convolutions become GEMMs with their regions, at two sizes, every
+    region's inputs in its kernel's layouts. (Session 56 kept them: Inductor then failed to compile
+    two CNN blocks' graphs, "cannot determine truth value of Relational: 1 < s53", which passes
+    comparing sizes with `==` caused; none does since session 59.)"""
     from evt.backend import evt_backend
     from evt.testing.layouts import checked_layouts
     from tests.graphs import rel_err
@@ -177,13 +181,13 @@ def test_with_dynamic_shapes_the_convolutions_stay_and_training_runs_through_ind
     model = PointwiseBottleneck(32)
     twin = copy.deepcopy(model)
     torch._dynamo.reset()
-    compiled = torch.compile(twin, backend=evt_backend, options={"rest": "inductor"}, dynamic=True)
+    compiled = torch.compile(twin, backend=evt_backend, options={"rest": rest}, dynamic=True)
     for shape in ((4, 32, 6, 6), (2, 32, 4, 4)):
         x = torch.randn(*shape)
         with checked_layouts() as (calls, failed):
             got = train_step(twin, [x], compiled)
         want = train_step(model, [x])
-        assert not calls and not failed, (shape, calls, failed)
+        assert len(set(calls)) == 4 and not failed, (shape, calls, failed)
         errs = {n: rel_err(got[n], want[n]) for n in want}
         assert max(errs.values()) < 1e-4, (shape, errs)
     torch._dynamo.reset()

@@ -18,7 +18,7 @@ from evt.graph.lower_regions import FUSED_GEMM
 from evt.graph.read_heads_in_place import readable
 from evt.partition.free_head_copies import PASS_THROUGH, copies_skipped, free_head_copies
 from evt.report import format_table
-from tests.graphs import Attention, train_compare
+from tests.graphs import Attention, symbolic_value, train_compare
 
 aten = torch.ops.aten
 B, S = 2, 16
@@ -205,32 +205,20 @@ def test_free_head_copies_can_be_switched_off(monkeypatch):
     assert len(gemm_copies(graph)) == 4  # q, k, v and dY: their unfused bmms still read them
 
 
-def symbolic_heads(make) -> torch.Tensor:
-    """`make(s)`'s fake value, s a symbolic size (hint 10) of a fresh shape environment."""
-    from torch._dynamo.source import ConstantSource
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    env = ShapeEnv()
-    s = env.create_symintnode(env.create_symbol(10, ConstantSource("s")), hint=10)
-    with FakeTensorMode(shape_env=env):
-        return make(s)
-
-
 def test_symbolic_strides_are_read_in_place_where_every_size_allows_them():
     bf16 = torch.bfloat16
     # heads cut from an [s, S, H * D] projection: batch stride S * 64 elements, 128 bytes a row
-    cut = symbolic_heads(lambda s: torch.empty(s, S, 4 * 16, dtype=bf16).view(s, S, 4, 16)
+    cut = symbolic_value(lambda s: torch.empty(s, S, 4 * 16, dtype=bf16).view(s, S, 4, 16)
                          .transpose(1, 2))  # fmt: skip
     assert readable(cut)
     # rows of 16 + s elements: a whole 16 bytes only where s is a multiple of 8
-    padded = symbolic_heads(lambda s: torch.empty(2, 4, S, 16 + s, dtype=bf16)[..., :16])
+    padded = symbolic_value(lambda s: torch.empty(2, 4, S, 16 + s, dtype=bf16)[..., :16])
     assert not readable(padded)
     # rows of 16 * s elements: 32 bytes a step of s, every s
-    wide = symbolic_heads(lambda s: torch.empty(2, 4, S, 16 * s, dtype=bf16)[..., :16])
+    wide = symbolic_value(lambda s: torch.empty(2, 4, S, 16 * s, dtype=bf16)[..., :16])
     assert readable(wide)
     # a start s elements in: aligned only where s is
-    shifted = symbolic_heads(lambda s: torch.empty(s + 2 * 4 * S * 16, dtype=bf16)[s:]
+    shifted = symbolic_value(lambda s: torch.empty(s + 2 * 4 * S * 16, dtype=bf16)[s:]
                              .as_strided((2, 4, S, 16), (4 * S * 16, S * 16, 16, 1)))  # fmt: skip
     assert not readable(shifted)
 

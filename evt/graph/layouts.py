@@ -9,6 +9,7 @@ over the rest.
 from __future__ import annotations
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from evt.graph.fold_gemm_operands import GEMM, GemmOperands
 from evt.graph.sizes import same_shape, same_size
@@ -78,19 +79,25 @@ def load_kind(val: torch.Tensor, *dims: int) -> str | None:
 
 def tma_aligned(val: torch.Tensor) -> bool:
     """Whether TMA can read this aux tensor: its rows (the unit-stride extent) and its other
-    strides whole 16-byte multiples. Decided only for CUDA values with static sizes ("meta"
-    stands for CUDA); elsewhere the reference path runs, or the launch guard decides."""
-    from evt.runtime.guards import ALIGN, static_cuda
+    strides whole 16-byte multiples. Decided only for CUDA values ("meta" stands for CUDA), and
+    for symbolic sizes only where the shape environment proves a row or stride misaligned for
+    every size (`[s0, 10]` fp32 rows of 40 bytes); elsewhere the reference path runs, or the
+    launch guard decides."""
+    from evt.runtime.guards import ALIGN
 
-    if not static_cuda(val):
+    if not (isinstance(val, torch.Tensor) and val.device.type in ("cuda", "meta")):
         return True
     sizes, strides = tuple(val.shape), tuple(val.stride())
-    unit = val.dim() - 1 if strides[-1] == 1 else val.dim() - 2
+    unit = val.dim() - 1 if same_size(strides[-1], 1) else val.dim() - 2
     item = val.element_size()
-    if (sizes[unit] * item) % ALIGN:
+
+    def misaligned(x) -> bool:
+        return statically_known_true(x * item % ALIGN != 0)
+
+    if misaligned(sizes[unit]):
         return False
-    return all((st * item) % ALIGN == 0 for i, (sz, st) in enumerate(zip(sizes, strides))
-               if i != unit and sz > 1)  # fmt: skip
+    return not any(misaligned(st) for i, (sz, st) in enumerate(zip(sizes, strides))
+                   if i != unit and not same_size(sz, 1))  # fmt: skip
 
 
 def aux_major(val: torch.Tensor) -> str:

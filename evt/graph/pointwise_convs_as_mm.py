@@ -19,9 +19,11 @@ so the ops after them (BatchNorm2d's batch statistics, which `unpermute_reductio
 statistics over the GEMM's rows; ReLU and its backward; a residual add) can join their epilogues,
 as they do after a Linear. Every view is free; nothing is copied. A convolution is left as it is
 where any condition fails: another kernel size, stride, padding, dilation or group count, a
-transposed convolution, an activation (or gradient) not laid out channels-last, symbolic sizes,
-or a result whose strides would differ from the convolution's own. cuDNN runs those, as before,
-and all of them under `EVT_POINTWISE_CONVS=0`.
+transposed convolution, an activation (or gradient) not laid out channels-last (proven so, for
+symbolic sizes), a symbolic size not computed from the graph's SymInt inputs, or a result whose
+strides would differ from the convolution's own. cuDNN runs those, as before, and all of them
+under `EVT_POINTWISE_CONVS=0`. Under `dynamic=True` the views' sizes are nodes computing them
+from the graph's SymInt inputs (`sink_views.size_from_inputs`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from torch.fx import Graph, Node
 
 from evt import debug
 from evt.graph.fake import make_node
-from evt.graph.sink_views import inverse, laid_out_as
-from evt.graph.sizes import is_static
+from evt.graph.sink_views import inverse, laid_out_as, size_from_inputs
+from evt.graph.sizes import is_static, same_shape, same_size
 
 aten = torch.ops.aten
 
@@ -70,7 +72,7 @@ def pointwise_convs_as_mm(graph: Graph) -> Graph:
 def _pointwise(node: Node, geometry) -> bool:
     """Whether `node`'s weight (args[1] forward, args[2] backward) is 1 wide in every spatial
     dimension and its (stride, padding, dilation, transposed, output_padding, groups) are
-    those of a GEMM over the pixels, on static sizes."""
+    those of a GEMM over the pixels, for a weight of static sizes."""
     weight = node.args[1] if node.target is aten.convolution.default else node.args[2]
     w = weight.meta.get("val") if isinstance(weight, Node) else None
     if not isinstance(w, torch.Tensor) or w.dim() < 3 or not is_static(w.shape):
@@ -104,9 +106,8 @@ def _rows(graph: Graph, x: Node, like: Node) -> Node:
     """The [P, C] matrix of channels-last `x` [N, C, *S]: a view of its permute."""
     val = x.meta["val"]
     moved = make_node(graph, aten.permute.default, (x, inverse(_to_map(val.dim()))), {}, like)
-    return make_node(
-        graph, aten.view.default, (moved, [val.numel() // val.shape[1], val.shape[1]]), {}, like
-    )
+    sizes = _size_args(graph, [val.numel() // val.shape[1], val.shape[1]], like)
+    return make_node(graph, aten.view.default, (moved, sizes), {}, like)
 
 
 def _pixels(graph: Graph, rows: Node, like_val: torch.Tensor, like: Node) -> Node:
@@ -114,8 +115,23 @@ def _pixels(graph: Graph, rows: Node, like_val: torch.Tensor, like: Node) -> Nod
     `like_val`'s."""
     n, spatial = like_val.shape[0], list(like_val.shape[2:])
     channels = rows.meta["val"].shape[1]
-    viewed = make_node(graph, aten.view.default, (rows, [n, *spatial, channels]), {}, like)
+    sizes = _size_args(graph, [n, *spatial, channels], like)
+    viewed = make_node(graph, aten.view.default, (rows, sizes), {}, like)
     return make_node(graph, aten.permute.default, (viewed, _to_map(len(spatial) + 2)), {}, like)
+
+
+def _size_args(graph: Graph, sizes: list, like: Node) -> list:
+    """A view's size argument: each symbolic size a node computing it from the graph's SymInt
+    inputs (`sink_views.size_from_inputs`); raises where one is not (the convolution stays)."""
+    out = []
+    for d in sizes:
+        if isinstance(d, torch.SymInt):
+            built = size_from_inputs(graph, d.node.expr, like)
+            if built is None:
+                raise ValueError(f"symbolic size {d} is not computed from the graph's inputs")
+            d = built
+        out.append(d)
+    return out
 
 
 def _matrix(graph: Graph, w: Node, like: Node) -> Node:
@@ -125,9 +141,11 @@ def _matrix(graph: Graph, w: Node, like: Node) -> Node:
 
 
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same sizes and dtype, and the same strides wherever a size is above 1."""
+    """Same sizes and dtype, and the same strides wherever a size is above 1 (symbolic ones as
+    `sizes.same_size` proves them: no guard)."""
     strides = zip(a.stride(), b.stride(), a.shape)
-    return a.shape == b.shape and a.dtype == b.dtype and all(x == y for x, y, n in strides if n > 1)
+    return (a.dtype == b.dtype and same_shape(a.shape, b.shape)
+            and all(same_size(x, y) for x, y, n in strides if not same_size(n, 1)))  # fmt: skip
 
 
 def _forward(node: Node) -> bool:

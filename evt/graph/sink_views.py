@@ -46,7 +46,7 @@ from torch.utils._sympy.functions import FloorDiv
 from evt.graph.epilogue_rules import REDUCTION_OPS, epilogue_expr
 from evt.graph.fake import make_node
 from evt.graph.fold_gemm_operands import GEMM_TARGETS
-from evt.graph.sizes import is_static, proven_equal, same_shape, same_size
+from evt.graph.sizes import dense, is_static, proven_equal, same_shape, same_size
 
 aten = torch.ops.aten
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
@@ -252,13 +252,14 @@ def inverse(perm) -> list[int]:
 
 
 def laid_out_as(a: Node, perm) -> bool:
-    """Whether `a`'s static value is laid out as a dense permute(x, perm): a channels-last
+    """Whether `a`'s value is laid out as a dense permute(x, perm): a channels-last
     [N, C, H, W] as permute(x, (0, 3, 1, 2)) of a contiguous [N, H, W, C] x, so that reading
-    permute(a, inverse) in its place is a free, dense view."""
+    permute(a, inverse) in its place is a free, dense view (symbolic sizes where proven so)."""
     val = a.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not is_static(val.shape):
+    if not isinstance(val, torch.Tensor) or len(perm) != val.dim():
         return False
-    return bool(val.permute(*inverse(perm)).is_contiguous())
+    order = inverse(perm)
+    return dense([val.shape[i] for i in order], [val.stride(i) for i in order])
 
 
 def _unpermuted_vector(a: Node, perm: tuple, rank: int) -> list[int] | None:
@@ -396,8 +397,8 @@ def _build(graph: Graph, terms, like: Node):
 
 def size_terms(graph: Graph, expr):
     """`expr` over the graph's SymInt placeholders, nothing added to the graph: a placeholder, an
-    integer, or (operator, [terms]) for a product (`M = s0 * s1 * 2`: placeholders first), a sum
-    or a floor division (`x.view(2, x.shape[0] // 2, ...)` flattens to `2 * (s0 // 2) * s1`);
+    integer, or (operator, [terms]) for a product (`M = s0 * s1 * 2`: placeholders first; a
+    square too), a sum or a floor division (`x.view(2, x.shape[0] // 2, ...)` flattens to `2 * (s0 // 2) * s1`);
     None if a symbol is no input or the expression is of another kind."""
     inputs, env = {}, None
     for p in graph.find_nodes(op="placeholder"):
@@ -419,6 +420,8 @@ def _terms(expr, inputs: dict, env):
         op, args = operator.mul, sorted(expr.args, key=lambda f: (f.is_Integer, str(f)))
     elif isinstance(expr, sympy.Add):
         op, args = operator.add, sorted(expr.args, key=lambda f: (f.is_Integer, str(f)))
+    elif isinstance(expr, sympy.Pow) and expr.exp.is_Integer and 1 < expr.exp <= 4:
+        op, args = operator.mul, [expr.base] * int(expr.exp)  # H * W where H and W are one symbol
     else:
         return None
     terms = [_terms(a, inputs, env) for a in args]

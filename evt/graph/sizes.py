@@ -55,3 +55,16 @@ def proven_equal(x, y, env) -> bool:
 def same_shape(a, b) -> bool:
     """Equal shapes, size by size as `same_size` (no guard is added)."""
     return len(a) == len(b) and all(same_size(x, y) for x, y in zip(a, b))
+
+
+def dense(shape, strides) -> bool:
+    """Whether `strides` are `shape`'s contiguous (row-major) strides, proven as `same_size`
+    proves sizes; a dimension of size 1 may have any stride."""
+    expected = 1
+    for size, stride in zip(reversed(tuple(shape)), reversed(tuple(strides))):
+        if same_size(size, 1):
+            continue
+        if not same_size(stride, expected):
+            return False
+        expected = expected * size
+    return True

@@ -23,7 +23,7 @@ transposed convolution, an activation (or gradient) not laid out channels-last (
 symbolic sizes), a symbolic size not computed from the graph's SymInt inputs, or a result whose
 strides would differ from the convolution's own. cuDNN runs those, as before, and all of them
 under `EVT_POINTWISE_CONVS=0`. Under `dynamic=True` the views' sizes are nodes computing them
-from the graph's SymInt inputs (`sink_views.size_from_inputs`).
+from the graph's SymInt inputs (`sink_views.size_args`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from torch.fx import Graph, Node
 
 from evt import debug
 from evt.graph.fake import make_node
-from evt.graph.sink_views import inverse, laid_out_as, size_from_inputs
+from evt.graph.sink_views import inverse, laid_out_as, size_args
 from evt.graph.sizes import is_static, same_shape, same_size
 
 aten = torch.ops.aten
@@ -106,7 +106,7 @@ def _rows(graph: Graph, x: Node, like: Node) -> Node:
     """The [P, C] matrix of channels-last `x` [N, C, *S]: a view of its permute."""
     val = x.meta["val"]
     moved = make_node(graph, aten.permute.default, (x, inverse(_to_map(val.dim()))), {}, like)
-    sizes = _size_args(graph, [val.numel() // val.shape[1], val.shape[1]], like)
+    sizes = size_args(graph, [val.numel() // val.shape[1], val.shape[1]], like)
     return make_node(graph, aten.view.default, (moved, sizes), {}, like)
 
 
@@ -115,23 +115,9 @@ def _pixels(graph: Graph, rows: Node, like_val: torch.Tensor, like: Node) -> Nod
     `like_val`'s."""
     n, spatial = like_val.shape[0], list(like_val.shape[2:])
     channels = rows.meta["val"].shape[1]
-    sizes = _size_args(graph, [n, *spatial, channels], like)
+    sizes = size_args(graph, [n, *spatial, channels], like)
     viewed = make_node(graph, aten.view.default, (rows, sizes), {}, like)
     return make_node(graph, aten.permute.default, (viewed, _to_map(len(spatial) + 2)), {}, like)
-
-
-def _size_args(graph: Graph, sizes: list, like: Node) -> list:
-    """A view's size argument: each symbolic size a node computing it from the graph's SymInt
-    inputs (`sink_views.size_from_inputs`); raises where one is not (the convolution stays)."""
-    out = []
-    for d in sizes:
-        if isinstance(d, torch.SymInt):
-            built = size_from_inputs(graph, d.node.expr, like)
-            if built is None:
-                raise ValueError(f"symbolic size {d} is not computed from the graph's inputs")
-            d = built
-        out.append(d)
-    return out
 
 
 def _matrix(graph: Graph, w: Node, like: Node) -> Node:

@@ -385,6 +385,21 @@ def size_from_inputs(graph: Graph, expr, like: Node):
     return None if terms is None else _build(graph, terms, like)
 
 
+def size_args(graph: Graph, sizes, like: Node) -> list:
+    """A view's size argument for `sizes`: each symbolic one a node computing it from the graph's
+    SymInt inputs (`size_from_inputs`), inserted at the current point; raises ValueError where
+    one is not (a caller that asked `size_terms` first never sees it)."""
+    out = []
+    for d in sizes:
+        if isinstance(d, torch.SymInt):
+            built = size_from_inputs(graph, d.node.expr, like)
+            if built is None:
+                raise ValueError(f"symbolic size {d} is not computed from the graph's inputs")
+            d = built
+        out.append(d)
+    return out
+
+
 def _build(graph: Graph, terms, like: Node):
     if not isinstance(terms, tuple):
         return terms  # a placeholder or an integer

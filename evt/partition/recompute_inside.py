@@ -52,7 +52,7 @@ from evt.graph.annotate_sides import side
 from evt.graph.epilogue_rules import epilogue_expr, is_reduction, tensor_args
 from evt.graph.fake import copy_nodes, make_node
 from evt.graph.layouts import load_kind
-from evt.graph.sink_views import size_from_inputs, size_terms
+from evt.graph.sink_views import size_args, size_terms
 from evt.graph.sizes import same_shape, same_size
 from evt.partition.narrow_outputs import VIEWS
 from evt.partition.region import Region
@@ -145,8 +145,7 @@ def _copy_flattened(graph: Graph, ordered: list[Node], frame, shape, side_: str)
     reshaped (a view) as `_flat` says."""
     views: dict[Node, Node] = {}
     for x in _outside(ordered):
-        sizes = [d if isinstance(d, int) else size_from_inputs(graph, d.node.expr, x)
-                 for d in _flat(x.meta["val"], frame, shape).shape]  # fmt: skip
+        sizes = size_args(graph, _flat(x.meta["val"], frame, shape).shape, x)
         views[x] = make_node(graph, aten.reshape.default, (x, sizes), {}, like=x)
     return copy_nodes(graph, ordered, side=side_, inputs=views)
 

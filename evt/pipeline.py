@@ -45,6 +45,7 @@ from evt.graph.record_input_layouts import record_input_layouts
 from evt.graph.restore_one_hots import restore_one_hots
 from evt.graph.restore_statistics import restore_statistics
 from evt.graph.sink_views import sink_views
+from evt.graph.sizes_from_inputs import sizes_from_inputs
 from evt.graph.snapshot import Snapshot
 from evt.graph.split_full_means import split_full_means
 from evt.graph.unpermute_reductions import unpermute_reductions
@@ -78,6 +79,7 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
     ("fold_scalar_tensors", fold_scalar_tensors),
     ("fold_whole_slices", fold_whole_slices),
+    ("sizes_from_inputs", sizes_from_inputs),
     ("eliminate_noop_clones", eliminate_noop_clones),
     ("pointwise_convs_as_mm", pointwise_convs_as_mm),
     ("sink_views", sink_views),

@@ -22,13 +22,12 @@ aten = torch.ops.aten
 
 def sizes_from_inputs(graph: Graph) -> Graph:
     for node in list(graph.find_nodes(op="call_function", target=aten.sym_size.int)):
-        x, dim = node.args
         size = node.meta.get("val")
-        if x.op == "placeholder" or not isinstance(size, torch.SymInt):
+        if node.args[0].op == "placeholder" or not isinstance(size, torch.SymInt):
             continue  # an input's size reads no computed value
         with graph.inserting_before(node):
             built = size_from_inputs(graph, size.node.expr, node)
-        if built is not None and built is not node:
+        if built is not None:
             node.replace_all_uses_with(built)
             graph.erase_node(node)
     return graph

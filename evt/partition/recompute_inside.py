@@ -31,7 +31,7 @@ well, so the forward saved silu(g) beside g (one [tokens, hidden] tensor a layer
 min-cut recomputes instead); the kernel now computes it from g. The copy skips the op's 16-bit
 rounding, as Inductor's recompute in its fused backward kernel does.
 
-Symbolic sizes (dynamic shapes) compare as `sink_views.same_size` does, adding no guard, and a
+Symbolic sizes (dynamic shapes) compare as `sizes.same_size` does, adding no guard, and a
 flattening view's sizes are computed from the graph's SymInt inputs (session 58; a size they do
 not give leaves x̂ a load). On by default (`EVT_RECOMPUTE_INSIDE=0` turns it off): its kernels passed
 on an H100 in session 26 (`test_gpu_ops.py`'s `layer_norm_backward_recomputed`, GPT-2's and

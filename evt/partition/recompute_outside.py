@@ -130,7 +130,7 @@ def _chain(u: Node, inside: set[Node], starts: set[Node]) -> tuple[list[Node], N
 
 def full_size(n: Node, shape) -> bool:
     """Whether `n` is a tensor of as many elements as `shape`; symbolic sizes as Dynamo's guards
-    prove them (`sink_views.same_size`: no guard added)."""
+    prove them (`sizes.same_size`: no guard added)."""
     v = n.meta.get("val")
     if not isinstance(v, torch.Tensor):
         return False

@@ -9,6 +9,10 @@ backward; evt warm at most 2 s more than torch.compile warm. Each measurement is
 subprocess (a process's caches in memory would make the second one warm): the parent gives each
 its cache folders, the child builds the bench's step at its real sizes on CUDA and times
 compile + first step to the GPU's end. Also run per child: the second step (nothing compiles). `--device cpu` runs the step's small sizes (evt's regions on the reference path).
+
+`--no-wait` adds a cold evt run under `EVT_WAIT_KERNELS=0` (regions run their reference path
+while their kernels build): its first step, then steps until one runs no region on the reference
+path, the time to that step's end (`kernels_in_use_s`) and how many steps ran before it.
 """
 
 from __future__ import annotations
@@ -36,25 +40,54 @@ def child(step: str, backend: str, device: str) -> dict:
     inputs = w.make_inputs(0)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
-    start = time.perf_counter()
+    began = start = time.perf_counter()
     fn = baselines.BASELINES[backend].build(w, device)
     fn(*inputs)
     sync()
     first = time.perf_counter() - start
+    totals = [building()]
     start = time.perf_counter()
     fn(*inputs)
     sync()
+    ends, totals = [began + first, time.perf_counter()], [*totals, building()]
     out = {"first_step_s": round(first, 2), "second_step_s": round(time.perf_counter() - start, 4)}
     if backend == "evt":
         from evt.runtime import dispatch
 
+        if not dispatch.wait_for_kernels():
+            out.update(until_kernels(fn, inputs, sync, began, ends, totals))
         out["launches"] = sum(dispatch.launches().values())
         out["fallbacks"] = sorted(dispatch.FALLBACKS)
     return out
 
 
-def measure(step: str, backend: str, caches: Path, device: str) -> dict:
-    env = {**os.environ, "EVT_CACHE_DIR": str(caches / "evt"),
+def building() -> int:
+    """Region calls run on the reference path while their kernels built, so far."""
+    from evt.runtime import dispatch
+
+    return sum(dispatch.BUILDING.values())
+
+
+def until_kernels(fn, inputs, sync, began: float, ends: list[float], totals: list[int],
+                  limit_s: float = 600) -> dict:  # fmt: skip
+    """`EVT_WAIT_KERNELS=0`: steps on from `child`'s (`ends`: when each ended; `totals`:
+    `building()` after each) until one runs no region on its reference path; when that step
+    ended, from the compile's start, and how many steps ran before it."""
+    totals = [0, *totals]
+    while time.perf_counter() - began < limit_s:
+        done = [i for i in range(1, len(totals)) if totals[i] == totals[i - 1]]
+        if done:
+            return {"kernels_in_use_s": round(ends[done[0] - 1] - began, 2), "steps_before": done[0] - 1,
+                    "reference_calls": totals[-1]}  # fmt: skip
+        fn(*inputs)
+        sync()
+        ends.append(time.perf_counter())
+        totals.append(building())
+    return {"kernels_in_use_s": None, "steps_before": len(ends), "reference_calls": totals[-1]}
+
+
+def measure(step: str, backend: str, caches: Path, device: str, extra_env: dict | None = None) -> dict:
+    env = {**os.environ, **(extra_env or {}), "EVT_CACHE_DIR": str(caches / "evt"),
            "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(caches / "triton"),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     cmd = [sys.executable, __file__, "--child", backend, "--step", step, "--device", device]
@@ -71,12 +104,18 @@ def main() -> None:
     ap.add_argument("--step", default="step/bert")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--device", default="cuda", help="cpu: the step's small sizes (a smoke run)")
+    ap.add_argument("--no-wait", action="store_true", help="also evt cold under EVT_WAIT_KERNELS=0")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.step, args.child, args.device)))
         return
     results = {"step": args.step}
+    if args.no_wait:  # first: the figure a cut-short run should not lose
+        with tempfile.TemporaryDirectory() as tmp:
+            r = measure(args.step, "evt", Path(tmp), args.device, {"EVT_WAIT_KERNELS": "0"})
+            results["evt_nowait_cold"] = r
+            print(f"evt      cold, EVT_WAIT_KERNELS=0: {r}", flush=True)
     for backend in ("compile", "evt"):
         with tempfile.TemporaryDirectory() as tmp:
             for state in ("cold", "warm"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import time
 import warnings
 
 import pytest
@@ -314,3 +315,41 @@ def test_fp16_model_on_fp16_kernels(monkeypatch):
     check_against_fp32(torch.compile(model, backend="evt"), model, x)
     assert_kernels_ran(4)
     assert len(dispatch.launches()) == 4, dict(dispatch.launches())
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["as_run", "cuda_graphs"])
+def test_no_wait_trains_on_the_reference_path_until_the_kernels_are_built(tmp_path, monkeypatch, mode):
+    """`EVT_WAIT_KERNELS=0` with an empty kernel cache (nvcc builds this test's kernels, ~40 s):
+    the first steps run the regions' reference paths without a fallback recorded, every step
+    matches fp32 eager, and once the builds end every region launches its kernel. Under CUDA
+    graphs the capture waits for the kernels, so the replayed graph holds them."""
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path / "cold"))
+    monkeypatch.setenv("EVT_WAIT_KERNELS", "0")
+    monkeypatch.setattr(build, "_futures", {})  # no build this process already finished
+    model = make_model(7)
+    compiled = torch.compile(model, backend="evt", mode=mode)
+
+    def run(x):
+        if mode:
+            torch.compiler.cudagraph_mark_step_begin()
+        return compiled(x)
+
+    check_against_fp32(run, model, fresh_x())
+    assert dispatch.BUILDING and not dispatch.FALLBACKS, (dispatch.BUILDING, dispatch.FALLBACKS)
+    if mode:  # warm-up ran on the reference path; the recording waits for the kernels
+        check_against_fp32(run, model, fresh_x())
+        assert_kernels_ran(4)
+        for _ in range(2):  # replays
+            check_against_fp32(run, model, fresh_x())
+        return
+    for _ in range(600):
+        if set(dispatch.launches()) >= set(dispatch.BUILDING):
+            break
+        check_against_fp32(run, model, fresh_x())
+        torch.cuda.synchronize()
+        time.sleep(0.2)
+    building = dict(dispatch.BUILDING)
+    check_against_fp32(run, model, fresh_x())
+    assert dispatch.BUILDING == building and set(dispatch.launches()) == set(building), (
+        dict(dispatch.launches()), building)
+    assert_kernels_ran(4)

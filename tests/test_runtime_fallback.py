@@ -356,3 +356,78 @@ def test_reference_only_waits_for_no_kernel_and_warns_nothing(cuda_mode, monkeyp
     monkeypatch.delitem(dispatch.INJECT, "compile")
     _, warned = run_recording(spec, inputs, times=1)
     assert warned == [] and dispatch.launches()[spec.name] == 1
+
+
+@pytest.fixture
+def gated_compile(cuda_mode, monkeypatch):
+    """A compiler that finishes only when the test opens the gate."""
+    gate = threading.Event()
+
+    def compile_fn(cu, so):
+        assert gate.wait(30), "the test never opened the gate"
+        return fake_compile(cu, so)
+
+    monkeypatch.setattr(dispatch, "COMPILE_FN", compile_fn)
+    return gate
+
+
+def settle(spec):
+    """Wait for the build `EVT_WAIT_KERNELS=0` started for `spec` to end."""
+    dispatch._builds[dispatch.identity(spec)].exception(timeout=30)
+
+
+def test_no_wait_runs_the_reference_path_until_the_kernel_is_built(cuda_mode, gated_compile, monkeypatch):
+    """`EVT_WAIT_KERNELS=0`: calls while the build runs take the reference path (counted in
+    BUILDING, no warning, no fallback recorded); the first call after it launches the kernel."""
+    monkeypatch.setenv("EVT_WAIT_KERNELS", "0")
+    spec, inputs = fc1_spec(), fc1_inputs()
+    outs, warned = run_recording(spec, inputs, times=3)
+    assert warned == [] and dispatch.FALLBACKS == {} and dispatch.launches() == {}
+    assert dispatch.BUILDING[spec.name] == 3
+    assert_reference_and_eager(outs, spec, inputs)
+    gated_compile.set()
+    settle(spec)
+    outs, warned = run_recording(spec, inputs, times=2)
+    assert warned == [] and dispatch.launches()[spec.name] == 2 and dispatch.BUILDING[spec.name] == 3
+    assert count(cuda_mode / "calls") == 1  # one build, started by the first call
+    assert_reference_and_eager(outs, spec, inputs)
+
+
+def test_no_wait_then_a_failed_build_warns_once(cuda_mode, monkeypatch):
+    monkeypatch.setenv("EVT_WAIT_KERNELS", "0")
+    gate = threading.Event()
+
+    def failing(cu, so):
+        gate.wait(30)
+        return failing_compile(cu, so)
+
+    monkeypatch.setattr(dispatch, "COMPILE_FN", failing)
+    spec, inputs = fc1_spec(), fc1_inputs()
+    _, warned = run_recording(spec, inputs, times=2)
+    assert warned == [] and dispatch.BUILDING[spec.name] == 2
+    gate.set()
+    settle(spec)
+    outs, warned = run_recording(spec, inputs, times=2)
+    assert len(warned) == 1 and "compile failed" in warned[0] and "evt_missing_functor" in warned[0]
+    assert dispatch.launches() == {} and count(cuda_mode / "calls") == 1
+    assert_reference_and_eager(outs, spec, inputs)
+
+
+@pytest.mark.parametrize("why", ["default", "deterministic", "capturing"])
+def test_calls_wait_for_the_build(cuda_mode, monkeypatch, why):
+    """By default, under deterministic algorithms and while a CUDA graph is captured, the first
+    call waits for the build and launches the kernel, even with `EVT_WAIT_KERNELS=0`."""
+    monkeypatch.setenv("EVT_TEST_SLEEP", "0.3")
+    if why == "default":
+        monkeypatch.delenv("EVT_WAIT_KERNELS", raising=False)
+    else:
+        monkeypatch.setenv("EVT_WAIT_KERNELS", "0")
+    if why == "capturing":
+        monkeypatch.setattr(dispatch, "capturing", lambda: True)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(why == "deterministic" or was)
+    try:
+        _, warned = run_recording(fc1_spec(), fc1_inputs(), times=1)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert warned == [] and dispatch.launches()["evt_f0_addmm"] == 1 and dispatch.BUILDING == {}

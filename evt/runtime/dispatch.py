@@ -11,6 +11,13 @@ success or failure, is remembered. Guard and launch depend on the call's tensors
 Test hooks: `INJECT[stage] = message` (or `EVT_INJECT="stage[:message],..."`) makes a stage fail;
 `use_kernels` decides whether inputs take the kernel path; `COMPILE_FN` replaces nvcc.
 `EVT_VERIFY=1` compares every launch with the reference path (`evt.runtime.verify`).
+
+`EVT_WAIT_KERNELS=0`: a region whose kernel is still building runs its reference path instead of
+waiting for nvcc, and launches the kernel from the first call after the build ends (`BUILDING`
+counts those calls). The first step then comes at Inductor's pace, not at nvcc's (~40 s a
+kernel); the steps before the switch are slower and round like eager, so it is opt-in. It
+waits anyway while a CUDA graph is being captured (the graph would keep the reference path)
+and under `torch.use_deterministic_algorithms(True)` (the switch's step depends on timing).
 """
 
 from __future__ import annotations
@@ -37,12 +44,15 @@ INJECT: dict[str, str] = {}  # stage -> message: make that stage fail (tests)
 COMPILE_FN: build.CompileFn | None = None  # None: nvcc
 FALLBACKS: dict[str, str] = {}  # region name -> why it ran unfused (read by evt.explain)
 LAUNCHES: collections.Counter = collections.Counter()  # region name -> launches from Python (`launches()` adds C++)
+BUILDING: collections.Counter = collections.Counter()  # region name -> calls run on the reference
+# path while its kernel built (`EVT_WAIT_KERNELS=0`)
 
 _kernels: dict[str, launch.Kernel | EvtError] = {}  # canonical signature -> kernel or why not
 _configs: dict[str, TileConfig] = {}  # canonical signature -> the tile config it is built with
 # (canonical signature, config label, (M, N, K, L)) -> the tile order its launches take there
 _orders: dict[tuple[str, str, tuple[int, int, int, int]], launch.TileOrder] = {}
 _ready: dict[int, launch.Kernel] = {}  # id(spec) -> its kernel, after one successful launch
+_builds: dict[str, Future] = {}  # canonical signature -> its build (`EVT_WAIT_KERNELS=0`)
 _lock = threading.Lock()
 
 
@@ -206,6 +216,8 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], key: str | None = N
     C++ launch path (`evt.runtime.fast`), which then serves calls with the same input layout."""
     if _reference_only or not use_kernels(inputs):
         return reference.run(spec, inputs)
+    if id(spec) not in _ready and _still_building(spec, inputs):
+        return reference.run(spec, inputs)
     padded = guards.copy_into_rows(spec, inputs)  # inputs the kernel cannot read as they are
     try:
         outputs = _launch_ready(spec, padded or inputs) or _launch(spec, padded or inputs)
@@ -218,6 +230,51 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], key: str | None = N
         kernel = _ready[id(spec)]
         fast.remember(key, spec.name, kernel, kernel.guard(padded or inputs), inputs, outputs, padded)
     return outputs
+
+
+def wait_for_kernels() -> bool:
+    """Whether a region's call waits for its kernel's build (the default), see the module's doc."""
+    return (os.environ.get("EVT_WAIT_KERNELS", "1") != "0"
+            or torch.are_deterministic_algorithms_enabled()
+            or capturing())  # fmt: skip
+
+
+def capturing() -> bool:
+    """Whether this thread's current CUDA stream is capturing a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _still_building(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> bool:
+    """True where the call should not wait: `EVT_WAIT_KERNELS=0` and the kernel of `spec`'s
+    signature is building (the call then counts in `BUILDING`). False where it waits, is built,
+    loaded or failed (the full path then loads it or reports the failure)."""
+    if wait_for_kernels():
+        return False
+    sig = _identity(spec)
+    with _lock:
+        if sig in _kernels:
+            return False
+        future = _builds.get(sig)
+    if future is None:
+        if guards.static_reason(spec):
+            return False
+        try:
+            hint = problem_hint(spec, inputs)
+        except Exception:  # noqa: BLE001 - malformed inputs: the full path's guard says why
+            return False
+        future = build_for(spec, hint)
+        if future is None:
+            return False
+        with _lock:
+            _builds[sig] = future
+    if future.done():
+        return False
+    with _lock:
+        first = spec.name not in BUILDING
+        BUILDING[spec.name] += 1
+    if first:
+        debug.log(1, f"region {spec.name} runs its reference path while its kernel builds")
+    return True
 
 
 def launches() -> collections.Counter:
@@ -276,6 +333,9 @@ def _launch(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> list[torch.T
         outputs = kernel.launch(problem, inputs)
     with _lock:
         _ready[id(spec)] = kernel  # `spec` comes from ir.from_json's cache: one object per region
+        waited = BUILDING.get(spec.name, 0)
+    if waited:
+        debug.log(1, f"region {spec.name} launches its kernel, built after {waited} calls on its reference path")
     return outputs
 
 
@@ -359,6 +419,8 @@ def reset() -> None:
         _configs.clear()
         _orders.clear()
         _ready.clear()
+        _builds.clear()
+        BUILDING.clear()
         FALLBACKS.clear()
         LAUNCHES.clear()
         guards.RELAID.clear()

@@ -270,3 +270,57 @@ def test_saved_activation_budget_limits_forward_fusion():
     assert sum(r.side == "backward" for r in none_saved) == 2
     exactly_gelu = ilp.partition(g, saved_budget=nbytes(gelu))
     assert any(gelu in r.nodes for r in exactly_gelu)
+
+
+def objective(g, solution: dict, max_aux: int) -> float:
+    """The ILP objective of `g`'s model with its choice fixed to `solution` (anchor -> members)."""
+    import pulp
+
+    from evt.partition import ilp_model
+
+    model = ilp_model.build(g, max_aux)
+    for (a, n), var in model.x.items():
+        model.problem += var == int(n in solution.get(a, ()))
+    assert pulp.LpStatus[model.problem.solve(ilp._solver())] == "Optimal", solution
+    return pulp.value(model.problem.objective) or 0.0
+
+
+def twin_of(g, rnd):
+    """An isomorphic copy of the labelled component graph `g`: new node keys, nodes and edges
+    inserted in another order (so its fresh model numbers its variables otherwise)."""
+    import networkx as nx
+
+    nodes = list(g.nodes)
+    rnd.shuffle(nodes)
+    key = {n: ("twin", i) for i, n in enumerate(nodes)}
+    twin = nx.DiGraph()
+    twin.add_nodes_from((key[n], dict(g.nodes[n])) for n in nodes)
+    edges = list(g.edges(data=True))
+    rnd.shuffle(edges)
+    twin.add_edges_from((key[u], key[v], dict(d)) for u, v, d in edges)
+    return twin, key
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.randoms(use_true_random=False))
+def test_a_cached_solution_is_an_optimum_of_an_isomorphic_component(steps, rnd):
+    """The solve cache's answer for a component isomorphic (labels included) to one solved before
+    keeps as many bytes on chip as solving it afresh: the labels carry everything the model reads,
+    so both are optima of the same ILP (where it has several, they may differ)."""
+    from evt.partition.candidates import find_candidates
+    from evt.partition.components import components
+
+    g = graph_of(lambda x, w, r: run_program(steps, x, w, r)[-2:], 3)  # inner values stay inside
+    order = {n: i for i, n in enumerate(g.nodes)}
+    aux = greedy.MAX_AUX_TENSORS
+    for comp in components(find_candidates(g, aux), order):
+        solve_cache.clear()
+        solved = ilp._run_ilp(comp, aux, ilp.Stats(), None)
+        assert solved is not None
+        solve_cache.store(comp.graph, "salt", solved)
+        twin, key = twin_of(comp.graph, rnd)
+        cached = solve_cache.lookup(twin, "salt")
+        assert cached is not None
+        anchors = [key[a] for a in comp.anchors]
+        fresh = ilp._run_ilp(ilp.Component(twin, anchors, comp.cands), aux, ilp.Stats(), None)
+        assert objective(twin, cached, aux) == pytest.approx(objective(twin, fresh, aux), abs=1e-9)

@@ -9,4 +9,14 @@ __version__ = "0.1.0"
 from evt.explain import Report, explain  # noqa: E402
 from evt.runtime import ops as _ops  # noqa: E402,F401  (registers evt::fused_gemm)
 
-__all__ = ["Report", "__version__", "explain"]
+
+def wait_for_kernels(timeout: float | None = None) -> bool:
+    """Wait until every kernel build this process started has ended (built or failed); False if
+    some still run after `timeout` seconds. Under `EVT_WAIT_KERNELS=0` regions run their reference
+    path while their kernels build: call this before timing steps."""
+    from evt.runtime import build
+
+    return build.wait_all(timeout)
+
+
+__all__ = ["Report", "__version__", "explain", "wait_for_kernels"]

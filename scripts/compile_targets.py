@@ -54,7 +54,7 @@ def child(step: str, backend: str, device: str) -> dict:
     if backend == "evt":
         from evt.runtime import dispatch
 
-        if not dispatch.wait_for_kernels():
+        if not dispatch.calls_wait():
             out.update(until_kernels(fn, inputs, sync, began, ends, totals))
         out["launches"] = sum(dispatch.launches().values())
         out["fallbacks"] = sorted(dispatch.FALLBACKS)

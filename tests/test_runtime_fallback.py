@@ -431,3 +431,19 @@ def test_calls_wait_for_the_build(cuda_mode, monkeypatch, why):
     finally:
         torch.use_deterministic_algorithms(was)
     assert warned == [] and dispatch.launches()["evt_f0_addmm"] == 1 and dispatch.BUILDING == {}
+
+
+def test_wait_for_kernels_waits_for_every_build(cuda_mode, gated_compile, monkeypatch):
+    """`evt.wait_for_kernels`: False while a build runs (after its timeout), True once all ended;
+    the next call then launches the kernel."""
+    import evt
+
+    monkeypatch.setenv("EVT_WAIT_KERNELS", "0")
+    spec, inputs = fc1_spec(), fc1_inputs()
+    run_recording(spec, inputs, times=1)
+    assert dispatch.BUILDING[spec.name] == 1
+    assert evt.wait_for_kernels(timeout=0.1) is False
+    gated_compile.set()
+    assert evt.wait_for_kernels(timeout=30) is True
+    run_recording(spec, inputs, times=1)
+    assert dispatch.launches()[spec.name] == 1 and dispatch.BUILDING[spec.name] == 1

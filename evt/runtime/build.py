@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -199,6 +199,13 @@ def submit(job: Job) -> Future:
                 PROGRESS.add()
             _futures[job.key] = _pool().submit(_reported if queued else compile_job, job)
         return _futures[job.key]
+
+
+def wait_all(timeout: float | None = None) -> bool:
+    """Wait for every build this process started; False if some still run after `timeout` s."""
+    with _lock:
+        futures = list(_futures.values())
+    return not wait(futures, timeout=timeout).not_done
 
 
 def _reported(job: Job) -> Path:

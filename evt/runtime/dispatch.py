@@ -232,7 +232,7 @@ def run(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor], key: str | None = N
     return outputs
 
 
-def wait_for_kernels() -> bool:
+def calls_wait() -> bool:
     """Whether a region's call waits for its kernel's build (the default), see the module's doc."""
     return (os.environ.get("EVT_WAIT_KERNELS", "1") != "0"
             or torch.are_deterministic_algorithms_enabled()
@@ -248,7 +248,7 @@ def _still_building(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> bool
     """True where the call should not wait: `EVT_WAIT_KERNELS=0` and the kernel of `spec`'s
     signature is building (the call then counts in `BUILDING`). False where it waits, is built,
     loaded or failed (the full path then loads it or reports the failure)."""
-    if wait_for_kernels():
+    if calls_wait():
         return False
     sig = _identity(spec)
     with _lock:

@@ -6,7 +6,9 @@ each through evt's reference path against eager in float32; the GPU tier
 
 Session 57's probe ran 21 such configs (and seven `timm` vision models: ResNet-50 channels-last,
 ConvNeXt, ViT, EfficientNet, MobileNetV3, MLP-Mixer), rest eager and Inductor: every step
-matched eager, no region fell back. Dropout is off (eager's masks and evt's would differ).
+matched eager, no region fell back. Session 60's ran 19 more (Gemma 2 and 3, OLMo 1 and 2, StableLM,
+Falcon, GPT-J, Cohere, Granite, StarCoder2, DeBERTa-v2, MPNet, ALBERT, BLOOM, Swin, DeiT, BEiT,
+mT5, Pegasus); four of them are cases here. Dropout is off (eager's masks and evt's would differ).
 
 Needs `transformers` (the `models` extra: `pip install -e ".[dev,models]"`); the tests skip
 without it.
@@ -147,6 +149,34 @@ def _vit(s: Sizes):
                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
 
 
+def _gemma2(s: Sizes):
+    """Gemma 2: tanh soft-capping of the attention scores and of the LM head's logits."""
+    from transformers import Gemma2Config
+
+    return Gemma2Config(vocab_size=s.vocab, hidden_size=s.dim, intermediate_size=2 * s.dim,
+                        num_hidden_layers=2, num_attention_heads=s.heads,
+                        num_key_value_heads=s.heads // 2, head_dim=s.dim // s.heads,
+                        max_position_embeddings=2 * s.seq, sliding_window=s.seq // 2,
+                        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)  # fmt: skip
+
+
+def _bloom(s: Sizes):
+    """BLOOM: ALiBi position biases, LayerNorm after the embedding."""
+    from transformers import BloomConfig
+
+    return BloomConfig(vocab_size=s.vocab, hidden_size=s.dim, n_layer=2, n_head=s.heads,
+                       hidden_dropout=0.0, attention_dropout=0.0)  # fmt: skip
+
+
+def _swin(s: Sizes):
+    """Swin: windowed attention with a relative position bias, patch merging."""
+    from transformers import SwinConfig
+
+    return SwinConfig(image_size=32, patch_size=4, embed_dim=s.dim // 4, depths=[1, 1],
+                      num_heads=[2, 2], window_size=4, num_labels=16, hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0, drop_path_rate=0.0)  # fmt: skip
+
+
 CASES: dict[str, Case] = {
     "gpt2": Case(_gpt2, "GPT2LMHeadModel"),
     "bert": Case(_bert("BertConfig"), "BertForMaskedLM"),
@@ -172,6 +202,10 @@ CASES: dict[str, Case] = {
     "t5": Case(_t5, "T5ForConditionalGeneration", "seq2seq"),
     "bart": Case(_bart, "BartForConditionalGeneration", "seq2seq"),
     "vit": Case(_vit, "ViTForImageClassification", "image"),
+    "gemma2": Case(_gemma2, "Gemma2ForCausalLM"),
+    "bloom": Case(_bloom, "BloomForCausalLM"),
+    "deberta_v2": Case(_bert("DebertaV2Config"), "DebertaV2ForMaskedLM"),  # disentangled attention
+    "swin": Case(_swin, "SwinForImageClassification", "image"),
 }
 
 

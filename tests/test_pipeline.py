@@ -281,6 +281,30 @@ def test_symbolic_view_sizes_come_from_the_graphs_symint_inputs():
     assert size_terms(g, (s0 * s2).node.expr) is None and len(g.nodes) == nodes
 
 
+def test_a_view_merging_symbolic_leading_dims_is_proven_from_strides(monkeypatch):
+    """`sink_views._viewable` (can the input view as [prod(leading), *rest]?) proves it from the
+    strides where it can, without torch's view check (seconds a call on Swin's symbolic windows),
+    and adds no guard; a permuted input that cannot view so is refused either way."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from evt.graph import sink_views
+
+    env = ShapeEnv()
+    b, s = (env.create_symintnode(env.create_symbol(h, ConstantSource(n)), hint=h)
+            for n, h in (("b", 4), ("s", 6)))  # fmt: skip
+    with FakeTensorMode(shape_env=env):
+        x = torch.empty(b, s, 3, 8)
+        t = x.permute(1, 0, 2, 3)  # [s, b, 3, 8]: s and b do not merge in place
+    asked = []
+    monkeypatch.setattr(torch.Tensor, "view", lambda self, *a: asked.append(a) or self)
+    assert sink_views._viewable(x, (b * s * 3, 8)) and sink_views._viewable(x, (b * s, 3, 8))
+    assert asked == [] and env.guards == []
+    monkeypatch.undo()
+    assert not sink_views._viewable(t, (s * b * 3, 8)) and not sink_views._viewable(t, (s * b, 3, 8))
+
+
 def test_a_linear_on_a_transposed_activation_fuses(monkeypatch):
     """`silu(linear(x.transpose(0, 1))).transpose(0, 1) + x`: the residual add's [B, S, D] input
     cannot be viewed as the GEMM's [S·B, D] in place, so sink_views must leave that add (torch's

@@ -343,6 +343,15 @@ def _as_flat(a: Node, flat: tuple):
 
 
 def _viewable(val: torch.Tensor, shape: tuple) -> bool:
+    """Whether `val` views as `shape`: its leading dimensions merged into `shape[0]`, the rest
+    kept (what `_as_flat` asks). Proven from the strides first (each merged dimension's stride
+    its inner neighbour's stride times that one's size, as `sizes.same_size` proves sizes);
+    torch's own view check otherwise, which on symbolic shapes simplifies for seconds a call
+    (Swin's windows under `dynamic=True`)."""
+    lead = val.dim() - (len(shape) - 1)
+    merged = [i for i in range(lead) if not same_size(val.shape[i], 1)]
+    if all(same_size(val.stride(i), val.stride(j) * val.shape[j]) for i, j in zip(merged, merged[1:])):
+        return True
     try:
         with detect_fake_mode([val]) or torch._subclasses.FakeTensorMode():
             val.view(*shape)

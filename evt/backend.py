@@ -64,9 +64,10 @@ class DecompTable(dict):
 
 
 # EVT_* variables that change neither the rewritten graph nor what the passes log: where kernels
-# are built and cached, how many compilers run, progress bars, the benchmark's own settings.
-# Every other EVT_* variable is part of the pass uuid (a new one included by default).
-GRAPH_NEUTRAL_ENV = ("EVT_CACHE_DIR", "EVT_COMPILE_JOBS", "EVT_PROGRESS", "EVT_BENCH_")
+# are built and cached, how many compilers run, whether a call waits for its build, progress
+# bars, the benchmark's own settings. Every other EVT_* variable is part of the pass uuid (a new
+# one included by default).
+GRAPH_NEUTRAL_ENV = ("EVT_CACHE_DIR", "EVT_COMPILE_JOBS", "EVT_WAIT_KERNELS", "EVT_PROGRESS", "EVT_BENCH_")
 
 
 def settings_hash() -> str:

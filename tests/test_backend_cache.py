@@ -24,7 +24,8 @@ def test_a_setting_that_steers_the_passes_changes_the_uuid(monkeypatch, name):
     assert uuids() == before
 
 
-@pytest.mark.parametrize("name", ["EVT_CACHE_DIR", "EVT_COMPILE_JOBS", "EVT_BENCH_CALL_S", "OTHER_VARIABLE"])
+@pytest.mark.parametrize("name", ["EVT_CACHE_DIR", "EVT_COMPILE_JOBS", "EVT_WAIT_KERNELS", "EVT_BENCH_CALL_S",
+                                  "OTHER_VARIABLE"])
 def test_where_kernels_build_leaves_the_uuid(monkeypatch, name):
     before = uuids()
     monkeypatch.setenv(name, "/elsewhere")

@@ -1180,3 +1180,29 @@ def test_the_autotune_choices_are_checked_against_the_benchs_own_times():
     assert "| c/x | evt_f0_mm left unfused | 1.250 | 0.962 | 0.962 |" in md
     assert "| b/x |" not in md and "step/x" not in md
     assert markdown.autotune_held_table(case("b/x", [same], 0.10, 0.09)) == ""
+
+
+def test_timing_waits_for_evts_kernel_builds(monkeypatch):
+    """Under `EVT_WAIT_KERNELS=0` a region runs its reference path until its kernel is built:
+    `measure.time_ms` and `host_ms` call the timed function only once every build has ended."""
+    import threading
+    from concurrent.futures import Future
+
+    from evt.runtime import build
+
+    pending: Future = Future()
+    monkeypatch.setattr(build, "_futures", {"key": pending})
+    ended, first_call = [], []
+
+    def finish():
+        ended.append(time.perf_counter())
+        pending.set_result(None)
+
+    for timer in (measure.time_ms, lambda fn, device: measure.host_ms(fn, device, n=2)):
+        first_call.clear()
+        if pending.done():
+            pending = Future()
+            monkeypatch.setattr(build, "_futures", {"key": pending})
+        threading.Timer(0.2, finish).start()
+        timer(lambda: first_call.append(time.perf_counter()), "cpu")
+        assert first_call and first_call[0] >= ended[-1]

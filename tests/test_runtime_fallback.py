@@ -125,7 +125,9 @@ def test_guard_failure_is_per_call(cuda_mode):
     assert warned == [] and dispatch.launches()[spec.name] == 1
 
 
-def test_fp32_falls_back_with_reason_and_never_compiles(cuda_mode):
+@pytest.mark.parametrize("wait", ["1", "0"])
+def test_fp32_falls_back_with_reason_and_never_compiles(cuda_mode, monkeypatch, wait):
+    monkeypatch.setenv("EVT_WAIT_KERNELS", wait)  # "0": a static reason starts no build either
     spec, inputs = fc1_spec(dtype="f32"), fc1_inputs(dtype=torch.float32)
     precision = torch.get_float32_matmul_precision()
     try:

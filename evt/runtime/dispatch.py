@@ -256,14 +256,12 @@ def _still_building(spec: ir.KernelSpec, inputs: Sequence[torch.Tensor]) -> bool
             return False
         future = _builds.get(sig)
     if future is None:
-        if guards.static_reason(spec):
-            return False
         try:
             hint = problem_hint(spec, inputs)
         except Exception:  # noqa: BLE001 - malformed inputs: the full path's guard says why
             return False
         future = build_for(spec, hint)
-        if future is None:
+        if future is None:  # a static reason (`build_for` asks): the full path reports it
             return False
         with _lock:
             _builds[sig] = future

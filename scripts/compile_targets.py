@@ -2,13 +2,16 @@
 first training step of a fresh process, cold (empty evt kernel cache and Inductor cache) and warm
 (both filled by the cold run), for `backend="evt"` and for plain `torch.compile` (Inductor).
 
-    python scripts/compile_targets.py [--step step/bert] [--out compile_targets.json]
+    python scripts/compile_targets.py [--step step/bert] [--out compile_targets.json] [--runs ...]
 
 Targets (default mode, the 16-core GPU host): evt cold <= 120 s for a BERT-style layer forward +
 backward; evt warm at most 2 s more than torch.compile warm. Each measurement is its own
 subprocess (a process's caches in memory would make the second one warm): the parent gives each
 its cache folders, the child builds the bench's step at its real sizes on CUDA and times
 compile + first step to the GPU's end. Also run per child: the second step (nothing compiles). `--device cpu` runs the step's small sizes (evt's regions on the reference path).
+
+Each evt child also reports its kernel builds (`builds`): when they were queued, started and
+ended, each compiler's run, and the C++ launch path's build and the wait for it.
 
 `--no-wait` adds a cold evt run under `EVT_WAIT_KERNELS=0` (regions run their reference path
 while their kernels build): its first step, then steps until one runs no region on the reference
@@ -41,6 +44,7 @@ def child(step: str, backend: str, device: str) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
     began = start = time.perf_counter()
+    began_mono = time.monotonic()
     fn = baselines.BASELINES[backend].build(w, device)
     fn(*inputs)
     sync()
@@ -58,7 +62,24 @@ def child(step: str, backend: str, device: str) -> dict:
             out.update(until_kernels(fn, inputs, sync, began, ends, totals))
         out["launches"] = sum(dispatch.launches().values())
         out["fallbacks"] = sorted(dispatch.FALLBACKS)
+        out["builds"] = build_times(began_mono)
     return out
+
+
+def build_times(began: float) -> dict:
+    """This process's kernel builds, in s from the compile's start (`time.monotonic()` at
+    `began`): how many, when the first was queued, the first compiler started, the last ended,
+    each compiler's run (slowest first), and the C++ launch path's build and `ensure`'s wait."""
+    from evt.runtime import build, fast
+
+    times = [t for t in build.timeline() if t.started is not None and t.ended is not None]
+    if not times:
+        return {"kernels": 0, **fast.TIMES}
+    return {"kernels": len(times), "first_queued_s": round(min(t.queued for t in times) - began, 2),
+            "first_started_s": round(min(t.started for t in times) - began, 2),
+            "last_ended_s": round(max(t.ended for t in times) - began, 2),
+            "compiler_s": sorted((round(t.ended - t.started, 1) for t in times), reverse=True),
+            **{k: None if v is None else round(v, 2) for k, v in fast.TIMES.items()}}  # fmt: skip
 
 
 def building() -> int:
@@ -105,27 +126,33 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--device", default="cuda", help="cpu: the step's small sizes (a smoke run)")
     ap.add_argument("--no-wait", action="store_true", help="also evt cold under EVT_WAIT_KERNELS=0")
+    ap.add_argument("--runs", default=None,
+                    help="the runs in order, comma-separated, repeats allowed: nowait (evt cold under "
+                         "EVT_WAIT_KERNELS=0), compile, evt (cold then warm); default [nowait,]compile,evt")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.step, args.child, args.device)))
         return
     results = {"step": args.step}
-    if args.no_wait:  # first: the figure a cut-short run should not lose
+    runs = args.runs.split(",") if args.runs else [*(["nowait"] if args.no_wait else []), "compile", "evt"]
+    for i, run in enumerate(runs):
+        again = f"_{runs[:i].count(run) + 1}" if run in runs[:i] else ""
         with tempfile.TemporaryDirectory() as tmp:
-            r = measure(args.step, "evt", Path(tmp), args.device, {"EVT_WAIT_KERNELS": "0"})
-            results["evt_nowait_cold"] = r
-            print(f"evt      cold, EVT_WAIT_KERNELS=0: {r}", flush=True)
-    for backend in ("compile", "evt"):
-        with tempfile.TemporaryDirectory() as tmp:
+            if run == "nowait":
+                r = measure(args.step, "evt", Path(tmp), args.device, {"EVT_WAIT_KERNELS": "0"})
+                results[f"evt_nowait_cold{again}"] = r
+                print(f"evt      cold{again}, EVT_WAIT_KERNELS=0: {r}", flush=True)
+                continue
             for state in ("cold", "warm"):
-                r = measure(args.step, backend, Path(tmp), args.device)
-                results[f"{backend}_{state}"] = r
-                print(f"{backend:8s} {state}: {r}", flush=True)
-    warm_added = results["evt_warm"].get("first_step_s", 0) - results["compile_warm"].get("first_step_s", 0)
-    results["evt_warm_added_s"] = round(warm_added, 2)
-    print(f"evt cold {results['evt_cold'].get('first_step_s')} s (target <= 120); evt warm adds "
-          f"{warm_added:.2f} s to torch.compile's warm start (target <= 2)")  # fmt: skip
+                r = measure(args.step, run, Path(tmp), args.device)
+                results[f"{run}_{state}{again}"] = r
+                print(f"{run:8s} {state}{again}: {r}", flush=True)
+    if "evt_warm" in results and "compile_warm" in results:
+        warm_added = results["evt_warm"].get("first_step_s", 0) - results["compile_warm"].get("first_step_s", 0)
+        results["evt_warm_added_s"] = round(warm_added, 2)
+        print(f"evt cold {results['evt_cold'].get('first_step_s')} s (target <= 120); evt warm adds "
+              f"{warm_added:.2f} s to torch.compile's warm start (target <= 2)")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
 

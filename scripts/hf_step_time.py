@@ -9,6 +9,7 @@ many rounds evt was faster, and with `--json` writes every round.
 
     python scripts/hf_step_time.py --models llama,gpt2 --dim 2048 --heads 16 --seq 1024 --batch 4
     python scripts/hf_step_time.py --models gpt2 --dynamic ...   # both compiled with dynamic=True
+    python scripts/hf_step_time.py --models gpt2 --mode reduce-overhead ...   # both on CUDA graph trees
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ from evt.bench import in_turn, measure  # noqa: E402
 from tests.hf_catalog import CASES, Sizes  # noqa: E402
 
 
-def step_fn(model, fn, inputs):
+def step_fn(model, fn, inputs, graphs_trees: bool = False):
     """One training step (forward, loss, backward into fresh gradients, as the bench's steps) as
     a call of no arguments: accumulating into the last step's gradients fails a CUDA graph's
-    capture (AccumulateGrad on another stream than the one captured)."""
+    capture (AccumulateGrad on another stream than the one captured). `graphs_trees`: `fn` was
+    compiled with mode="reduce-overhead", each call begins a step of its CUDA graph trees."""
     params = list(model.parameters())
 
     def call():
+        if graphs_trees:
+            torch.compiler.cudagraph_mark_step_begin()
         for p in params:
             p.grad = None
         loss = fn(*inputs)
@@ -62,7 +66,12 @@ def main() -> None:
     ap.add_argument("--dynamic", action="store_true",
                     help="compile both with dynamic=True (sizes as symbols; Dynamo passes some "
                          "Python floats as 0-d CPU tensors)")  # fmt: skip
+    ap.add_argument("--mode", default=None,
+                    help="torch.compile's mode for both, e.g. reduce-overhead: Inductor's CUDA "
+                         "graph trees replay each compiled graph, so the as-run time is theirs "
+                         "(the whole step is not captured then)")  # fmt: skip
     args = ap.parse_args()
+    trees = args.mode is not None and args.mode.startswith("reduce-overhead")
     sizes = Sizes(dim=args.dim, heads=args.heads, vocab=args.vocab, batch=args.batch, seq=args.seq)
     records = {}
     for name in args.models.split(","):
@@ -77,8 +86,9 @@ def main() -> None:
         for b in ("evt", "compile"):
             twin = copy.deepcopy(model)
             dynamic = True if args.dynamic else None
-            fn = torch.compile(twin, backend="evt" if b == "evt" else "inductor", dynamic=dynamic)
-            call = step_fn(twin, fn, inputs)
+            fn = torch.compile(twin, backend="evt" if b == "evt" else "inductor", dynamic=dynamic,
+                               mode=args.mode)  # fmt: skip
+            call = step_fn(twin, fn, inputs, trees)
             t = time.perf_counter()
             loss = call()
             measure.sync(args.device)
@@ -90,7 +100,7 @@ def main() -> None:
             for _ in range(3):
                 calls[b]()
         replays = {}
-        for b, call in calls.items() if args.device == "cuda" and not args.no_graphs else ():
+        for b, call in calls.items() if args.device == "cuda" and not (args.no_graphs or trees) else ():
             try:
                 replays[b] = measure.graph_replay(lambda call=call: call(), [()])
             except Exception as e:  # noqa: BLE001 - then as run only
@@ -99,7 +109,7 @@ def main() -> None:
                "compile_s": compile_s}  # fmt: skip
         records[name] = rec
         stats = in_turn.summarize(rec)
-        mode = " dynamic=True" if args.dynamic else ""
+        mode = (" dynamic=True" if args.dynamic else "") + (f" mode={args.mode}" if args.mode else "")
         print(f"\n== {name}{mode} (dim {args.dim}, {args.heads} heads, batch {args.batch} x seq "
               f"{args.seq}, vocab {args.vocab}; cold compile evt {compile_s['evt']:.1f} s, "
               f"torch.compile {compile_s['compile']:.1f} s): ms, median [min .. max]")  # fmt: skip

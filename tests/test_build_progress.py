@@ -114,3 +114,21 @@ def test_a_closed_stderr_never_fails_a_build(monkeypatch):
     monkeypatch.setattr(build, "PROGRESS", progress.Progress(stream))
     futures = [build.prefetch(fc1_spec(dtype=d), compile_fn=fake_compile) for d in ("bf16", "f16")]
     assert all(f.result(timeout=30).is_file() for f in futures)
+
+
+def test_the_timeline_says_when_each_build_was_queued_started_and_ended(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    one = ThreadPoolExecutor(max_workers=1)  # the second kernel waits for the first's compiler
+    monkeypatch.setattr(build, "_pool", lambda: one)
+    monkeypatch.setattr(build, "_times", {})
+    before = time.monotonic()
+    prefetch_all(monkeypatch, io.StringIO(), ("bf16", "f16"))
+    prefetch_all(monkeypatch, io.StringIO(), ("bf16",))  # cached: no compiler run, no entry
+    first, second = build.timeline()
+    assert before <= first.queued <= first.started and first.queued <= second.queued < first.ended
+    assert first.ended <= second.started < second.ended  # queued while the first compiled
+    assert all(t.ended - t.started >= 0.3 and t.ok and t.region == "evt_f0_addmm" for t in (first, second))
+    monkeypatch.setattr(build, "_futures", {})
+    prefetch_all(monkeypatch, io.StringIO(), ("f32",), compile_fn=slow_failing_compile)
+    assert build.timeline()[-1].ok is False

@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,19 @@ CompileFn = Callable[[Path, Path], subprocess.CompletedProcess]
 # None means evt.codegen.emit (tests substitute a fake)
 EMITTER: Any = None
 BUILDS: collections.Counter = collections.Counter()  # cache key -> compiler runs in this process
+
+
+@dataclass
+class BuildTime:
+    """When a kernel's build was queued, when its compiler started and ended (`time.monotonic()`;
+    None until then), for the compiler runs of this process (`timeline()`)."""
+
+    region: str
+    name: str
+    queued: float
+    started: float | None = None
+    ended: float | None = None
+    ok: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -106,11 +119,16 @@ def _compile_into(job: Job, tmp: Path) -> None:
     debug.log(4, f"kernel {job.name} (region {job.region}): {cache.entry_dir(job.key) / cache.CU}")
     BUILDS[job.key] += 1
     start = time.monotonic()
+    with _lock:
+        times = _times.setdefault(job.key, BuildTime(job.region, job.name, start))
+        times.started = start
     try:
         proc = job.compile_fn(cu, so)
     except Exception as e:
+        times.ended, times.ok = time.monotonic(), False
         (tmp / cache.LOG).write_text(f"{type(e).__name__}: {e}\n")
         raise CompileError(_failure(job, f"the compiler could not run: {e}", str(e))) from e
+    times.ended, times.ok = time.monotonic(), proc.returncode == 0 and so.is_file()
     log = ((proc.stdout or "") + (proc.stderr or "")).replace(
         str(tmp), str(cache.failed_dir(job.key))
     )
@@ -179,6 +197,7 @@ def _toolchain(compile_fn: CompileFn | None) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 _futures: dict[str, Future] = {}
 _took: dict[str, float] = {}  # cache key -> seconds its compiler ran (for the progress line)
+_times: dict[str, BuildTime] = {}  # cache key -> its build's timeline (`timeline()`)
 _lock = threading.Lock()
 
 
@@ -197,6 +216,7 @@ def submit(job: Job) -> Future:
             queued = not (cache.entry_dir(job.key) / cache.META).is_file()
             if queued:
                 PROGRESS.add()
+                _times.setdefault(job.key, BuildTime(job.region, job.name, time.monotonic()))
             _futures[job.key] = _pool().submit(_reported if queued else compile_job, job)
         return _futures[job.key]
 
@@ -206,6 +226,13 @@ def wait_all(timeout: float | None = None) -> bool:
     with _lock:
         futures = list(_futures.values())
     return not wait(futures, timeout=timeout).not_done
+
+
+def timeline() -> list[BuildTime]:
+    """The compiler runs of this process, in the order they were queued: when each was queued,
+    started and ended (a queued build starts when one of `parallel_jobs()` threads is free)."""
+    with _lock:
+        return sorted((replace(t) for t in _times.values()), key=lambda t: t.queued)
 
 
 def _reported(job: Job) -> Path:

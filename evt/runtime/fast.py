@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,6 +47,8 @@ _future: Future | None = None
 _loaded: str | None = None  # "cuda" or "cpu": the dispatch key the loaded library serves
 _names: list[str] = []  # registration id -> region name
 _failed = False  # a call into the library failed: it stays unused in this process
+# seconds: its compiler's run in this process (None: it ran in none), `ensure`'s waits for it
+TIMES: dict[str, float | None] = {"compiler_s": None, "ensure_waited_s": 0.0}
 
 
 def wanted() -> bool:
@@ -79,7 +82,11 @@ def ensure(device: str = "cuda") -> bool:
     if future is None:
         return False
     try:
-        path = future.result()
+        start = time.monotonic()
+        try:
+            path = future.result()
+        finally:
+            TIMES["ensure_waited_s"] = (TIMES["ensure_waited_s"] or 0.0) + time.monotonic() - start
         with _lock:
             if _loaded is None:
                 torch.ops.load_library(str(path))
@@ -235,8 +242,10 @@ def build(device: str = "cuda") -> Path:
 def _compile(tmp: Path, cmd: list[str]) -> None:
     shutil.copyfile(SOURCE, tmp / SOURCE.name)
     debug.log(5, f"cd {shlex.quote(str(tmp))} && {shlex.join(cmd)}")
+    start = time.monotonic()
     proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
                           check=False)  # fmt: skip
+    TIMES["compiler_s"] = time.monotonic() - start
     log = proc.stdout + proc.stderr
     (tmp / cache.LOG).write_text(log)
     if proc.returncode != 0:

@@ -168,8 +168,24 @@ def evt_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=Non
     else:
         compiled = _inductor(gm, example_inputs, options, mode, autotune)
     if dispatch.sm90_available():  # between compiles, never inside an op call
-        fast.ensure()
+        if not fast.ensure(wait=dispatch.calls_wait()) and fast.pending():
+            compiled = load_launch_path_later(compiled)
     return compiled
+
+
+def load_launch_path_later(compiled):
+    """`compiled`, loading the C++ launch path before a call once its build has ended: under
+    `EVT_WAIT_KERNELS=0` the compile does not wait for that build (about 7 s on a new machine,
+    session 61). The load runs before the graph's ops, outside any op call; after it (or after a
+    failed build) each call costs one more check."""
+
+    @functools.wraps(compiled)  # keeps its attributes: _boxed_call, named_parameters, ...
+    def call(*args, **kwargs):
+        if fast.pending():
+            fast.ensure(wait=False)
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 def _inductor(gm, example_inputs, options: dict, mode: str | None, autotune: bool = False):

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -120,7 +121,8 @@ def test_the_backend_loads_it_after_a_compile_on_sm90(monkeypatch):
 
     calls = []
     monkeypatch.setattr(fast, "prefetch", lambda: calls.append("prefetch"))
-    monkeypatch.setattr(fast, "ensure", lambda: calls.append("ensure"))
+    monkeypatch.setattr(fast, "ensure", lambda wait=True: calls.append(f"ensure wait={wait}"))
+    monkeypatch.setattr(fast, "pending", lambda: False)
     monkeypatch.setattr(dispatch, "prefetch", lambda spec, problem=None: None)  # no nvcc here
 
     def f(x, w):
@@ -133,4 +135,44 @@ def test_the_backend_loads_it_after_a_compile_on_sm90(monkeypatch):
         torch._dynamo.reset()
         compiled = torch.compile(f, backend=backend.evt_backend, options={"rest": "eager"})
         torch.testing.assert_close(compiled(x, w), f(x, w))
-        assert calls == (["prefetch", "ensure"] if sm90 else []), (sm90, calls)
+        assert calls == (["prefetch", "ensure wait=True"] if sm90 else []), (sm90, calls)
+
+
+def test_under_no_wait_a_compile_leaves_it_building_and_a_later_call_loads_it(fresh, monkeypatch):
+    """EVT_WAIT_KERNELS=0: the compile returns while the library builds; each call of the
+    compiled graph checks, and the first one after the build loads it, before the graph's ops."""
+    from concurrent.futures import Future
+
+    import torch
+
+    from evt import backend
+    from evt.runtime import dispatch
+
+    building: Future = Future()
+    loads: list[str] = []
+    monkeypatch.setenv("EVT_WAIT_KERNELS", "0")
+    monkeypatch.setattr(fast, "wanted", lambda: True)
+    monkeypatch.setattr(fast, "_future", building)
+    monkeypatch.setattr(torch.ops, "load_library", loads.append)
+    monkeypatch.setattr(dispatch, "sm90_available", lambda: True)
+    monkeypatch.setattr(dispatch, "prefetch", lambda spec, problem=None: None)  # no nvcc here
+
+    def f(x, w):
+        return torch.relu(x @ w)
+
+    x, w = torch.randn(32, 16), torch.randn(16, 24)
+    torch._dynamo.reset()
+    # a compile that waited would block: the build then fails after 60 s, and the test with it
+    timer = threading.Timer(60, lambda: building.set_exception(RuntimeError("waited")))
+    timer.start()
+    compiled = torch.compile(f, backend=backend.evt_backend, options={"rest": "eager"})
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+    timer.cancel()
+    assert loads == [] and fast.pending() and fast.loaded() is None
+    building.set_result(Path("/built/evt_fast.so"))
+    assert loads == []  # not from the builder's thread: at the next call
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+    assert loads == ["/built/evt_fast.so"] and fast.loaded() == "cuda" and not fast.pending()
+    compiled(x, w)
+    assert len(loads) == 1

@@ -13,8 +13,12 @@ from __future__ import annotations
 import copy
 import math
 import os
+import shutil
+import subprocess
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +30,7 @@ from evt.examples import MLP
 from evt.runtime import build, cache, dispatch, reference, verify
 
 pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parent.parent
 
 DIM, HIDDEN, TOKENS = 256, 1024, 512
 BF16 = torch.bfloat16
@@ -353,3 +358,22 @@ def test_no_wait_trains_on_the_reference_path_until_the_kernels_are_built(tmp_pa
     assert dispatch.BUILDING == building and set(dispatch.launches()) == set(building), (
         dict(dispatch.launches()), building)
     assert_kernels_ran(4)
+
+
+def test_no_wait_loads_the_launch_path_when_its_build_ends(kernels, tmp_path):
+    """`EVT_WAIT_KERNELS=0` and the C++ launch path still building after the compile (its host
+    compiler sleeps 20 s first): in a process of its own (`tests/no_wait_launch_path.py`), the
+    steps launch from Python, then from C++ once a step after the build has loaded it."""
+    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    slow = tmp_path / "slow-c++"
+    slow.write_text(f'#!/bin/sh\n[ "$1" = --version ] || sleep 20\nexec {cxx} "$@"\n')
+    slow.chmod(0o755)
+    env = {**os.environ, "CXX": str(slow), "EVT_WAIT_KERNELS": "0", "PYTHONPATH": str(ROOT)}
+    for var in ("EVT_INJECT", "EVT_VERIFY", "EVT_FAST_LAUNCH"):
+        env.pop(var, None)
+    proc = subprocess.run([sys.executable, "-m", "tests.no_wait_launch_path"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=500)  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert proc.stdout.count("ok:") == 3, proc.stdout

@@ -9,6 +9,8 @@ table of launch plans and calls the kernel's launcher directly; a miss goes to
 The library is compiled with the host C++ compiler against the running torch's headers, once per
 machine, torch build and source (an entry of the kernel cache, built in the background while the
 backend compiles a graph), and loaded by the backend after its compile, never inside an op call.
+Under `EVT_WAIT_KERNELS=0` the backend does not wait for that build: a graph compiled while it
+runs loads it before one of its later calls, once built (`evt.backend.load_launch_path_later`).
 `EVT_FAST_LAUNCH=0` keeps every call in Python.
 """
 
@@ -72,14 +74,18 @@ def prefetch(device: str = "cuda") -> Future | None:
         return _future
 
 
-def ensure(device: str = "cuda") -> bool:
+def ensure(device: str = "cuda", wait: bool = True) -> bool:
     """Load the library, waiting for its build (a cache hit: a few ms); one warning and False if it
-    cannot be built or loaded. Called by the backend after a graph's compile."""
+    cannot be built or loaded. Called by the backend after a graph's compile, and (`wait=False`,
+    under EVT_WAIT_KERNELS=0) before each call of a graph compiled while it built: False while
+    the build runs (`pending()`), the library loaded once it ended."""
     global _loaded
     if _loaded is not None:
         return loaded() == device
     future = prefetch(device)
     if future is None:
+        return False
+    if not wait and not future.done():
         return False
     try:
         start = time.monotonic()
@@ -99,6 +105,11 @@ def ensure(device: str = "cuda") -> bool:
                  "EVT_FAST_LAUNCH=0 skips it")  # fmt: skip
         return False
     return loaded() == device
+
+
+def pending() -> bool:
+    """Whether the library is building or built but not loaded yet (neither loaded nor failed)."""
+    return _future is not None and _loaded is None and not _failed
 
 
 def remember(key: str, region: str, kernel, problem, inputs, outputs, padded=None) -> None:

@@ -370,7 +370,8 @@ def test_no_wait_loads_the_launch_path_when_its_build_ends(kernels, tmp_path):
     slow = tmp_path / "slow-c++"
     slow.write_text(f'#!/bin/sh\n[ "$1" = --version ] || sleep 20\nexec {cxx} "$@"\n')
     slow.chmod(0o755)
-    env = {**os.environ, "CXX": str(slow), "EVT_WAIT_KERNELS": "0", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CXX": str(slow), "EVT_WAIT_KERNELS": "0", "PYTHONPATH": path}
     for var in ("EVT_INJECT", "EVT_VERIFY", "EVT_FAST_LAUNCH"):
         env.pop(var, None)
     proc = subprocess.run([sys.executable, "-m", "tests.no_wait_launch_path"], cwd=ROOT, env=env,

@@ -31,7 +31,6 @@ from evt.graph.fake import recompute_tagged
 from evt.graph.float_index_compares import rewrite_index_compares
 from evt.graph.float_index_masks import rewrite_index_masks
 from evt.graph.fold_gemm_operands import GEMM, fold_gemm_operands
-from evt.graph.fold_one_hot_sums import fold_one_hot_sums
 from evt.graph.fold_scalar_tensors import fold_scalar_tensors
 from evt.graph.fold_views import fold_views
 from evt.graph.fold_whole_slices import fold_whole_slices
@@ -89,7 +88,6 @@ GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("split_full_means", split_full_means),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("fold_gemm_operands", fold_gemm_operands),
-    ("fold_one_hot_sums", fold_one_hot_sums),
     ("rewrite_one_hot_scatters", rewrite_one_hot_scatters),
     ("rewrite_index_compares", rewrite_index_compares),
     ("rewrite_index_masks", rewrite_index_masks),

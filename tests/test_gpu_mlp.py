@@ -370,11 +370,23 @@ def test_no_wait_loads_the_launch_path_when_its_build_ends(kernels, tmp_path):
     slow = tmp_path / "slow-c++"
     slow.write_text(f'#!/bin/sh\n[ "$1" = --version ] || sleep 20\nexec {cxx} "$@"\n')
     slow.chmod(0o755)
+    # the child's cache: the step's kernels, built, and no launch path (a cache that had kept
+    # the one an earlier run built with this compiler would have it loaded at once: session 61)
+    fresh = tmp_path / "cache"
+    fresh.mkdir()
+    for spec, problem in capture_step(BF16):
+        future = dispatch.build_for(spec, problem)
+        assert future is not None, spec.name
+        entry = Path(future.result()).parent
+        if not (fresh / entry.name).exists():
+            shutil.copytree(entry, fresh / entry.name)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "CXX": str(slow), "EVT_WAIT_KERNELS": "0", "PYTHONPATH": path}
+    env = {**os.environ, "CXX": str(slow), "EVT_WAIT_KERNELS": "0", "PYTHONPATH": path,
+           "EVT_CACHE_DIR": str(fresh)}  # fmt: skip
     for var in ("EVT_INJECT", "EVT_VERIFY", "EVT_FAST_LAUNCH"):
         env.pop(var, None)
     proc = subprocess.run([sys.executable, "-m", "tests.no_wait_launch_path"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=500)  # fmt: skip
+    print(proc.stdout)  # its three lines: when the first step ended, the load, the C++ launches
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert proc.stdout.count("ok:") == 3, proc.stdout

@@ -22,6 +22,7 @@ from evt.codegen import profit
 from evt.errors import EvtError
 from evt.graph.annotate_sides import annotate_sides, side
 from evt.graph.attention_to_sdpa import attention_to_sdpa
+from evt.graph.constant_indices_as_slices import constant_indices_as_slices
 from evt.graph.contain_padded_outputs import contain_padded_outputs, copied_outputs
 from evt.graph.copy_index_masks import copy_index_masks
 from evt.graph.eliminate_common_subexpressions import eliminate_common_subexpressions
@@ -78,6 +79,7 @@ DYNAMO_PASSES: list[tuple[str, Callable[[GraphModule], object]]] = [
 GRAPH_PASSES: list[tuple[str, Pass]] = [
     ("annotate_sides", annotate_sides),
     ("fold_scalar_tensors", fold_scalar_tensors),
+    ("constant_indices_as_slices", constant_indices_as_slices),
     ("fold_whole_slices", fold_whole_slices),
     ("sizes_from_inputs", sizes_from_inputs),
     ("eliminate_noop_clones", eliminate_noop_clones),

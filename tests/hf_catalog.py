@@ -168,6 +168,16 @@ def _bloom(s: Sizes):
                        hidden_dropout=0.0, attention_dropout=0.0)  # fmt: skip
 
 
+def _falcon(s: Sizes):
+    """Falcon: multi-query attention (one key and value head, taken from the fused QKV projection
+    by list indices, `[..., [-2], :]`), attention and MLP in parallel off one LayerNorm."""
+    from transformers import FalconConfig
+
+    return FalconConfig(vocab_size=s.vocab, hidden_size=s.dim, num_hidden_layers=2,
+                        num_attention_heads=s.heads, hidden_dropout=0.0,
+                        attention_dropout=0.0)  # fmt: skip
+
+
 def _swin(s: Sizes):
     """Swin: windowed attention with a relative position bias, patch merging."""
     from transformers import SwinConfig
@@ -206,6 +216,7 @@ CASES: dict[str, Case] = {
     "bloom": Case(_bloom, "BloomForCausalLM"),
     "deberta_v2": Case(_bert("DebertaV2Config"), "DebertaV2ForMaskedLM"),  # disentangled attention
     "swin": Case(_swin, "SwinForImageClassification", "image"),
+    "falcon": Case(_falcon, "FalconForCausalLM"),
 }
 
 

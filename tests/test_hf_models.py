@@ -33,10 +33,11 @@ def test_model_trains_like_eager(name):
     assert max(errs.values()) < 1e-4, errs
 
 
-@pytest.mark.parametrize("name", ["llama", "bert"])
+@pytest.mark.parametrize("name", ["llama", "bert", "falcon"])
 def test_model_trains_like_eager_through_inductor(name):
     """The rest of the graph compiled by Inductor (evt's default route), regions on the reference
-    path."""
+    path. Falcon's attention gradients through torch.compile alone are off by 3e-2 on the CPU
+    (Inductor's constant folding of its list indices; `constant_indices_as_slices`)."""
     case = CASES[name]
     torch.manual_seed(0)
     model = case.build(CPU).train()

@@ -21,7 +21,7 @@ is not the slice's are left alone.
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx import Graph, Node
 
 from evt.graph.fake import make_node
@@ -69,7 +69,9 @@ def _constant(module, index) -> int | None:
         tensor = getattr(module, index.target)
     except AttributeError:
         return None
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype not in (torch.int64, torch.int32):
+    if not isinstance(tensor, torch.Tensor) or isinstance(tensor, FakeTensor):  # no value to read
+        return None
+    if tensor.dtype not in (torch.int64, torch.int32):
         return None
     if tensor.ndim != 1 or tensor.numel() != 1 or tensor.is_meta:
         return None
@@ -84,6 +86,8 @@ def _rewrite(graph: Graph, node: Node, d: int, p: int) -> None:
             new = make_node(graph, aten.slice.Tensor, (x, d, p, p + 1), {}, like=node)
         else:
             values, accumulate = node.args[2], node.args[3] if len(node.args) > 3 else False
+            if not isinstance(values, Node) or not isinstance(values.meta.get("val"), torch.Tensor):
+                return
             part = make_node(graph, aten.slice.Tensor, (x, d, p, p + 1), {}, like=node)
             if not same_shape(values.meta["val"].shape, part.meta["val"].shape):
                 graph.erase_node(part)

@@ -88,14 +88,13 @@ def _rewrite(graph: Graph, node: Node, d: int, p: int) -> None:
             values, accumulate = node.args[2], node.args[3] if len(node.args) > 3 else False
             if not isinstance(values, Node) or not isinstance(values.meta.get("val"), torch.Tensor):
                 return
-            part = make_node(graph, aten.slice.Tensor, (x, d, p, p + 1), {}, like=node)
-            if not same_shape(values.meta["val"].shape, part.meta["val"].shape):
-                graph.erase_node(part)
+            position = list(x.meta["val"].shape)
+            position[d] = 1  # the slice's shape
+            if not same_shape(values.meta["val"].shape, position):
                 return
             if accumulate:
+                part = make_node(graph, aten.slice.Tensor, (x, d, p, p + 1), {}, like=node)
                 values = make_node(graph, aten.add.Tensor, (part, values), {}, like=node)
-            else:
-                graph.erase_node(part)
             new = make_node(graph, aten.slice_scatter.default, (x, values, d, p, p + 1), {}, like=node)
     node.replace_all_uses_with(new)
     graph.erase_node(node)

@@ -133,7 +133,7 @@ def _compile_into(job: Job, tmp: Path) -> None:
         str(tmp), str(cache.failed_dir(job.key))
     )
     (tmp / cache.LOG).write_text(log)
-    _took[job.key] = time.monotonic() - start
+    _took[job.key] = times.ended - start
     if proc.returncode != 0 or not so.is_file():
         raise CompileError(_failure(job, f"nvcc exited with {proc.returncode}", log))
     if "C7510" in log:

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:-5.24.0}
-models="gpt2 bert llama qwen3 gemma mixtral t5 vit gemma2 bloom deberta_v2 swin auto"
+models="gpt2 bert llama qwen3 gemma mixtral t5 vit gemma2 bloom deberta_v2 swin falcon auto"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 platform=(--python-version 3.12 --only-binary=:all: --platform manylinux_2_28_x86_64

@@ -31,9 +31,10 @@ BF16 = torch.bfloat16
 # the decoders that differ in what evt fuses (LLaMA's, Qwen3's norms on q and k, Gemma's tanh
 # GELU gate, Mixtral's experts, each token routed to all of them: `hf_catalog`'s comment), GPT-2,
 # BERT, T5 (relative position bias, ReLU), ViT, Gemma 2 (tanh soft-capped scores and logits),
-# BLOOM (ALiBi), DeBERTa-v2 (disentangled attention) and Swin (windowed attention)
+# BLOOM (ALiBi), DeBERTa-v2 (disentangled attention), Swin (windowed attention) and Falcon
+# (multi-query heads taken by constant list indices: `constant_indices_as_slices`)
 NAMES = ["gpt2", "bert", "llama", "qwen3", "gemma", "mixtral_dense", "t5", "vit", "gemma2", "bloom",
-         "deberta_v2", "swin"]  # fmt: skip
+         "deberta_v2", "swin", "falcon"]  # fmt: skip
 
 
 def make(name: str, device: str, dtype=BF16):

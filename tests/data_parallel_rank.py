@@ -1,0 +1,175 @@
+"""One rank of data-parallel training through evt, started by `torch.distributed.run`:
+
+    python -m torch.distributed.run --nproc-per-node 2 tests/data_parallel_rank.py \\
+        --wrap ddp --device cuda --out DIR
+
+`tests/test_data_parallel.py` runs it on the CPU (gloo: the regions run their reference path),
+`tests/test_gpu_data_parallel.py` on one GPU a rank (NCCL: real kernels, bf16).
+
+Every rank builds the same two pre-norm MLP blocks (`Blocks`) and the same global batch, keeps its
+shard of the batch, and trains the blocks wrapped in DistributedDataParallel (compiled whole;
+`--bucket-mb` small enough splits the graph at DDP's buckets in Dynamo's DDPOptimizer) or in FSDP2
+(`fully_shard` on each block and the root, each block compiled), through evt, for `--steps` SGD
+steps. Each step's gradients (FSDP2's gathered whole) are compared with what data parallelism
+computes: the float32 eager gradients of the whole global batch's mean loss, on one device; and
+so are bf16 eager's, the scale of the error the dtype alone makes. After the last step the
+parameters are compared with float32 eager's trained the same way.
+
+Each rank writes DIR/rank<R>.json: per step the loss and each gradient's relative error (evt's and
+bf16 eager's), the parameters' errors at the end, the regions' runs (kernel launches on CUDA,
+reference-path runs on the CPU), the regions that fell back and why, and the kernels this process
+compiled (cache key -> compiler runs: ranks that share a cache compile each kernel once between
+them, `evt.runtime.cache.get_or_build`'s lock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import evt  # noqa: E402, F401  (the backend by name)
+from evt.runtime import build, dispatch, reference  # noqa: E402
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.ln, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
+
+
+def blocks(d: int, h: int) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(Block(d, h), Block(d, h))
+
+
+def loss_of(out: torch.Tensor) -> torch.Tensor:
+    return out.float().pow(2).mean()
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.double(), want.double()
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
+
+
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """A gradient or parameter as one plain tensor (FSDP2's DTensors gathered: a collective)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def wrap(model: nn.Module, how: str, device: torch.device, bucket_mb: float | None):
+    """The model as the rank trains it, and the callable a step calls."""
+    if how == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device.type == "cuda" else None
+        kwargs = {"bucket_cap_mb": bucket_mb} if bucket_mb else {}
+        return torch.compile(DistributedDataParallel(model, device_ids=ids, **kwargs), backend="evt")
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model:
+        fully_shard(block)
+    fully_shard(model)
+    for block in model:
+        block.compile(backend="evt")
+    return model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--wrap", choices=["ddp", "fsdp2"], required=True)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=256, help="rows of each rank's shard")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=0.5)
+    ap.add_argument("--bucket-mb", type=float, default=None)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+        dtype = torch.bfloat16
+    else:
+        device, dtype = torch.device("cpu"), torch.float32
+        dist.init_process_group("gloo")
+
+    runs: collections.Counter = collections.Counter()  # region -> reference-path runs
+
+    def counted(spec, tensors, original=reference.run):
+        runs[spec.name] += 1
+        return original(spec, tensors)
+
+    reference.run = counted
+    dispatch.reset()
+
+    model = blocks(args.dim, args.hidden).to(device, dtype)
+    ref32 = copy.deepcopy(model).float()
+    ref16 = copy.deepcopy(model)
+    trained = wrap(model, args.wrap, device, args.bucket_mb)
+    torch.manual_seed(1)
+    batch = torch.randn(world * args.tokens, args.dim, device=device)
+    shard = batch[rank * args.tokens:(rank + 1) * args.tokens].to(dtype)
+
+    def sgd(params) -> None:
+        with torch.no_grad():
+            for p in params:
+                p -= args.lr * p.grad
+                p.grad = None
+
+    steps = []
+    for _ in range(args.steps):
+        loss = loss_of(trained(shard))
+        loss.backward()
+        got = {n: whole(p.grad) for n, p in model.named_parameters()}
+        loss_of(ref32(batch)).backward()
+        loss_of(ref16(batch.to(dtype))).backward()
+        want = {n: p.grad for n, p in ref32.named_parameters()}
+        eager = {n: p.grad for n, p in ref16.named_parameters()}
+        steps.append({
+            "loss": loss.item(),
+            "grad_err": {n: rel_err(got[n], want[n]) for n in want},
+            "eager_grad_err": {n: rel_err(eager[n], want[n]) for n in want},
+            "finite": all(bool(torch.isfinite(g).all()) for g in got.values()),
+        })  # fmt: skip
+        for m in (model, ref32, ref16):
+            sgd(list(m.parameters()))
+    params = {n: whole(p.detach()) for n, p in model.named_parameters()}
+    ref_params = dict(ref32.named_parameters())
+    eager_params = dict(ref16.named_parameters())
+    record = {
+        "rank": rank, "world": world, "wrap": args.wrap, "device": str(device),
+        "steps": steps,
+        "param_err": {n: rel_err(params[n], ref_params[n].detach()) for n in ref_params},
+        "eager_param_err": {n: rel_err(eager_params[n].detach(), ref_params[n].detach())
+                            for n in ref_params},
+        "launches": dict(dispatch.launches()),
+        "reference_runs": dict(runs),
+        "fallbacks": dict(dispatch.FALLBACKS),
+        "compiled": {k: v for k, v in build.BUILDS.items()},
+    }  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"rank{rank}.json").write_text(json.dumps(record, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

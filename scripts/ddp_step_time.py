@@ -20,6 +20,7 @@ faster, and with `--json` writes every round.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -34,10 +35,28 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evt.bench import in_turn  # noqa: E402
-from scripts.hf_step_time import step_fn  # noqa: E402
 from tests.hf_catalog import CASES, Sizes  # noqa: E402
 
 BASELINES = ("evt", "compile", "eager")
+
+
+def step_fn(model, fn, inputs, backward_with=None):
+    """One training step as a call of no arguments (fresh gradients, as `hf_step_time`'s);
+    `backward_with`: the backward runs under compiled autograd with this compiler (what
+    `optimize_ddp="python_reducer"` needs)."""
+    params = list(model.parameters())
+
+    def call():
+        for p in params:
+            p.grad = None
+        loss = fn(*inputs)
+        context = (torch._dynamo.compiled_autograd._enable(backward_with) if backward_with
+                   else contextlib.nullcontext())  # fmt: skip
+        with context:
+            loss.backward()
+        return loss
+
+    return call
 
 
 def sync(device: torch.device) -> None:
@@ -74,6 +93,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=in_turn.ROUNDS)
     ap.add_argument("--steps", type=int, default=10, help="steps a round and baseline")
     ap.add_argument("--bucket-mb", type=float, default=None, help="DDP's bucket_cap_mb")
+    ap.add_argument("--optimize-ddp", default="ddp_optimizer",
+                    choices=["ddp_optimizer", "no_optimization", "python_reducer"],
+                    help="torch._dynamo.config.optimize_ddp for both compiles: python_reducer "
+                         "compiles each backward under compiled autograd with the same backend")  # fmt: skip
     ap.add_argument("--json", type=Path)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: a smoke test on gloo (evt's regions on their reference path)")
@@ -90,6 +113,7 @@ def main() -> None:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     world = dist.get_world_size()
+    torch._dynamo.config.optimize_ddp = args.optimize_ddp
     sizes = Sizes(dim=args.dim, heads=args.heads, vocab=args.vocab, batch=args.batch, seq=args.seq)
     buckets = {"bucket_cap_mb": args.bucket_mb} if args.bucket_mb else {}
     records = {}
@@ -106,9 +130,10 @@ def main() -> None:
         for b in BASELINES:
             ids = [local] if device.type == "cuda" else None
             twin = DistributedDataParallel(copy.deepcopy(model), device_ids=ids, **buckets)
-            fn = twin if b == "eager" else torch.compile(
-                twin, backend="evt" if b == "evt" else "inductor")  # fmt: skip
-            call = step_fn(twin, fn, inputs)
+            backend = "evt" if b == "evt" else "inductor"
+            fn = twin if b == "eager" else torch.compile(twin, backend=backend)
+            reducer = args.optimize_ddp == "python_reducer" and b != "eager"
+            call = step_fn(twin, fn, inputs, torch.compile(backend=backend) if reducer else None)
             t = time.perf_counter()
             loss = call()
             sync(device)
@@ -119,22 +144,29 @@ def main() -> None:
             for _ in range(3):
                 call()
             calls[b] = call
+        from evt.runtime import dispatch
+
+        before = dispatch.launches()
+        calls["evt"]()
+        per_step = sum((dispatch.launches() - before).values())  # evt's kernel launches a step
         rounds: dict[str, list[float]] = {b: [] for b in BASELINES}
         for _ in range(args.rounds):
             for b, call in calls.items():
                 rounds[b].append(timed_ms(call, args.steps, device))
         records[name] = {"rounds_ms": rounds, "cold_s": cold_s, "world": world,
+                         "evt_launches_a_step": per_step,
                          "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}  # fmt: skip
         if rank == 0:
             med = {b: statistics.median(v) for b, v in rounds.items()}
             won = sum(e < c for e, c in zip(rounds["evt"], rounds["compile"], strict=True))
             print(f"\n== {name} on {world} ranks ({device.type}), DDP (dim {args.dim}, {args.heads} heads, "
-                  f"{args.batch} x {args.seq} tokens a rank, vocab {args.vocab}; first step "
+                  f"{args.optimize_ddp}; {args.batch} x {args.seq} tokens a rank, vocab {args.vocab}; first step "
                   + ", ".join(f"{b} {s:.1f} s" for b, s in cold_s.items()) + ")")  # fmt: skip
             print("  ms per step, median [min .. max]: " + "  ".join(
                 f"{b} {med[b]:.3f} [{min(v):.3f} .. {max(v):.3f}]" for b, v in rounds.items()))
             print(f"  evt / compile {med['evt'] / med['compile']:.3f} (evt faster in {won} of "
-                  f"{args.rounds} rounds), evt / eager {med['evt'] / med['eager']:.3f}")
+                  f"{args.rounds} rounds), evt / eager {med['evt'] / med['eager']:.3f}; evt "
+                  f"launched {per_step} fused kernels a step on rank 0")  # fmt: skip
     if rank == 0 and args.json:
         args.json.write_text(json.dumps(records, indent=1))
     dist.barrier()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import copy
 import json
 import os
@@ -88,6 +89,14 @@ def wrap(model: nn.Module, how: str, device: torch.device, bucket_mb: float | No
     return model
 
 
+def backward_compiled(on: bool):
+    """Compiled autograd through evt around a backward (what `optimize_ddp="python_reducer"`
+    needs), or nothing."""
+    if not on:
+        return contextlib.nullcontext()
+    return torch._dynamo.compiled_autograd._enable(torch.compile(backend="evt"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--wrap", choices=["ddp", "fsdp2"], required=True)
@@ -98,10 +107,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--bucket-mb", type=float, default=None)
+    ap.add_argument("--optimize-ddp", default="ddp_optimizer",
+                    choices=["ddp_optimizer", "no_optimization", "python_reducer"],
+                    help="torch._dynamo.config.optimize_ddp: the default splits the graph at "
+                         "DDP's buckets; python_reducer traces the backward's all-reduces under "
+                         "compiled autograd (compiled by evt too) in one graph")  # fmt: skip
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch._dynamo.config.optimize_ddp = args.optimize_ddp
     if args.device == "cuda":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
@@ -137,7 +152,8 @@ def main() -> None:
     steps = []
     for _ in range(args.steps):
         loss = loss_of(trained(shard))
-        loss.backward()
+        with backward_compiled(args.optimize_ddp == "python_reducer"):
+            loss.backward()
         got = {n: whole(p.grad) for n, p in model.named_parameters()}
         loss_of(ref32(batch)).backward()
         loss_of(ref16(batch.to(dtype))).backward()

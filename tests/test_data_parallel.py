@@ -1,9 +1,12 @@
 """Data-parallel training through evt on two ranks (`tests/data_parallel_rank.py` under
 `torch.distributed.run`), on the CPU with gloo: the regions run their reference path, and the
 gradients are all-reduced (DDP) or reduce-scattered (FSDP2) between two processes for real.
-DDP compiled whole, as one graph and split at its buckets by Dynamo's DDPOptimizer (each bucket's
-graph compiled apart: the regions inside one), and FSDP2 with each block compiled: every step's
-gradients and the trained parameters match float32 eager on the whole global batch.
+DDP compiled whole, as one graph, split at its buckets by Dynamo's DDPOptimizer (each bucket's
+graph compiled apart: only the regions inside one; here every Linear is a bucket of its own, and
+no backward region is left) and with `optimize_ddp="python_reducer"` (one graph, its backward
+under compiled autograd, all-reduces and all, through evt too), and FSDP2 with each block
+compiled: every step's gradients and the trained parameters match float32 eager on the whole
+global batch.
 `tests/test_gpu_data_parallel.py` runs the same on two GPUs with real kernels."""
 
 from __future__ import annotations
@@ -47,19 +50,24 @@ def compiled_once(records: list[dict]) -> dict[str, int]:
     return {k: n for k, n in total.items() if n > 1}
 
 
+# every Linear's 1 MB of parameters a bucket of its own
+BUCKETED = ("--dim", "256", "--hidden", "1024", "--bucket-mb", "1")
+
+
 @pytest.mark.parametrize(("wrap", "args"), [
     ("ddp", ()),  # one bucket: one graph
-    ("ddp", ("--dim", "256", "--hidden", "1024", "--bucket-mb", "1")),  # a graph per bucket
+    ("ddp", BUCKETED),  # a graph per bucket
+    ("ddp", (*BUCKETED, "--optimize-ddp", "python_reducer")),
     ("fsdp2", ()),
-], ids=["ddp", "ddp_buckets", "fsdp2"])  # fmt: skip
+], ids=["ddp", "ddp_buckets", "ddp_python_reducer", "fsdp2"])  # fmt: skip
 def test_two_ranks_train_like_eager(tmp_path, wrap, args):
     records = run_ranks(tmp_path, "--wrap", wrap, *args, env={"EVT_CACHE_DIR": str(tmp_path / "cache")})
     for r in records:
         assert r["world"] == 2 and r["fallbacks"] == {}, r
         runs = r["reference_runs"]
         assert any(n.startswith("evt_f") for n in runs), runs
-        if args == ():  # one graph a rank: the backward's regions too (a bucket's graph may hold none)
-            assert any(n.startswith("evt_b") for n in runs), runs
+        # one graph a rank: the backward's regions too (a bucket's graph holds none here)
+        assert any(n.startswith("evt_b") for n in runs) == (args != BUCKETED), runs
         assert all(s["finite"] for s in r["steps"])
         assert worst(r, "grad_err") < 1e-5, r["steps"]
         assert max(r["param_err"].values()) < 1e-5, r["param_err"]

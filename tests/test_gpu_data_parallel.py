@@ -1,9 +1,11 @@
 """evt on more than one GPU (SM90, bf16, real kernels; skipped below two GPUs).
 
 - Data parallelism on two GPUs, one process each, NCCL (`tests/data_parallel_rank.py` under
-  `torch.distributed.run`): DDP compiled whole, as one graph (100 MB buckets) and at its default
-  25 MB buckets (Dynamo's DDPOptimizer splits the graph there), and FSDP2 with each block
-  compiled. Each step's gradients and the trained parameters are within what bf16 eager is off
+  `torch.distributed.run`): DDP compiled whole, at its default buckets (Dynamo's DDPOptimizer
+  splits the graph at them: at the first 1 MB too, so always here), as one graph
+  (`optimize_ddp="no_optimization"`: all-reduces after the backward) and with
+  `optimize_ddp="python_reducer"` (one graph, the backward and its all-reduces under compiled
+  autograd, through evt), and FSDP2 with each block compiled. Each step's gradients and the trained parameters are within what bf16 eager is off
   by from float32 eager on the whole global batch (per tensor: at most 2x that, or 2e-2); the
   regions launch kernels on both ranks and none falls back. The ranks share one kernel cache and
   build their kernels at the same time: each kernel is compiled once between them.
@@ -43,10 +45,11 @@ def within_bf16(got: dict[str, float], eager: dict[str, float]) -> dict[str, tup
 
 
 @pytest.mark.parametrize(("wrap", "args"), [
-    ("ddp", ("--bucket-mb", "100")),
     ("ddp", ()),
+    ("ddp", ("--optimize-ddp", "no_optimization")),
+    ("ddp", ("--optimize-ddp", "python_reducer")),
     ("fsdp2", ()),
-], ids=["ddp_one_graph", "ddp_buckets", "fsdp2"])  # fmt: skip
+], ids=["ddp_buckets", "ddp_one_graph", "ddp_python_reducer", "fsdp2"])  # fmt: skip
 def test_two_gpus_train_like_eager(tmp_path, wrap, args):
     records = run_ranks(tmp_path, "--wrap", wrap, *SIZES, *args, env=NCCL_ENV)
     assert sorted(r["device"] for r in records) == ["cuda:0", "cuda:1"]
@@ -54,7 +57,7 @@ def test_two_gpus_train_like_eager(tmp_path, wrap, args):
         print(f"rank {r['rank']}: launches {r['launches']}, compiled {len(r['compiled'])}")
         assert r["fallbacks"] == {} and r["reference_runs"] == {}, r
         assert any(n.startswith("evt_f") for n in r["launches"]), r["launches"]
-        assert any(n.startswith("evt_b") for n in r["launches"]) or "--bucket-mb" not in args
+        assert any(n.startswith("evt_b") for n in r["launches"]), r["launches"]
         for i, step in enumerate(r["steps"]):
             assert step["finite"], i
             assert within_bf16(step["grad_err"], step["eager_grad_err"]) == {}, (i, step)

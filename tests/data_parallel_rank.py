@@ -71,19 +71,22 @@ def whole(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def wrap(model: nn.Module, how: str, device: torch.device, bucket_mb: float | None):
-    """The model as the rank trains it, and the callable a step calls."""
+def wrap(model: nn.Module, how: str, device: torch.device, bucket_mb: float | None,
+         mixed: bool = False):  # fmt: skip
+    """The callable a step calls: the model wrapped as the rank trains it (`mixed`: FSDP2 casts
+    the parameters to bf16 for the compute and reduces the gradients in float32)."""
     if how == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
         kwargs = {"bucket_cap_mb": bucket_mb} if bucket_mb else {}
         return torch.compile(DistributedDataParallel(model, device_ids=ids, **kwargs), backend="evt")
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else MixedPrecisionPolicy()
     for block in model:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     for block in model:
         block.compile(backend="evt")
     return model
@@ -112,6 +115,9 @@ def main() -> None:
                     help="torch._dynamo.config.optimize_ddp: the default splits the graph at "
                          "DDP's buckets; python_reducer traces the backward's all-reduces under "
                          "compiled autograd (compiled by evt too) in one graph")  # fmt: skip
+    ap.add_argument("--mixed", action="store_true",
+                    help="float32 parameters, bf16 compute: DDP's forward under autocast, FSDP2 "
+                         "with a MixedPrecisionPolicy (bf16 parameters, float32 reductions)")  # fmt: skip
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -121,10 +127,14 @@ def main() -> None:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
-        dtype = torch.bfloat16
     else:
-        device, dtype = torch.device("cpu"), torch.float32
+        device = torch.device("cpu")
         dist.init_process_group("gloo")
+    # the parameters' dtype: bf16 on GPUs, float32 on the CPU and for mixed precision
+    dtype = torch.bfloat16 if device.type == "cuda" and not args.mixed else torch.float32
+
+    def precision():  # DDP's mixed precision, and eager's to compare with (FSDP2 casts itself)
+        return torch.autocast(device.type, torch.bfloat16) if args.mixed else contextlib.nullcontext()
 
     runs: collections.Counter = collections.Counter()  # region -> reference-path runs
 
@@ -137,8 +147,8 @@ def main() -> None:
 
     model = blocks(args.dim, args.hidden).to(device, dtype)
     ref32 = copy.deepcopy(model).float()
-    ref16 = copy.deepcopy(model)
-    trained = wrap(model, args.wrap, device, args.bucket_mb)
+    ref16 = copy.deepcopy(model)  # eager in the same precision: the error the dtype alone makes
+    trained = wrap(model, args.wrap, device, args.bucket_mb, args.mixed)
     torch.manual_seed(1)
     batch = torch.randn(world * args.tokens, args.dim, device=device)
     shard = batch[rank * args.tokens:(rank + 1) * args.tokens].to(dtype)
@@ -151,12 +161,14 @@ def main() -> None:
 
     steps = []
     for _ in range(args.steps):
-        loss = loss_of(trained(shard))
+        with precision() if args.wrap == "ddp" else contextlib.nullcontext():
+            loss = loss_of(trained(shard))
         with backward_compiled(args.optimize_ddp == "python_reducer"):
             loss.backward()
         got = {n: whole(p.grad) for n, p in model.named_parameters()}
         loss_of(ref32(batch)).backward()
-        loss_of(ref16(batch.to(dtype))).backward()
+        with precision():
+            loss_of(ref16(batch.to(dtype))).backward()
         want = {n: p.grad for n, p in ref32.named_parameters()}
         eager = {n: p.grad for n, p in ref16.named_parameters()}
         steps.append({
@@ -171,7 +183,7 @@ def main() -> None:
     ref_params = dict(ref32.named_parameters())
     eager_params = dict(ref16.named_parameters())
     record = {
-        "rank": rank, "world": world, "wrap": args.wrap, "device": str(device),
+        "rank": rank, "world": world, "wrap": args.wrap, "device": str(device), "mixed": args.mixed,
         "steps": steps,
         "param_err": {n: rel_err(params[n], ref_params[n].detach()) for n in ref_params},
         "eager_param_err": {n: rel_err(eager_params[n].detach(), ref_params[n].detach())

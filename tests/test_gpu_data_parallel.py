@@ -5,8 +5,11 @@
   splits the graph at them: at the first 1 MB too, so always here), as one graph
   (`optimize_ddp="no_optimization"`: all-reduces after the backward) and with
   `optimize_ddp="python_reducer"` (one graph, the backward and its all-reduces under compiled
-  autograd, through evt), and FSDP2 with each block compiled. Each step's gradients and the trained parameters are within what bf16 eager is off
-  by from float32 eager on the whole global batch (per tensor: at most 2x that, or 2e-2); the
+  autograd, through evt), and FSDP2 with each block compiled; with bf16 parameters, and with
+  float32 ones in mixed precision (DDP's forward under bf16 autocast, FSDP2 with a bf16
+  MixedPrecisionPolicy). Each step's gradients and the trained parameters are within what eager
+  in the same precision is off by from float32 eager on the whole global batch (per tensor: at
+  most 2x that, or 2e-2); the
   regions launch kernels on both ranks and none falls back. The ranks share one kernel cache and
   build their kernels at the same time: each kernel is compiled once between them.
 - A model on the second GPU of one process whose current device stays the first (no
@@ -23,7 +26,7 @@ import torch
 from evt.runtime import dispatch, fast
 from tests.data_parallel_rank import blocks, loss_of
 from tests.graphs import rel_err
-from tests.test_data_parallel import compiled_once, run_ranks
+from tests.test_data_parallel import compiled_once, run_ranks, within_bf16
 from tests.test_gpu_mlp import fresh_dispatch  # noqa: F401  (autouse: env and dispatch reset per test)
 
 pytestmark = [
@@ -39,17 +42,15 @@ SIZES = ("--device", "cuda", "--dim", "1024", "--hidden", "4096", "--tokens", "2
          "--steps", "3", "--lr", "0.05")  # fmt: skip
 
 
-def within_bf16(got: dict[str, float], eager: dict[str, float]) -> dict[str, tuple[float, float]]:
-    """The tensors whose error is over max(2e-2, 2x bf16 eager's): name -> (evt's, eager's)."""
-    return {n: (e, eager[n]) for n, e in got.items() if not e < max(2e-2, 2 * eager[n])}
-
-
 @pytest.mark.parametrize(("wrap", "args"), [
     ("ddp", ()),
     ("ddp", ("--optimize-ddp", "no_optimization")),
     ("ddp", ("--optimize-ddp", "python_reducer")),
     ("fsdp2", ()),
-], ids=["ddp_buckets", "ddp_one_graph", "ddp_python_reducer", "fsdp2"])  # fmt: skip
+    ("ddp", ("--mixed",)),
+    ("fsdp2", ("--mixed",)),
+], ids=["ddp_buckets", "ddp_one_graph", "ddp_python_reducer", "fsdp2", "ddp_mixed",
+        "fsdp2_mixed"])  # fmt: skip
 def test_two_gpus_train_like_eager(tmp_path, wrap, args):
     records = run_ranks(tmp_path, "--wrap", wrap, *SIZES, *args, env=NCCL_ENV)
     assert sorted(r["device"] for r in records) == ["cuda:0", "cuda:1"]

@@ -1,4 +1,4 @@
-"""One rank of data-parallel training through evt, started by `torch.distributed.run`:
+"""One rank of data- or tensor-parallel training through evt, started by `torch.distributed.run`:
 
     python -m torch.distributed.run --nproc-per-node 2 tests/data_parallel_rank.py \\
         --wrap ddp --device cuda --out DIR
@@ -6,20 +6,22 @@
 `tests/test_data_parallel.py` runs it on the CPU (gloo: the regions run their reference path),
 `tests/test_gpu_data_parallel.py` on one GPU a rank (NCCL: real kernels, bf16).
 
-Every rank builds the same two pre-norm MLP blocks (`Blocks`) and the same global batch, keeps its
-shard of the batch, and trains the blocks wrapped in DistributedDataParallel (compiled whole;
-`--bucket-mb` small enough splits the graph at DDP's buckets in Dynamo's DDPOptimizer) or in FSDP2
-(`fully_shard` on each block and the root, each block compiled), through evt, for `--steps` SGD
-steps. Each step's gradients (FSDP2's gathered whole) are compared with what data parallelism
-computes: the float32 eager gradients of the whole global batch's mean loss, on one device; and
-so are bf16 eager's, the scale of the error the dtype alone makes. After the last step the
+Every rank builds the same two pre-norm MLP blocks (`blocks`) and the same global batch. Under
+data parallelism it keeps its shard of the batch and trains the blocks wrapped in
+DistributedDataParallel (compiled whole; Dynamo's DDPOptimizer splits the graph at DDP's buckets
+unless `--optimize-ddp` says otherwise) or in FSDP2 (`fully_shard` on each block and the root,
+each block compiled); under tensor parallelism (`--wrap tp`) it trains its share of each block's
+Linears on the whole batch. All through evt, for `--steps` SGD steps, in bf16 on GPUs (float32
+parameters with `--mixed`). Each step's gradients (DTensors gathered whole) are compared with the
+float32 eager gradients of the whole global batch's mean loss, on one device, and so are those
+of eager in the rank's precision: the error the dtype alone makes. After the last step the
 parameters are compared with float32 eager's trained the same way.
 
 Each rank writes DIR/rank<R>.json: per step the loss and each gradient's relative error (evt's and
-bf16 eager's), the parameters' errors at the end, the regions' runs (kernel launches on CUDA,
-reference-path runs on the CPU), the regions that fell back and why, and the kernels this process
-compiled (cache key -> compiler runs: ranks that share a cache compile each kernel once between
-them, `evt.runtime.cache.get_or_build`'s lock).
+eager's in the same precision), the parameters' errors at the end, the regions' runs (kernel
+launches on CUDA, reference-path runs on the CPU), the regions that fell back and why, and the
+kernels this process compiled (cache key -> compiler runs: ranks that share a cache compile each
+kernel once between them, `evt.runtime.cache.get_or_build`'s lock).
 """
 
 from __future__ import annotations
@@ -73,14 +75,24 @@ def whole(t: torch.Tensor) -> torch.Tensor:
 
 def wrap(model: nn.Module, how: str, device: torch.device, bucket_mb: float | None,
          mixed: bool = False):  # fmt: skip
-    """The callable a step calls: the model wrapped as the rank trains it (`mixed`: FSDP2 casts
-    the parameters to bf16 for the compute and reduces the gradients in float32)."""
+    """The callable a step calls: the model wrapped (DDP, FSDP2) or parallelized (TP) as the rank
+    trains it (`mixed`: FSDP2 casts the parameters to bf16 for the compute and reduces the
+    gradients in float32)."""
     if how == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
         kwargs = {"bucket_cap_mb": bucket_mb} if bucket_mb else {}
         return torch.compile(DistributedDataParallel(model, device_ids=ids, **kwargs), backend="evt")
+    if how == "tp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import parallel
+
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        for block in model:  # fc1's columns and fc2's rows split: fc2's partial sums all-reduced
+            plan = {"fc1": parallel.ColwiseParallel(), "fc2": parallel.RowwiseParallel()}
+            parallel.parallelize_module(block, mesh, plan)
+        return torch.compile(model, backend="evt")
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else MixedPrecisionPolicy()
@@ -102,7 +114,9 @@ def backward_compiled(on: bool):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--wrap", choices=["ddp", "fsdp2"], required=True)
+    ap.add_argument("--wrap", choices=["ddp", "fsdp2", "tp"], required=True,
+                    help="tp: tensor parallelism (each rank trains the whole batch on its share "
+                         "of each block's Linears)")  # fmt: skip
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=256)
@@ -116,8 +130,9 @@ def main() -> None:
                          "DDP's buckets; python_reducer traces the backward's all-reduces under "
                          "compiled autograd (compiled by evt too) in one graph")  # fmt: skip
     ap.add_argument("--mixed", action="store_true",
-                    help="float32 parameters, bf16 compute: DDP's forward under autocast, FSDP2 "
-                         "with a MixedPrecisionPolicy (bf16 parameters, float32 reductions)")  # fmt: skip
+                    help="float32 parameters, bf16 compute: DDP's and TP's forward under "
+                         "autocast, FSDP2 with a MixedPrecisionPolicy (bf16 parameters, float32 "
+                         "reductions)")  # fmt: skip
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -133,7 +148,7 @@ def main() -> None:
     # the parameters' dtype: bf16 on GPUs, float32 on the CPU and for mixed precision
     dtype = torch.bfloat16 if device.type == "cuda" and not args.mixed else torch.float32
 
-    def precision():  # DDP's mixed precision, and eager's to compare with (FSDP2 casts itself)
+    def precision():  # DDP's and TP's mixed precision, and eager's (FSDP2 casts by itself)
         return torch.autocast(device.type, torch.bfloat16) if args.mixed else contextlib.nullcontext()
 
     runs: collections.Counter = collections.Counter()  # region -> reference-path runs
@@ -151,7 +166,9 @@ def main() -> None:
     trained = wrap(model, args.wrap, device, args.bucket_mb, args.mixed)
     torch.manual_seed(1)
     batch = torch.randn(world * args.tokens, args.dim, device=device)
-    shard = batch[rank * args.tokens:(rank + 1) * args.tokens].to(dtype)
+    # data parallelism: each rank its shard of the global batch; tensor parallelism: all of it
+    mine = batch if args.wrap == "tp" else batch[rank * args.tokens:(rank + 1) * args.tokens]
+    shard = mine.to(dtype)
 
     def sgd(params) -> None:
         with torch.no_grad():
@@ -161,7 +178,7 @@ def main() -> None:
 
     steps = []
     for _ in range(args.steps):
-        with precision() if args.wrap == "ddp" else contextlib.nullcontext():
+        with precision() if args.wrap != "fsdp2" else contextlib.nullcontext():
             loss = loss_of(trained(shard))
         with backward_compiled(args.optimize_ddp == "python_reducer"):
             loss.backward()

@@ -8,7 +8,8 @@ under compiled autograd, all-reduces and all, through evt too), and FSDP2 with e
 compiled, and both in mixed precision (float32 parameters; DDP's forward under bf16 autocast,
 FSDP2 with a bf16 MixedPrecisionPolicy): every step's gradients and the trained parameters match
 float32 eager on the whole global batch (in mixed precision, within what eager in the same
-precision is off by).
+precision is off by). And tensor parallelism (each block's fc1 split by columns, fc2 by rows,
+its partial sums all-reduced before the residual add), each rank on the whole batch.
 `tests/test_gpu_data_parallel.py` runs the same on two GPUs with real kernels."""
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ BUCKETED = ("--dim", "256", "--hidden", "1024", "--bucket-mb", "1")
     ("fsdp2", ()),
     ("ddp", ("--mixed",)),
     ("fsdp2", ("--mixed",)),
-], ids=["ddp", "ddp_buckets", "ddp_python_reducer", "fsdp2", "ddp_mixed", "fsdp2_mixed"])  # fmt: skip
+    ("tp", ()),
+], ids=["ddp", "ddp_buckets", "ddp_python_reducer", "fsdp2", "ddp_mixed", "fsdp2_mixed",
+        "tp"])  # fmt: skip
 def test_two_ranks_train_like_eager(tmp_path, wrap, args):
     records = run_ranks(tmp_path, "--wrap", wrap, *args, env={"EVT_CACHE_DIR": str(tmp_path / "cache")})
     for r in records:
@@ -86,5 +89,7 @@ def test_two_ranks_train_like_eager(tmp_path, wrap, args):
         else:
             assert worst(r, "grad_err") < 1e-5, r["steps"]
             assert max(r["param_err"].values()) < 1e-5, r["param_err"]
-    # the two ranks' losses are their own shards'; their gradients are the global batch's
-    assert records[0]["steps"][0]["loss"] != records[1]["steps"][0]["loss"]
+    # data parallelism: the two ranks' losses are their own shards' (their gradients the global
+    # batch's); tensor parallelism: both ranks compute the whole batch's
+    losses = [r["steps"][0]["loss"] for r in records]
+    assert (losses[0] == losses[1]) == (wrap == "tp"), losses

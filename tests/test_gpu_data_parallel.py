@@ -7,7 +7,8 @@
   `optimize_ddp="python_reducer"` (one graph, the backward and its all-reduces under compiled
   autograd, through evt), and FSDP2 with each block compiled; with bf16 parameters, and with
   float32 ones in mixed precision (DDP's forward under bf16 autocast, FSDP2 with a bf16
-  MixedPrecisionPolicy). Each step's gradients and the trained parameters are within what eager
+  MixedPrecisionPolicy); and tensor parallelism (fc1 by columns, fc2 by rows, its partial sums
+  all-reduced before the residual add). Each step's gradients and the trained parameters are within what eager
   in the same precision is off by from float32 eager on the whole global batch (per tensor: at
   most 2x that, or 2e-2); the
   regions launch kernels on both ranks and none falls back. The ranks share one kernel cache and
@@ -49,8 +50,9 @@ SIZES = ("--device", "cuda", "--dim", "1024", "--hidden", "4096", "--tokens", "2
     ("fsdp2", ()),
     ("ddp", ("--mixed",)),
     ("fsdp2", ("--mixed",)),
+    ("tp", ()),
 ], ids=["ddp_buckets", "ddp_one_graph", "ddp_python_reducer", "fsdp2", "ddp_mixed",
-        "fsdp2_mixed"])  # fmt: skip
+        "fsdp2_mixed", "tp"])  # fmt: skip
 def test_two_gpus_train_like_eager(tmp_path, wrap, args):
     records = run_ranks(tmp_path, "--wrap", wrap, *SIZES, *args, env=NCCL_ENV)
     assert sorted(r["device"] for r in records) == ["cuda:0", "cuda:1"]

@@ -93,3 +93,23 @@ def test_two_ranks_train_like_eager(tmp_path, wrap, args):
     # batch's); tensor parallelism: both ranks compute the whole batch's
     losses = [r["steps"][0]["loss"] for r in records]
     assert (losses[0] == losses[1]) == (wrap == "tp"), losses
+
+
+def test_ddp_step_time_runs_on_two_cpu_ranks(tmp_path):
+    """`scripts/ddp_step_time.py` end to end on two gloo ranks (a tiny GPT-2): every baseline
+    timed each round, its first step checked against eager's loss."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "ddp.json"
+    script = Path(__file__).resolve().parent.parent / "scripts" / "ddp_step_time.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(script), "--device", "cpu", "--models", "gpt2", "--dim", "64", "--heads", "4",
+           "--vocab", "128", "--batch", "2", "--seq", "16", "--rounds", "2", "--steps", "1",
+           "--json", str(out)]  # fmt: skip
+    env = {**os.environ, "EVT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    record = json.loads(out.read_text())["gpt2"]
+    assert record["world"] == 2
+    assert {b: len(v) for b, v in record["rounds_ms"].items()} == {"evt": 2, "compile": 2, "eager": 2}
+    assert all(t > 0 for v in record["rounds_ms"].values() for t in v)
+    assert "evt / compile" in proc.stdout

@@ -20,7 +20,6 @@ faster, and with `--json` writes every round.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -35,28 +34,11 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evt.bench import in_turn  # noqa: E402
+from evt.runtime import dispatch  # noqa: E402
+from scripts.hf_step_time import step_fn  # noqa: E402
 from tests.hf_catalog import CASES, Sizes  # noqa: E402
 
 BASELINES = ("evt", "compile", "eager")
-
-
-def step_fn(model, fn, inputs, backward_with=None):
-    """One training step as a call of no arguments (fresh gradients, as `hf_step_time`'s);
-    `backward_with`: the backward runs under compiled autograd with this compiler (what
-    `optimize_ddp="python_reducer"` needs)."""
-    params = list(model.parameters())
-
-    def call():
-        for p in params:
-            p.grad = None
-        loss = fn(*inputs)
-        context = (torch._dynamo.compiled_autograd._enable(backward_with) if backward_with
-                   else contextlib.nullcontext())  # fmt: skip
-        with context:
-            loss.backward()
-        return loss
-
-    return call
 
 
 def sync(device: torch.device) -> None:
@@ -133,7 +115,7 @@ def main() -> None:
             backend = "evt" if b == "evt" else "inductor"
             fn = twin if b == "eager" else torch.compile(twin, backend=backend)
             reducer = args.optimize_ddp == "python_reducer" and b != "eager"
-            call = step_fn(twin, fn, inputs, torch.compile(backend=backend) if reducer else None)
+            call = step_fn(twin, fn, inputs, backward_with=torch.compile(backend=backend) if reducer else None)
             t = time.perf_counter()
             loss = call()
             sync(device)
@@ -144,8 +126,6 @@ def main() -> None:
             for _ in range(3):
                 call()
             calls[b] = call
-        from evt.runtime import dispatch
-
         before = dispatch.launches()
         calls["evt"]()
         per_step = sum((dispatch.launches() - before).values())  # evt's kernel launches a step

@@ -19,6 +19,7 @@ import copy
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -29,11 +30,13 @@ from evt.bench import in_turn, measure  # noqa: E402
 from tests.hf_catalog import CASES, Sizes  # noqa: E402
 
 
-def step_fn(model, fn, inputs, graphs_trees: bool = False):
+def step_fn(model, fn, inputs, graphs_trees: bool = False, backward_with=None):
     """One training step (forward, loss, backward into fresh gradients, as the bench's steps) as
     a call of no arguments: accumulating into the last step's gradients fails a CUDA graph's
     capture (AccumulateGrad on another stream than the one captured). `graphs_trees`: `fn` was
-    compiled with mode="reduce-overhead", each call begins a step of its CUDA graph trees."""
+    compiled with mode="reduce-overhead", each call begins a step of its CUDA graph trees.
+    `backward_with`: a compiler the backward runs under, in compiled autograd (what DDP's
+    `optimize_ddp="python_reducer"` needs, `ddp_step_time.py`)."""
     params = list(model.parameters())
 
     def call():
@@ -42,7 +45,9 @@ def step_fn(model, fn, inputs, graphs_trees: bool = False):
         for p in params:
             p.grad = None
         loss = fn(*inputs)
-        loss.backward()
+        compiled = backward_with is not None
+        with torch._dynamo.compiled_autograd._enable(backward_with) if compiled else nullcontext():
+            loss.backward()
         return loss
 
     return call

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import evt  # noqa: E402, F401  (the backend by name)
 from evt.runtime import build, dispatch, reference  # noqa: E402
+from tests.graphs import rel_err  # noqa: E402
 
 
 class Block(nn.Module):
@@ -61,11 +62,6 @@ def blocks(d: int, h: int) -> nn.Sequential:
 
 def loss_of(out: torch.Tensor) -> torch.Tensor:
     return out.float().pow(2).mean()
-
-
-def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    got, want = got.double(), want.double()
-    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
 
 
 def whole(t: torch.Tensor) -> torch.Tensor:
@@ -208,7 +204,7 @@ def main() -> None:
         "launches": dict(dispatch.launches()),
         "reference_runs": dict(runs),
         "fallbacks": dict(dispatch.FALLBACKS),
-        "compiled": {k: v for k, v in build.BUILDS.items()},
+        "compiled": dict(build.BUILDS),
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(record, indent=1))

@@ -21,22 +21,13 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from evt.testing.models import saving_gemms
-
-
-class Block(nn.Module):
-    def __init__(self, d: int, h: int):
-        super().__init__()
-        self.ln, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, h), nn.Linear(h, d)
-
-    def forward(self, x):
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
+from evt.testing.models import PreNormMLP, saving_gemms
 
 
 class Stack(nn.Module):
     def __init__(self, blocks: int, d: int, h: int, mode: str):
         super().__init__()
-        self.blocks, self.mode = nn.ModuleList(Block(d, h) for _ in range(blocks)), mode
+        self.blocks, self.mode = nn.ModuleList(PreNormMLP(d, h) for _ in range(blocks)), mode
 
     def forward(self, x):
         for b in self.blocks:

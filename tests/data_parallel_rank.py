@@ -43,21 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import evt  # noqa: E402, F401  (the backend by name)
 from evt.runtime import build, dispatch, reference  # noqa: E402
+from evt.testing.models import PreNormMLP  # noqa: E402
 from tests.graphs import rel_err  # noqa: E402
-
-
-class Block(nn.Module):
-    def __init__(self, d: int, h: int):
-        super().__init__()
-        self.ln, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, h), nn.Linear(h, d)
-
-    def forward(self, x):
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
 
 
 def blocks(d: int, h: int) -> nn.Sequential:
     torch.manual_seed(0)
-    return nn.Sequential(Block(d, h), Block(d, h))
+    return nn.Sequential(PreNormMLP(d, h), PreNormMLP(d, h))
 
 
 def loss_of(out: torch.Tensor) -> torch.Tensor:

@@ -19,22 +19,13 @@ from torch.utils.checkpoint import checkpoint
 
 import evt  # noqa: F401  (the backend by name)
 from evt.runtime import reference
-from evt.testing.models import saving_gemms
+from evt.testing.models import PreNormMLP, saving_gemms
 from tests.graphs import rel_err
-
-
-class Block(nn.Module):
-    def __init__(self, d: int = 64, h: int = 256):
-        super().__init__()
-        self.ln, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, h), nn.Linear(h, d)
-
-    def forward(self, x):
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
 
 
 def blocks() -> nn.Sequential:
     torch.manual_seed(0)
-    return nn.Sequential(Block(), Block())
+    return nn.Sequential(PreNormMLP(), PreNormMLP())
 
 
 @pytest.fixture

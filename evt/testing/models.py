@@ -58,6 +58,18 @@ def saving_gemms():
     return create_selective_checkpoint_contexts(save_gemms)
 
 
+class PreNormMLP(nn.Module):
+    """x + fc2(gelu(fc1(LayerNorm(x)))): the transformer's MLP block, the smallest model with
+    regions in both passes (the distributed and checkpointing tests, `checkpoint_step_time.py`)."""
+
+    def __init__(self, d: int = 64, h: int = 256):
+        super().__init__()
+        self.ln, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d: int):
         super().__init__()

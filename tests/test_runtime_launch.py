@@ -122,6 +122,26 @@ def test_a_launch_passes_its_problems_tile_order(kernel):
     assert record(kernel.library)[7] == 0
 
 
+def test_a_plan_is_per_device(kernel, monkeypatch):
+    """A launch plan is the current device's (its SM count sets the swizzle and the workspace,
+    which differ between GPUs of different sizes): the same problem on another device is planned
+    again, once per device."""
+    M, K, N = 64, 32, 48
+    asked = []
+
+    def per_problem(p):
+        asked.append(launch.current_device())
+        return launch.TileOrder(0, 1)
+
+    chosen = dataclasses.replace(kernel, tile_order=per_problem)
+    for device in (0, 1, 0, 1):
+        monkeypatch.setattr(launch, "current_device", lambda d=device: d)
+        chosen(fc1_inputs(M, K, N))
+    assert asked == [0, 1]
+    problem = chosen.guard(fc1_inputs(M, K, N))
+    assert [p for p, _ in chosen.plans()] == [problem, problem]
+
+
 def test_a_library_says_how_it_stores_its_outputs():
     """The guards of a kernel that stores its outputs from registers take any N its vector
     divides: the library's signature names its config (`name;config;spec`)."""

@@ -121,8 +121,10 @@ def remember(key: str, region: str, kernel, problem, inputs, outputs, padded=Non
     pads = [] if padded is None else [
         x for i, (a, b) in enumerate(zip(inputs, padded)) if a is not b for x in (i, b.stride(-2))
     ]  # fmt: skip
+    device = inputs[kernel.spec.gemm.a.input].device
     try:
-        plan = kernel.plan(problem)
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            plan = kernel.plan(problem)  # the plan of the inputs' device, where it launched
         run = ctypes.cast(kernel.library.run, ctypes.c_void_p).value
         rid = torch.ops.evt_fast.remember(
             key, run, kernel.library.nested, list(inputs), list(outputs),

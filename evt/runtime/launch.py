@@ -175,6 +175,11 @@ def _config(signature: str) -> TileConfig | None:
         return None
 
 
+def current_device() -> int:
+    """The current CUDA device's index, -1 without CUDA."""
+    return torch.cuda.current_device() if torch.cuda.is_available() else -1
+
+
 def sm_count() -> int:
     """SMs of the current CUDA device (the persistent grid's width; `SM_COUNT` without one)."""
     return _sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else SM_COUNT
@@ -260,11 +265,11 @@ class Kernel:
     def launch(self, p: guards.Problem, inputs: Sequence[torch.Tensor], outputs=None):
         """Enqueue the kernel; `outputs` (laid out as `KernelSpec.output_layouts`, e.g.
         NaN-poisoned by a test) or fresh ones."""
-        plan = self.plan(p)
         device = inputs[self.spec.gemm.a.input].device  # (a scalar load may be a CPU tensor)
         if device.type == "cuda" and device.index != torch.cuda.current_device():
-            with torch.cuda.device(device):  # the launcher launches on the current device
-                return self.launch(p, inputs, outputs)
+            with torch.cuda.device(device):  # the launcher launches on the current device, and
+                return self.launch(p, inputs, outputs)  # the plan is that device's
+        plan = self.plan(p)
         empty = _empty_strided(device)
         if outputs is None:
             outputs = [allocate(empty, *o) for o in plan.outputs]
@@ -283,13 +288,15 @@ class Kernel:
         return outputs
 
     def plan(self, p: guards.Problem) -> LaunchPlan:
-        """What a launch at problem `p` needs besides the tensors (also what the C++ launch path
-        is handed), computed once per problem."""
-        return self._plans.get(p) or self._plan(p)
+        """What a launch at problem `p` on the current device needs besides the tensors (also
+        what the C++ launch path is handed), computed once per problem and device: its swizzle
+        and workspace follow the device's SM count."""
+        key = (p, current_device())
+        return self._plans.get(key) or self._plan(p, key)
 
     def plans(self) -> list[tuple[guards.Problem, LaunchPlan]]:
-        """The problems this kernel planned a launch for, with their plans."""
-        return list(self._plans.items())
+        """The problems this kernel planned a launch for, with their plans (one per device)."""
+        return [(p, plan) for (p, _), plan in self._plans.items()]
 
     def resolve(self, order: TileOrder, p: guards.Problem) -> TileOrder:
         """`order` with its swizzle 0 (evt's choice) made explicit where the waves' operand
@@ -306,7 +313,7 @@ class Kernel:
                      f"{(p.M, p.N, p.K, p.L)}: {why} (evt.codegen.wave_traffic)")  # fmt: skip
         return replace(order, swizzle=s)
 
-    def _plan(self, p: guards.Problem) -> LaunchPlan:
+    def _plan(self, p: guards.Problem, key: tuple) -> LaunchPlan:
         if self.library.nested != self.spec.gemm.nested:
             raise LaunchError(f"kernel {self.library.name} (region {self.spec.name}): its library "
                               f"{'has' if self.library.nested else 'has no'} nested batch, the "
@@ -323,7 +330,7 @@ class Kernel:
             tile_order=order,
         )
         if len(self._plans) < 1024:
-            self._plans[p] = plan
+            self._plans[key] = plan
         return plan
 
 

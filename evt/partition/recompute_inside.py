@@ -59,12 +59,21 @@ from evt.partition.region import Region
 from evt.report import nbytes
 
 MAX_CHAIN = 6  # ops copied per input
+MAX_TOGETHER = 12  # ops copied for several inputs computed together (`_recompute_together`)
 aten = torch.ops.aten
 FLATTENS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+# what AOTAutograd puts between a saved value and its backward readers, same shape
+IDENTITY_VIEWS = (aten.alias.default, *FLATTENS)
 
 
 def enabled() -> bool:
     return os.environ.get("EVT_RECOMPUTE_INSIDE", "1") != "0"
+
+
+def together_enabled() -> bool:
+    """Inputs computed together from a narrower one they share (`_recompute_together`): off
+    until its kernels are timed on a GPU (`EVT_RECOMPUTE_TOGETHER=1` turns it on)."""
+    return os.environ.get("EVT_RECOMPUTE_TOGETHER", "0") == "1"
 
 
 def recompute_inside(graph: Graph, regions: list[Region]) -> list[Region]:
@@ -106,7 +115,94 @@ def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:
         at = nodes.index(readers[0])
         nodes[at:at] = [copies[n] for n in ordered]
         taken.update(copies.values())
+    if together_enabled():
+        nodes = _recompute_together(graph, region, nodes, shape, taken)
     return Region(region.anchor, tuple(nodes), region.side)
+
+
+def _recompute_together(graph: Graph, region: Region, nodes: list[Node], shape: tuple[int, ...],
+                        taken: set[Node]) -> list[Node]:  # fmt: skip
+    """Compute several full-size inputs together where each alone would not pay.
+
+    GPT-2's tanh GELU (HF's `gelu_new`, written out in ops) has its backward kernel load four
+    [tokens, 4D] bf16 values of the forward: 0.5·x, 1 + tanh(u), tanh(u) (through AOTAutograd's
+    alias and view) and 3·x². Each is a chain from x, the up projection's output, and computing
+    any one of them from x loads x instead: no byte saved, so `_chain` keeps each a load.
+    Computed together, the kernel loads x once instead of the four (8 bytes an element to 2),
+    and the forward saves x for the backward instead of the four: as Inductor's fused backward
+    kernel recomputes them.
+
+    Taken: the inputs (not GEMM operands, read by no other backward node) whose values are forward
+    pointwise chains of the epilogue's shape (through same-shape views and aliases), when the
+    union of their chains, at most `MAX_TOGETHER` ops, reads fewer bytes an element than the
+    inputs it replaces. The copies compute in fp32 and skip the forward's 16-bit roundings, as
+    Inductor's recompute does (`_chain`'s `narrow`)."""
+    inputs = Region(region.anchor, tuple(nodes), region.side).inputs()
+    loaded = set(inputs)
+    found: dict[Node, tuple[Node, set[Node]]] = {}  # input -> (the value it shows, its chain)
+    for a in inputs:
+        readers = [n for n in nodes if a in n.all_input_nodes]
+        if region.anchor in readers or _read_outside(a, nodes) or _width(a, shape, shape) is None:
+            continue
+        source = _through_views(a, shape)
+        chain = _closure(source, shape, taken, loaded - {a})
+        if chain is not None:
+            found[a] = (source, chain)
+    if len(found) < 2:
+        return nodes  # one input alone is `_chain`'s case
+    chain = set().union(*(c for _, c in found.values()))
+    leaves = {x for n in chain for x in tensor_args(epilogue_expr(n)) if x not in chain}
+    kept = loaded - set(found)
+    widths = [_width(x, shape, shape, kept) for x in leaves]
+    replaced = sum(_width(a, shape, shape) or 0 for a in found)
+    if len(chain) > MAX_TOGETHER or None in widths or sum(widths) >= replaced:  # type: ignore[arg-type]
+        return nodes
+    ordered = [n for n in graph.nodes if n in chain]
+    first = min(i for i, n in enumerate(nodes) if any(a in n.all_input_nodes for a in found))
+    with graph.inserting_before(nodes[first]):
+        copies = copy_nodes(graph, ordered, side=region.side)
+    for a, (source, _) in found.items():
+        for n in nodes:
+            n.replace_input_with(a, copies[source])
+    debug.log(1, f"recompute_inside: region of {region.anchor.name} computes "
+                 f"{', '.join(a.name for a in found)} together (ops copied: {len(chain)}) from "
+                 f"{', '.join(x.name for x in leaves if _width(x, shape, shape, kept))} instead "
+                 f"of loading them ({sum(nbytes(a) for a in found) / 2**20:.1f} MiB)")  # fmt: skip
+    taken.update(copies.values())
+    return nodes[:first] + [copies[n] for n in ordered] + nodes[first:]
+
+
+def _through_views(a: Node, shape: tuple[int, ...]) -> Node:
+    """The value of the epilogue's `shape` that `a` shows through aliases and views of the same
+    contiguous data ([B·S, N] and [B, S, N] alike: AOTAutograd's `alias` and `view` of a value
+    the forward saved, in the backward), or `a` itself."""
+    b = a
+    while b.target in IDENTITY_VIEWS and b.args and isinstance(b.args[0], Node):
+        val = b.args[0].meta.get("val")
+        if not (isinstance(val, torch.Tensor) and val.is_contiguous() and val.dim() >= 2
+                and same_size(val.shape[-1], shape[-1])
+                and same_size(val.numel(), shape[0] * shape[1])):  # fmt: skip
+            break
+        b = b.args[0]
+    val = b.meta.get("val")
+    return b if isinstance(val, torch.Tensor) and same_shape(tuple(val.shape), shape) else a
+
+
+def _closure(a: Node, shape: tuple[int, ...], taken: set[Node], loaded: set[Node]) -> set[Node] | None:
+    """The forward pointwise nodes of `shape` a region would copy to compute `a` from what it
+    cannot copy (GEMM outputs, reductions, vectors, values it loads anyway); None if `a` is not
+    such a node or they are more than `MAX_TOGETHER`."""
+    if not _copyable(a, shape, taken, narrow=True):
+        return None
+    chain, todo = {a}, [a]
+    while todo:
+        for x in tensor_args(epilogue_expr(todo.pop())):
+            if x not in chain and x not in loaded and _copyable(x, shape, taken, narrow=True):
+                chain.add(x)
+                todo.append(x)
+                if len(chain) > MAX_TOGETHER:
+                    return None
+    return chain
 
 
 def _unflattened(a: Node, shape: tuple[int, ...]) -> tuple[Node, tuple[int, ...]]:

@@ -128,12 +128,14 @@ def _recompute_together(graph: Graph, region: Region, nodes: list[Node], shape: 
     [tokens, 4D] bf16 values of the forward: 0.5·x, 1 + tanh(u), tanh(u) (through AOTAutograd's
     alias and view) and 3·x². Each is a chain from x, the up projection's output, and computing
     any one of them from x loads x instead: no byte saved, so `_chain` keeps each a load.
-    Computed together, the kernel loads x once instead of the four (8 bytes an element to 2),
-    and the forward saves x for the backward instead of the four: as Inductor's fused backward
-    kernel recomputes them.
+    Computed together, the kernel loads x and 0.044715·x³ (an output of the up projection's
+    epilogue; `pow(x, 3)` is no epilogue op) instead of the four, 8 bytes an element to 4, and
+    the forward saves those two for the backward instead of the four, as Inductor's fused
+    backward kernel recomputes them.
 
     Taken: the inputs (not GEMM operands, read by no other backward node) whose values are forward
-    pointwise chains of the epilogue's shape (through same-shape views and aliases), when the
+    pointwise chains of the epilogue's shape (seen through aliases and views of the same data,
+    `_through_views`), when the
     union of their chains, at most `MAX_TOGETHER` ops, reads fewer bytes an element than the
     inputs it replaces. The copies compute in fp32 and skip the forward's 16-bit roundings, as
     Inductor's recompute does (`_chain`'s `narrow`)."""

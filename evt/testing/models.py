@@ -60,7 +60,8 @@ def saving_gemms():
 
 class PreNormMLP(nn.Module):
     """x + fc2(gelu(fc1(LayerNorm(x)))): the transformer's MLP block, the smallest model with
-    regions in both passes (the distributed and checkpointing tests, `checkpoint_step_time.py`)."""
+    regions in both passes (`tests/test_distributed.py`, `tests/data_parallel_rank.py`,
+    `scripts/checkpoint_step_time.py`)."""
 
     def __init__(self, d: int = 64, h: int = 256):
         super().__init__()

@@ -170,6 +170,27 @@ class SwiGLUStack(nn.Module):
         return x.float().pow(2).mean()
 
 
+def step_grads(model, x, dtype, backend) -> tuple[dict[str, torch.Tensor], list[ir.KernelSpec]]:
+    """One step of a copy of `model` in `dtype`, eager (`backend` None) or compiled (rest eager):
+    its gradients (float64) and the specs of the regions it ran."""
+    ran: list[ir.KernelSpec] = []
+    original = reference.run
+
+    def recorded(spec, tensors):
+        ran.append(spec)
+        return original(spec, tensors)
+
+    m = copy.deepcopy(model).to(dtype)
+    torch._dynamo.reset()
+    fn = m if backend is None else torch.compile(m, backend=backend, options={"rest": "eager"})
+    reference.run = recorded if backend else original
+    try:
+        fn(x.to(dtype)).backward()
+    finally:
+        reference.run = original
+    return {n: p.grad.double() for n, p in m.named_parameters()}, ran
+
+
 @pytest.mark.parametrize("on", [False, True])
 def test_swiglu_backward_computes_silu_from_the_gate_it_loads(monkeypatch, on):
     """SwiGLU's backward kernel (the down projection's dgrad) loads g for silu's backward and
@@ -190,24 +211,11 @@ def test_swiglu_backward_loads_one_tensor_less_and_trains_as_eager():
     torch.manual_seed(0)
     model, x = SwiGLUStack(), torch.randn(512, 256)
     ran: list[ir.KernelSpec] = []
-    original = reference.run
-
-    def recorded(spec, tensors):
-        ran.append(spec)
-        return original(spec, tensors)
-
     grads = {}
     for name, dtype, backend in (("f64", torch.float64, None), ("eager", torch.bfloat16, None),
                                  ("evt", torch.bfloat16, evt.backend.evt_backend)):  # fmt: skip
-        m = copy.deepcopy(model).to(dtype)
-        torch._dynamo.reset()
-        fn = m if backend is None else torch.compile(m, backend=backend, options={"rest": "eager"})
-        reference.run = recorded if backend else original
-        try:
-            fn(x.to(dtype)).backward()
-        finally:
-            reference.run = original
-        grads[name] = {n: p.grad.double() for n, p in m.named_parameters()}
+        grads[name], specs = step_grads(model, x, dtype, backend)
+        ran += specs
     # SwiGLU's backward: its silu_backward and silu share one sigmoid (`share_sigmoids`)
     swiglu = [s for s in ran if s.name.startswith("evt_b") and any(n.op == "silu_backward_sigmoid"
                                                                      for n in s.nodes if n.kind == "compute")]  # fmt: skip
@@ -260,27 +268,12 @@ def test_gelu_new_backward_loads_two_tensors_not_four_and_trains_as_eager(monkey
     values skip the forward's roundings, as Inductor's recompute does)."""
     torch.manual_seed(0)
     model, x = GeluNewStack(), torch.randn(512, 128)
-    original = reference.run
     grads, loads = {}, {}
     runs = [("f64", torch.float64, None, "0"), ("eager", dtype, None, "0"),
             ("off", dtype, evt.backend.evt_backend, "0"), ("on", dtype, evt.backend.evt_backend, "1")]  # fmt: skip
     for name, dt, backend, together in runs:
         monkeypatch.setenv("EVT_RECOMPUTE_TOGETHER", together)
-        ran: list[ir.KernelSpec] = []
-
-        def recorded(spec, tensors, ran=ran):
-            ran.append(spec)
-            return original(spec, tensors)
-
-        m = copy.deepcopy(model).to(dt)
-        torch._dynamo.reset()
-        fn = m if backend is None else torch.compile(m, backend=backend, options={"rest": "eager"})
-        reference.run = recorded if backend else original
-        try:
-            fn(x.to(dt)).backward()
-        finally:
-            reference.run = original
-        grads[name] = {n: p.grad.double() for n, p in m.named_parameters()}
+        grads[name], ran = step_grads(model, x, dt, backend)
         gelu = [s for s in ran if s.name.startswith("evt_b")
                 and any(n.kind == "compute" and n.op == "tanh_backward" for n in s.nodes)]  # fmt: skip
         loads[name] = [sum(n.kind == "aux_load" for n in s.nodes) for s in gelu]

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evt.bench import in_turn  # noqa: E402
 from evt.runtime import dispatch  # noqa: E402
-from scripts.hf_step_time import step_fn  # noqa: E402
+from scripts.hf_step_time import bf16_case, check_loss, step_fn  # noqa: E402
 from tests.hf_catalog import CASES, Sizes  # noqa: E402
 
 BASELINES = ("evt", "compile", "eager")
@@ -101,12 +101,7 @@ def main() -> None:
     records = {}
     for name in args.models.split(","):
         case = CASES[name]
-        torch.manual_seed(0)
-        model = case.build(sizes).train().to(device, torch.bfloat16)
-        torch.manual_seed(1 + rank)  # each rank its own batch
-        inputs = [t.to(device) for t in case.inputs(sizes)]
-        inputs = [t.bfloat16() if t.is_floating_point() else t for t in inputs]
-        want = model(*inputs).float().item()
+        model, inputs, want = bf16_case(case, sizes, device, input_seed=1 + rank)  # rank's batch
         calls, cold_s = {}, {}
         torch._dynamo.reset()
         for b in BASELINES:
@@ -120,9 +115,7 @@ def main() -> None:
             loss = call()
             sync(device)
             cold_s[b] = slowest(time.perf_counter() - t, device)
-            got = loss.float().item()
-            if abs(got - want) > 0.02 * abs(want):
-                raise SystemExit(f"rank {rank}: {name} {b}: loss {got} against eager's {want}")
+            check_loss(f"rank {rank}: {name} {b}", loss, want)
             for _ in range(3):
                 call()
             calls[b] = call

@@ -53,6 +53,25 @@ def step_fn(model, fn, inputs, graphs_trees: bool = False, backward_with=None):
     return call
 
 
+def bf16_case(case, sizes: Sizes, device, input_seed: int | None = None):
+    """The case's model (seed 0) in bf16 on `device`, train mode, its inputs (drawn after
+    seeding `input_seed`, where given) and eager's loss on them."""
+    torch.manual_seed(0)
+    model = case.build(sizes).train().to(device, torch.bfloat16)
+    if input_seed is not None:
+        torch.manual_seed(input_seed)
+    inputs = [t.to(device) for t in case.inputs(sizes)]
+    inputs = [t.bfloat16() if t.is_floating_point() else t for t in inputs]
+    return model, inputs, model(*inputs).float().item()
+
+
+def check_loss(what: str, loss: torch.Tensor, want: float) -> None:
+    """Stop unless a compiled step's first loss is within 2% of eager's."""
+    got = loss.float().item()
+    if abs(got - want) > 0.02 * abs(want):
+        raise SystemExit(f"{what}: loss {got} against eager's {want}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="llama")
@@ -81,11 +100,7 @@ def main() -> None:
     records = {}
     for name in args.models.split(","):
         case = CASES[name]
-        torch.manual_seed(0)
-        model = case.build(sizes).train().to(args.device, torch.bfloat16)
-        inputs = [t.to(args.device) for t in case.inputs(sizes)]
-        inputs = [t.bfloat16() if t.is_floating_point() else t for t in inputs]
-        want = model(*inputs).float().item()
+        model, inputs, want = bf16_case(case, sizes, args.device)
         calls, compile_s = {}, {}
         torch._dynamo.reset()  # once per model: a reset between the two would recompile the first
         for b in ("evt", "compile"):
@@ -98,9 +113,7 @@ def main() -> None:
             loss = call()
             measure.sync(args.device)
             compile_s[b] = time.perf_counter() - t
-            got = loss.float().item()
-            if abs(got - want) > 0.02 * abs(want):
-                raise SystemExit(f"{name} {b}: loss {got} against eager's {want}")
+            check_loss(f"{name} {b}", loss, want)
             calls[b] = call
             for _ in range(3):
                 calls[b]()

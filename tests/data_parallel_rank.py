@@ -47,7 +47,7 @@ from evt.testing.models import PreNormMLP  # noqa: E402
 from tests.graphs import rel_err  # noqa: E402
 
 
-def blocks(d: int, h: int) -> nn.Sequential:
+def blocks(d: int = 64, h: int = 256) -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(PreNormMLP(d, h), PreNormMLP(d, h))
 

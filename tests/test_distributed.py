@@ -19,13 +19,9 @@ from torch.utils.checkpoint import checkpoint
 
 import evt  # noqa: F401  (the backend by name)
 from evt.runtime import reference
-from evt.testing.models import PreNormMLP, saving_gemms
+from evt.testing.models import saving_gemms
+from tests.data_parallel_rank import blocks, whole
 from tests.graphs import rel_err
-
-
-def blocks() -> nn.Sequential:
-    torch.manual_seed(0)
-    return nn.Sequential(PreNormMLP(), PreNormMLP())
 
 
 @pytest.fixture
@@ -48,8 +44,7 @@ def step_and_runs(model, fn, x) -> tuple[dict[str, torch.Tensor], collections.Co
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reference, "run", counted)
         fn(x).pow(2).mean().backward()
-    full = lambda g: g.full_tensor() if hasattr(g, "full_tensor") else g  # noqa: E731
-    return {n: full(p.grad) for n, p in model.named_parameters()}, runs
+    return {n: whole(p.grad) for n, p in model.named_parameters()}, runs
 
 
 def eager_grads(x) -> dict[str, torch.Tensor]:

@@ -155,9 +155,9 @@ def _recompute_together(graph: Graph, region: Region, nodes: list[Node], shape: 
     chain = set().union(*(c for _, c in found.values()))
     leaves = {x for n in chain for x in tensor_args(epilogue_expr(n)) if x not in chain}
     kept = loaded - set(found)
-    widths = [_width(x, shape, shape, kept) for x in leaves]
+    widths = {x: _width(x, shape, shape, kept) for x in leaves}
     replaced = sum(_width(a, shape, shape) or 0 for a in found)
-    if len(chain) > MAX_TOGETHER or None in widths or sum(widths) >= replaced:  # type: ignore[arg-type]
+    if len(chain) > MAX_TOGETHER or None in widths.values() or sum(widths.values()) >= replaced:  # type: ignore[arg-type]
         return nodes
     ordered = [n for n in graph.nodes if n in chain]
     first = min(i for i, n in enumerate(nodes) if any(a in n.all_input_nodes for a in found))
@@ -168,7 +168,7 @@ def _recompute_together(graph: Graph, region: Region, nodes: list[Node], shape: 
             n.replace_input_with(a, copies[source])
     debug.log(1, f"recompute_inside: region of {region.anchor.name} computes "
                  f"{', '.join(a.name for a in found)} together (ops copied: {len(chain)}) from "
-                 f"{', '.join(x.name for x in leaves if _width(x, shape, shape, kept))} instead "
+                 f"{', '.join(x.name for x, w in widths.items() if w)} instead "
                  f"of loading them ({sum(nbytes(a) for a in found) / 2**20:.1f} MiB)")  # fmt: skip
     taken.update(copies.values())
     return nodes[:first] + [copies[n] for n in ordered] + nodes[first:]
@@ -181,9 +181,7 @@ def _through_views(a: Node, shape: tuple[int, ...]) -> Node:
     b = a
     while b.target in IDENTITY_VIEWS and b.args and isinstance(b.args[0], Node):
         val = b.args[0].meta.get("val")
-        if not (isinstance(val, torch.Tensor) and val.is_contiguous() and val.dim() >= 2
-                and same_size(val.shape[-1], shape[-1])
-                and same_size(val.numel(), shape[0] * shape[1])):  # fmt: skip
+        if not (isinstance(val, torch.Tensor) and val.dim() >= 2 and _rows_of(val, shape)):
             break
         b = b.args[0]
     val = b.meta.get("val")
@@ -213,11 +211,16 @@ def _unflattened(a: Node, shape: tuple[int, ...]) -> tuple[Node, tuple[int, ...]
     by a GEMM over B·S rows) that value, in its own shape."""
     b = a.args[0] if a.target in FLATTENS and a.args else None
     val = b.meta.get("val") if isinstance(b, Node) else None
-    if (isinstance(val, torch.Tensor) and val.dim() > 2 and val.is_contiguous()
-            and same_size(val.shape[-1], shape[-1])
-            and same_size(val.numel(), shape[0] * shape[1])):  # fmt: skip
+    if isinstance(val, torch.Tensor) and val.dim() > 2 and _rows_of(val, shape):
         return b, tuple(val.shape)
     return a, shape
+
+
+def _rows_of(val: torch.Tensor, shape: tuple[int, ...]) -> bool:
+    """Whether `val` is contiguous data of the [M, N] epilogue's elements in rows of N ([B, S, N]
+    or [B·S, N] alike)."""
+    return (val.is_contiguous() and same_size(val.shape[-1], shape[-1])
+            and same_size(val.numel(), shape[0] * shape[1]))  # fmt: skip
 
 
 def _flat(val, frame: tuple[int, ...], shape: tuple[int, ...]):

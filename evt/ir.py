@@ -392,6 +392,7 @@ COMPUTE_OPS: dict[str, ComputeOp] = {
     "mul": ComputeOp(2, "cutlass::multiplies", "mul"),
     "div": ComputeOp(2, "cutlass::divides", "div"),
     "neg": ComputeOp(1, "cutlass::negate", "neg"),
+    "cube": ComputeOp(1, "evt::Cube", "cube"),  # pow(x, 3), as ATen's x * x * x
     "relu": ComputeOp(1, "cutlass::epilogue::thread::ReLu", "relu"),
     "gelu": ComputeOp(1, "evt::Gelu", "gelu"),  # through erfc: no cancellation in the tail
     # the same where the graph rounds the GELU's result to bf16 / fp16: a cheaper form whose

@@ -11,6 +11,7 @@ epilogues (an activation's derivative, bias gradients as row reductions) land in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,6 +49,11 @@ class RowScaled(nn.Module):
         scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
         y = self.fc1(x) * scale
         return self.fc2(torch.where(y != 0, y, 1.0))
+
+
+def gelu_written(y: torch.Tensor) -> torch.Tensor:
+    """HF's `NewGELUActivation` (GPT-2's `gelu_new`): the tanh GELU in ops."""
+    return 0.5 * y * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * torch.pow(y, 3.0))))
 
 
 @dataclass(frozen=True)
@@ -92,10 +98,11 @@ CASES: dict[str, Case] = {
     "gelu_f16": _sandwich(lambda y: F.gelu(y.half()).to(y.dtype), {"gelu_for_f16", "gelu_backward"},
                           tolerance=4e-3),
     "gelu_tanh": _sandwich(lambda y: F.gelu(y, approximate="tanh"), {"gelu_tanh", "gelu_tanh_backward"}),
+    # HF GPT-2's `gelu_new`, the tanh GELU written out in ops: pow(y, 3) is a cube
+    "gelu_written": _sandwich(gelu_written, {"cube", "tanh", "tanh_backward"}),
     "relu": _sandwich(F.relu, {"relu", "threshold_backward"}),
     "silu": _sandwich(F.silu, {"silu", "silu_backward"}),
     "sigmoid": _sandwich(torch.sigmoid, {"sigmoid", "sigmoid_backward"}),
-    # LLaMA's MLP: its dgrad computes silu_backward and silu of one gate from one shared sigmoid
     # LLaMA's MLP: its dgrad computes silu_backward and silu of one gate from one shared sigmoid
     "swiglu": Case(lambda r, d: SwiGLU(d, 2 * d), _rows, frozenset({"acc", "aux_load", "aux_store"}),
                    frozenset({"silu", "sigmoid", "silu_backward_sigmoid", "mul"})),

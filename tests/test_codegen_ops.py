@@ -20,7 +20,8 @@ from evt.ir import (
 )
 from tests import specs
 
-FUNCTORS = (TEMPLATES / "evt_functors.h").read_text()
+# evt_functors.h, and the functors inlined into only the kernels that use them (`emit._inlined`)
+FUNCTORS = "".join(f.read_text() for f in (TEMPLATES / "evt_functors.h", TEMPLATES / "evt_cube.inc"))
 
 
 @pytest.mark.parametrize("op", sorted(COMPUTE_OPS))
@@ -37,6 +38,16 @@ def test_each_op_renders_its_functor(op):
     nodes = (AccFetch("acc"), ScalarBroadcast("c", 0.5), Compute("x", op, args))
     text = render(KernelSpec("k", specs.LINEAR, nodes, "x", "bf16", 2))
     assert f"fusion::Sm90Compute<{COMPUTE_OPS[op].functor}, float, ElementCompute, kRound>" in text
+
+
+def test_only_a_kernel_computing_a_cube_inlines_its_functor():
+    """Cube (evt_cube.inc) is inlined where a kernel computes one: every other kernel's source,
+    and so its cache key, stays as it was before cube was an epilogue op."""
+    def kernel(op):
+        nodes = (AccFetch("acc"), Compute("x", op, ("acc",)))
+        return render(KernelSpec("k", specs.LINEAR, nodes, "x", "bf16", 2))
+
+    assert "struct Cube {" in kernel("cube") and "struct Cube {" not in kernel("neg")
 
 
 def test_activation_kernel_uses_each_functor():

@@ -77,7 +77,7 @@ def test_coverage(generated):
     seen = set().union(*(_features(s) for s in generated.values()))
     want = {k for k in ir.NODE_TYPES if k not in fuzz.NOT_DRAWN}
     want |= {f"op:{op}" for op in fuzz.WEIGHTS}  # every op but
-    assert set(ir.COMPUTE_OPS) - set(fuzz.WEIGHTS) == set(fuzz.FORMS)  # these three
+    assert set(ir.COMPUTE_OPS) - set(fuzz.WEIGHTS) == set(fuzz.FORMS + fuzz.LATER)  # these four
     want |= {"aux_load:b8", "aux_load:f16", "aux_load:f32", "aux_store:b8", "aux_store:f32",
              "compute:bf16", "compute:f16", "row_reduction:bf16", "d:b8", "d:f16", "d:f32",
              "gemm:f16", "dag", "tree", "keepdim:True", "keepdim:False", "shared",

@@ -157,8 +157,9 @@ def render(spec: KernelSpec, config: TileConfig | None = None) -> str:
 
 
 def _inlined(spec: KernelSpec, config: TileConfig) -> list[str]:
-    """The C++ of evt's experimental visitors and collectives this kernel uses
-    (evt/templates/*.inc): inlined, so that only these kernels' sources (and cache keys) hold it."""
+    """The C++ of evt's experimental visitors and collectives, and of the functors added after
+    most kernels were built, this kernel uses (evt/templates/*.inc): inlined, so that only these
+    kernels' sources (and cache keys) hold it."""
     if reason := fence_free_reason(spec, config):
         raise CodegenError(reason)
     loads = any(isinstance(n, AuxLoad) for n in spec.nodes)
@@ -166,7 +167,8 @@ def _inlined(spec: KernelSpec, config: TileConfig) -> list[str]:
              + ["evt_fence_free.inc"] * config.fence_free
              + ["evt_aux_prefetch.inc"] * (loads and config.aux_prefetch)
              + ["evt_aux_evict_first.inc"] * (loads and config.aux_evict_first)
-             + ["evt_staged_store.inc"] * config.staged_stores)  # fmt: skip
+             + ["evt_staged_store.inc"] * config.staged_stores
+             + ["evt_cube.inc"] * any(isinstance(n, Compute) and n.op == "cube" for n in spec.nodes))  # fmt: skip
     return [(TEMPLATES / f).read_text() for f in files]
 
 

@@ -171,12 +171,13 @@ def build_region(region: Region, name: str) -> BuiltRegion:
     gemm = b.anchor()
     reductions: dict[Node, tuple[Expr, str]] = {}  # reduction -> (its expr, the value it reduces)
     exprs: dict[Node, Expr] = {}
-    for fx in region.epilogue:
+    epilogue = _needed(region)
+    for fx in epilogue:
         expr = epilogue_expr(fx)
         assert expr is not None, fx
         exprs[fx] = expr
     exprs = share_sigmoids(exprs)
-    for fx in region.epilogue:
+    for fx in epilogue:
         expr = exprs[fx]
         if expr.op in REDUCTION_OPS:
             summand = expr.args[0]
@@ -195,6 +196,17 @@ def build_region(region: Region, name: str) -> BuiltRegion:
     if dense_rows(spec, d.meta["val"].shape[-1]):
         spec = dataclasses.replace(spec, dense_rows=True)
     return BuiltRegion(spec, tuple(b.inputs), (d, *rest))
+
+
+def _needed(region: Region) -> list[Node]:
+    """The epilogue nodes some output of the region needs: a node nothing reads any more (a
+    forward value whose backward readers `recompute_inside` now compute it for themselves, e.g.
+    GPT-2's 3·x² with `EVT_RECOMPUTE_TOGETHER`) is not computed for nothing."""
+    inside, needed = set(region.nodes), set(region.outputs())
+    for fx in reversed(region.epilogue):
+        if fx in needed:
+            needed.update(a for a in fx.all_input_nodes if a in inside)
+    return [fx for fx in region.epilogue if fx in needed]
 
 
 def dense_rows(spec: ir.KernelSpec, n) -> bool:

@@ -172,9 +172,12 @@ def _var_over_rows(node: Node) -> bool:
 
 
 def _pow(node: Node) -> Expr | None:
-    """x ** 2 (an MSE loss's square) as x * x; other exponents stay outside."""
+    """x ** 2 (an MSE loss's square) as x * x, x ** 3 (the tanh GELU written out, HF GPT-2's
+    `gelu_new`) as `cube`; other exponents stay outside."""
     x, exponent = node.args[0], node.args[1]
-    return Expr("mul", (x, x)) if _number(exponent) and exponent == 2 else None
+    if not _number(exponent) or exponent not in (2, 3):
+        return None
+    return Expr("mul", (x, x)) if exponent == 2 else Expr("cube", (x,))
 
 
 def _var(node: Node) -> Expr | None:

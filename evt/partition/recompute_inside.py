@@ -71,9 +71,9 @@ def enabled() -> bool:
 
 
 def together_enabled() -> bool:
-    """Inputs computed together from a narrower one they share (`_recompute_together`): off
-    until its kernels are timed on a GPU (`EVT_RECOMPUTE_TOGETHER=1` turns it on)."""
-    return os.environ.get("EVT_RECOMPUTE_TOGETHER", "0") == "1"
+    """Inputs computed together from a narrower one they share (`_recompute_together`), unless
+    `EVT_RECOMPUTE_TOGETHER=0`."""
+    return os.environ.get("EVT_RECOMPUTE_TOGETHER", "1") != "0"
 
 
 def recompute_inside(graph: Graph, regions: list[Region]) -> list[Region]:
@@ -128,10 +128,9 @@ def _recompute_together(graph: Graph, region: Region, nodes: list[Node], shape: 
     [tokens, 4D] bf16 values of the forward: 0.5·x, 1 + tanh(u), tanh(u) (through AOTAutograd's
     alias and view) and 3·x². Each is a chain from x, the up projection's output, and computing
     any one of them from x loads x instead: no byte saved, so `_chain` keeps each a load.
-    Computed together, the kernel loads x and 0.044715·x³ (an output of the up projection's
-    epilogue; `pow(x, 3)` is no epilogue op) instead of the four, 8 bytes an element to 4, and
-    the forward saves those two for the backward instead of the four, as Inductor's fused
-    backward kernel recomputes them.
+    Computed together, the kernel loads x alone (pow(x, 3) is an epilogue op, `cube`) instead of
+    the four, 8 bytes an element to 2, and the forward saves x alone for them, as Inductor's
+    fused backward kernel recomputes them.
 
     Taken: the inputs (not GEMM operands, read by no other backward node) whose values are forward
     pointwise chains of the epilogue's shape (seen through aliases and views of the same data,

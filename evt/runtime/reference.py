@@ -48,6 +48,7 @@ COMPUTE_REFERENCE = {
     "mul": torch.mul,
     "div": torch.div,
     "neg": torch.neg,
+    "cube": lambda x: x * x * x,
     "relu": torch.relu,
     "gelu": lambda x: torch.nn.functional.gelu(x),
     "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),

@@ -56,6 +56,8 @@ def _unary(op: str, a: Fact) -> tuple[float, float] | None:
         return lo, hi
     if op == "neg":
         return -hi, -lo
+    if op == "cube":  # monotonic
+        return lo**3, hi**3
     if op == "relu":
         return max(lo, 0.0), max(hi, 0.0)
     if _reference(op) in ("gelu", "gelu_tanh", "silu"):  # each GELU form alike

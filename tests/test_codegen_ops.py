@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from pathlib import Path
 
 import pytest
+import tomllib
 
 from evt.codegen.emit import render
 from evt.codegen.nvcc import TEMPLATES
@@ -102,3 +105,16 @@ def test_reduction_of_a_stored_value_chains_after_the_store():
     # acc feeds gelu_backward through r0; D is gelu_backward through r1
     assert plan.root == "r1" and not plan.dag
     assert next(n for n in plan.nodes if n.name == "gelu_backward").args == ("r0", "z")
+
+
+def test_every_template_and_runtime_source_ships_in_the_package():
+    """Each file the kernels are rendered or built from (evt/templates, evt/runtime's C++)
+    matches pyproject's package-data: before session 63 a wheel left the .inc files out, and
+    every region whose kernel inlines one fell back to the unfused path there (only editable
+    installs, as CI's and the GPU machine's, had them)."""
+    root = Path(__file__).resolve().parent.parent
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["evt"]
+    files = [f for d in ("templates", "runtime") for f in (root / "evt" / d).iterdir()
+             if f.is_file() and f.suffix not in (".py", ".pyc")]  # fmt: skip
+    missing = [f.name for f in files if not any(fnmatch.fnmatch(f"{f.parent.name}/{f.name}", g) for g in globs)]
+    assert files and not missing, missing

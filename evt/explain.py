@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from evt.report import GraphReport, RegionReport, format_table
+from evt.report import GraphReport, RegionReport, format_table, note_pruned
 from evt.runtime import dispatch
 
 
@@ -19,6 +19,10 @@ class Report:
         return [r for g in self.graphs for r in g.regions]
 
     fallbacks: dict[str, str] = field(default_factory=dict)  # region -> why it ran unfused
+
+    def kernels(self) -> list[tuple]:
+        """(spec, problem) of each kernel the run launches (`GraphReport.kernels`)."""
+        return [k for g in self.graphs for k in g.kernels()]
 
     @property
     def unfused_gemms(self) -> int:
@@ -43,13 +47,16 @@ def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs
     backend's (default `{"rest": "eager"}`: the regions do not depend on how the rest runs).
     With `draw`, each graph report carries a pydot picture of its partition (`.drawing`).
     """
+    import evt.graph.prune_unused_outputs as prune
     from evt import backend
 
     report = Report()
+    pruned = note_pruned(report.graphs)
     options = {"rest": "eager", **(options or {})}
     torch._dynamo.reset()
     dispatch.FALLBACKS.clear()  # what this run falls back on, nothing older
     backend._listeners.append(report.graphs.append)
+    prune.LISTENERS.append(pruned)
     backend.DRAW = draw
     try:
         with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
@@ -59,6 +66,7 @@ def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs
     finally:
         backend.DRAW = False
         backend._listeners.remove(report.graphs.append)
+        prune.LISTENERS.remove(pruned)
         torch._dynamo.reset()
     names = {r.name for r in report.regions}
     report.fallbacks = {k: v for k, v in dispatch.FALLBACKS.items() if k in names}

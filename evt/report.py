@@ -35,6 +35,28 @@ class GraphReport:
     fallbacks: list[str] = field(default_factory=list)  # regions left unfused, with the reason
     drawing: object | None = None  # a pydot graph of the partition, when asked for
     unfused: list[tuple[str, str, str]] = field(default_factory=list)  # (GEMM, side, why)
+    # region -> (spec, problem) of the kernel that runs instead once AOTAutograd has split the
+    # graph and `prune_unused_outputs` dropped the aux stores nothing reads (`note_pruned`)
+    pruned: dict[str, tuple[ir.KernelSpec, tuple | None]] = field(default_factory=dict)
+
+    def kernels(self) -> list[tuple[ir.KernelSpec, tuple | None]]:
+        """(spec, problem) of each kernel the graph launches: a region's own, or its pruned
+        form (what to build ahead of a run: the GPU tests' fixtures, `evt.bench.prebuild`)."""
+        return [self.pruned.get(r.name, (r.spec, r.problem)) for r in self.regions]
+
+
+def note_pruned(reports: list[GraphReport]):
+    """A `prune_unused_outputs.LISTENERS` entry that records each pruned kernel in the report
+    of the graph whose region it prunes (found by its spec: the forward's calls are pruned as
+    it compiles, the backward's when it first runs, after other graphs may have compiled)."""
+
+    def listen(original: ir.KernelSpec, spec: ir.KernelSpec, problem: tuple | None) -> None:
+        for g in reversed(reports):
+            if any(r.spec is original for r in g.regions):
+                g.pruned[original.name] = (spec, problem)
+                return
+
+    return listen
 
 
 def op_name(node: Node) -> str:

@@ -11,9 +11,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import evt.graph.prune_unused_outputs as prune
 from evt import backend
 from evt.backend import evt_backend
 from evt.graph.capture import capture_joint  # noqa: F401  (re-exported for the tests)
+from evt.report import note_pruned
 
 
 class LinearAct(nn.Module):
@@ -217,7 +219,9 @@ def compile_reports(fresh: bool = False) -> Iterator[list]:
     Inductor's FX graph cache and AOTAutograd's cache off, so that each graph compiles (a cache
     hit reports nothing)."""
     reports: list = []
+    pruned = note_pruned(reports)
     backend._listeners.append(reports.append)
+    prune.LISTENERS.append(pruned)
     try:
         with contextlib.ExitStack() as stack:
             if fresh:
@@ -226,6 +230,7 @@ def compile_reports(fresh: bool = False) -> Iterator[list]:
             yield reports
     finally:
         backend._listeners.remove(reports.append)
+        prune.LISTENERS.remove(pruned)
 
 
 def symbolic_value(make):

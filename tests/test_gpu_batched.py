@@ -40,21 +40,20 @@ def prebuilt_specs() -> list[ir.KernelSpec]:
 TRAINING_SHAPES = [(2, 4, 256, 64), (2, 3, 197, 64)]  # (B, H, S, D)
 
 
-def training_regions(shape) -> list:
-    """The regions of `causal_attention`'s training step at `shape` in bf16, captured on the CPU
-    with the math attention kept (`EVT_SDPA=0`)."""
+def training_step_report(shape):
+    """`evt.explain` of `causal_attention`'s training step at `shape` in bf16, captured on the
+    CPU with the math attention kept (`EVT_SDPA=0`)."""
     from tests.graphs import explain
 
     with mock.patch.dict(os.environ, {"EVT_SDPA": "0"}):
         q, k, v = (torch.randn(*shape, dtype=BF16, requires_grad=True) for _ in range(3))
-        return explain(lambda *a: causal_attention(*a).sum().backward(), q, k, v).regions
+        return explain(lambda *a: causal_attention(*a).sum().backward(), q, k, v)
 
 
 def captured() -> dict[str, list[tuple]]:
     """The training test's regions at its shapes (`kernel_pack.py build --tests batched` builds
     them at the configs its process picks)."""
-    return {str(shape): [(r.spec, r.problem) for r in training_regions(shape)]
-            for shape in TRAINING_SHAPES}  # fmt: skip
+    return {str(shape): training_step_report(shape).kernels() for shape in TRAINING_SHAPES}
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +134,7 @@ def test_causal_attention_trains_with_the_mask_computed_in_the_forward(shape):
     from evt.runtime import dispatch
     from evt.testing.models import _rel
 
-    regions = training_regions(shape)
+    regions = training_step_report(shape).regions
     forward = [r.spec for r in regions if r.anchor == "aten.bmm" and r.side == "forward"]
     kinds = [{type(n).__name__ for n in f.nodes} for f in forward]
     assert any({"RowBroadcast", "ColBroadcast"} <= k and "AuxLoad" not in k for k in kinds), kinds

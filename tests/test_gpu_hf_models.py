@@ -61,8 +61,8 @@ def captured_dynamic() -> dict[str, list[tuple]]:
     backward reads a 0-d tensor (a float Dynamo passes in there), whose kernels CUDA never runs."""
     model, inputs = make("gpt2", "cpu")
     _, reports = reported_step(model, inputs)
-    return {"gpt2_dynamic": [(r.spec, r.problem) for rep in reports for r in rep.regions
-                             if not guards.static_reason(r.spec)]}  # fmt: skip
+    return {"gpt2_dynamic": [(s, p) for rep in reports for s, p in rep.kernels()
+                             if not guards.static_reason(s)]}  # fmt: skip
 
 
 def captured(names=NAMES, dynamic: bool = True) -> dict[str, list[tuple]]:
@@ -75,7 +75,7 @@ def captured(names=NAMES, dynamic: bool = True) -> dict[str, list[tuple]]:
         report = evt.explain(lambda *a, m=model: train_step(m, a), *inputs)
         # the CPU forms regions CUDA vetoes for a static reason (T5's float32 attention GEMMs:
         # no TF32 kernels by default, `guards.tf32_reason`); those run unfused there, not built
-        out[name] = [(r.spec, r.problem) for r in report.regions if not guards.static_reason(r.spec)]
+        out[name] = [(s, p) for s, p in report.kernels() if not guards.static_reason(s)]
     return out | (captured_dynamic() if dynamic and "gpt2" in names else {})
 
 

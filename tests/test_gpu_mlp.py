@@ -109,7 +109,7 @@ def capture_step(dtype: torch.dtype, tokens: int = TOKENS) -> list[tuple]:
     x = torch.randn(tokens, DIM, dtype=dtype, requires_grad=True)  # its gradient: the 4th region
     report = evt.explain(lambda x: model(x).backward(), x)
     assert report.regions, str(report)
-    return [(r.spec, r.problem) for r in report.regions]
+    return report.kernels()
 
 
 def captured() -> dict[str, list[tuple]]:

@@ -46,7 +46,7 @@ def capture(name: str) -> list[tuple]:
     the GPU's sizes."""
     model, inputs = make(name, "cpu")
     report = evt.explain(lambda *a: train_step(model, a), *inputs)
-    return [(r.spec, r.problem) for r in report.regions]
+    return report.kernels()
 
 
 def captured(names=FUSED) -> dict[str, list[tuple]]:

@@ -56,18 +56,23 @@ def capture(name: str) -> list[tuple]:
     model, inputs, probe = make(name, "cpu")
     report = evt.explain(lambda *a: step(model, model, list(a), probe), *inputs)
     assert report.regions, str(report)
-    return [(r.spec, r.problem) for r in report.regions]
+    return report.kernels()
 
 
-def captured() -> dict[str, list[tuple]]:
-    """Each catalog module's regions, captured on the CPU: what the `regions` fixture builds
-    (also `scripts/kernel_pack.py build --tests node_coverage`, without a GPU)."""
-    return {name: capture(name) for name in CASES}
+def captured(names=tuple(CASES)) -> dict[str, list[tuple]]:
+    """The regions of each catalog module in `names`, captured on the CPU: what the `regions`
+    fixture builds (also `scripts/kernel_pack.py build --tests node_coverage`, all of them,
+    without a GPU)."""
+    return {name: capture(name) for name in names}
 
 
 @pytest.fixture(scope="module")
-def regions(tmp_path_factory) -> dict[str, list[tuple]]:
-    return build_in_cache(tmp_path_factory, captured())
+def regions(request, tmp_path_factory) -> dict[str, list[tuple]]:
+    """The kernels of the modules the session's selected tests train (`-k gelu_written` builds
+    that module's alone)."""
+    names = {item.callspec.params["name"] for item in request.session.items
+             if item.module is request.module and hasattr(item, "callspec")}  # fmt: skip
+    return build_in_cache(tmp_path_factory, captured([n for n in CASES if n in names]))
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -31,7 +31,7 @@ def _regions(fn, m: int, n: int, k: int) -> list[tuple]:
     torch._dynamo.reset()
     with dispatch.reference_only():
         report = explain(fn, x, w, t, lse)
-    return [(r.spec, r.problem) for r in report.regions]
+    return report.kernels()
 
 
 def captured() -> dict[str, list[tuple]]:

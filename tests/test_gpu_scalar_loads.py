@@ -55,7 +55,7 @@ def compiled_calls(x: torch.Tensor, w: torch.Tensor, floats=(0.5, 0.25, -2.0)) -
 def captured() -> dict[str, list[tuple]]:
     """The float's function's regions, captured on the CPU at the GPU's sizes."""
     _, reports = compiled_calls(*float_inputs("cpu"), floats=(0.5,))
-    return {"float": [(r.spec, r.problem) for rep in reports for r in rep.regions]}
+    return {"float": [k for rep in reports for k in rep.kernels()]}
 
 
 @pytest.fixture(scope="module")

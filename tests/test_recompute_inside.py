@@ -281,3 +281,22 @@ def test_gelu_new_backward_loads_two_tensors_not_four_and_trains_as_eager(monkey
     for n, want in grads["f64"].items():
         bound = 2 * rel_err(grads["eager"][n], want) + (1e-3 if dtype == torch.bfloat16 else 1e-5)
         assert rel_err(grads["on"][n], want) <= bound, n
+
+
+def test_the_report_lists_the_pruned_kernels_a_run_launches():
+    """Each block's forward GELU region stores tanh(u) for a backward reader that now computes
+    it itself: once AOTAutograd has split the graph that store is dropped
+    (`prune_unused_outputs`), and `Report.kernels()` lists the pruned kernel, the one the run
+    builds and launches (what the GPU tests' fixtures and `kernel_pack.py` build ahead), in
+    the region's place; every other region's kernel is its own."""
+    torch.manual_seed(0)
+    model, x = GeluNewStack().to(torch.bfloat16), torch.randn(512, 128, dtype=torch.bfloat16)
+    report = evt.explain(lambda x: model(x).backward(), x)
+    stores = {r.name: sum(n.kind == "aux_store" for n in r.spec.nodes) for r in report.regions}
+    kernels = dict(zip((r.name for r in report.regions), report.kernels(), strict=True))
+    pruned = sorted(report.graphs[0].pruned)
+    assert len(pruned) == len(model.blocks) and all(n.startswith("evt_f") for n in pruned), pruned
+    for r in report.regions:
+        spec, problem = kernels[r.name]
+        kept = sum(n.kind == "aux_store" for n in spec.nodes)
+        assert problem == r.problem and kept == stores[r.name] - (r.name in pruned), (r.name, kept)

@@ -56,10 +56,10 @@ def prebuild(
         except Exception as e:  # noqa: BLE001 - the case itself will report what fails
             log(f"[evt] prebuild: could not capture {case.name}: {type(e).__name__}: {e}")
             continue
-        for r in report.regions:
-            for config in configs(r.spec, r.problem) if configs else [dispatch.config_for(r.spec, r.problem)]:
+        for spec, problem in report.kernels():
+            for config in configs(spec, problem) if configs else [dispatch.config_for(spec, problem)]:
                 try:
-                    job = build.plan(r.spec, config)
+                    job = build.plan(spec, config)
                 except CodegenError as e:
                     log(f"[evt] prebuild: {case.name} at {config.label}: {str(e).splitlines()[0][:160]}")
                     continue

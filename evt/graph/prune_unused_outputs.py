@@ -23,6 +23,10 @@ from evt import debug, ir
 from evt.graph import lower_regions
 from evt.runtime import dispatch
 
+# told (the region's spec, its pruned spec, the problem) of each call rewritten: `evt.explain`
+# and the tests' `compile_reports` record them (`evt.report.note_pruned`)
+LISTENERS: list = []
+
 
 def prune_unused_outputs(graph: Graph) -> Graph:
     for call in list(graph.find_nodes(op="call_function", target=lower_regions.FUSED_GEMM)):
@@ -62,7 +66,9 @@ def _prune(graph: Graph, call: Node, spec: ir.KernelSpec) -> None:
     graph.erase_node(call)
     debug.log(1, f"region {spec.name}: its unread aux stores {sorted(drop)} dropped after the "
                  "forward/backward split")  # fmt: skip
-    dispatch.prefetch_for(pruned, lower_regions.input_values(new))
+    problem = dispatch.prefetch_for(pruned, lower_regions.input_values(new))
+    for listen in LISTENERS:
+        listen(spec, pruned, problem)
 
 
 def without_stores(spec: ir.KernelSpec, drop: set[str]) -> tuple[ir.KernelSpec, dict[int, int]]:

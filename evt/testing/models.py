@@ -357,4 +357,4 @@ def kernels_of(seed: int, dtype: torch.dtype = torch.bfloat16, smooth: bool = Tr
     model, (x, target) = program(seed, smooth=smooth)
     model = copy.deepcopy(model).to(dtype)
     report = evt.explain(lambda x, target: model(x, target).backward(), x.to(dtype), target)
-    return [(r.spec, r.problem) for r in report.regions]
+    return report.kernels()

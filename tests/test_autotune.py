@@ -470,6 +470,32 @@ def test_a_decided_tile_order_reaches_the_launch_plan(monkeypatch, tmp_path):
     dispatch.reset()
 
 
+def test_a_pruned_kernel_takes_max_autotunes_config_and_tile_order(monkeypatch, tmp_path):
+    """A forward region's kernel less the stores the split left unread (`prune_unused_outputs`)
+    runs with the config and tile order max-autotune chose for the region; in the default mode
+    it keeps its own heuristic pick."""
+    from evt.graph.prune_unused_outputs import without_stores
+
+    monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
+    dispatch.reset()
+    spec, problem = specs.mlp_fc1_forward(), (8192, 3072, 768, 1)
+    store = next(n.name for n in spec.nodes if n.kind == "aux_store")
+    pruned, _ = without_stores(spec, {store})
+    at = guards.Problem(*problem, input_strides=())
+    mine = dispatch.config_for(pruned, problem)
+    dispatch.config_for(spec, problem)
+    dispatch.inherit_tuning(spec, pruned)  # the heuristic's pick alone: nothing to inherit
+    assert dispatch.config_for(pruned, problem) == mine
+    dispatch.reset()
+    tuned = cfgs.heuristic(spec, *problem[:3])[-1]  # not what the heuristic would pick
+    dispatch.set_config(spec, tuned)
+    dispatch.set_tile_order(spec, problem, tuned.label, launch.TileOrder(1, 4))
+    dispatch.inherit_tuning(spec, pruned)
+    assert tuned != mine and dispatch.config_for(pruned, problem) == tuned
+    assert dispatch.tile_order(pruned, tuned.label, at) == launch.TileOrder(1, 4)
+    dispatch.reset()
+
+
 def test_decision_cache_round_trip(monkeypatch, tmp_path):
     monkeypatch.setenv("EVT_CACHE_DIR", str(tmp_path))
     d = autotune.Decision(False, "x", 2.0, 1.0, {"x": 2.0, "y": math.inf}, "slower than unfused")

@@ -66,6 +66,7 @@ def _prune(graph: Graph, call: Node, spec: ir.KernelSpec) -> None:
     graph.erase_node(call)
     debug.log(1, f"region {spec.name}: its unread aux stores {sorted(drop)} dropped after the "
                  "forward/backward split")  # fmt: skip
+    dispatch.inherit_tuning(spec, pruned)
     problem = dispatch.prefetch_for(pruned, lower_regions.input_values(new))
     for listen in LISTENERS:
         listen(spec, pruned, problem)

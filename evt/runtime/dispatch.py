@@ -51,6 +51,8 @@ _kernels: dict[str, launch.Kernel | EvtError] = {}  # canonical signature -> ker
 _configs: dict[str, TileConfig] = {}  # canonical signature -> the tile config it is built with
 # (canonical signature, config label, (M, N, K, L)) -> the tile order its launches take there
 _orders: dict[tuple[str, str, tuple[int, int, int, int]], launch.TileOrder] = {}
+# canonical signature -> (config, problem) max-autotune chose and timed it at in this process
+_autotuned: dict[str, tuple[TileConfig, tuple[int, int, int, int]]] = {}
 _ready: dict[int, launch.Kernel] = {}  # id(spec) -> its kernel, after one successful launch
 _builds: dict[str, Future] = {}  # canonical signature -> its build (`EVT_WAIT_KERNELS=0`)
 _lock = threading.Lock()
@@ -177,6 +179,25 @@ def set_tile_order(spec: ir.KernelSpec, problem, config: str, order: launch.Tile
     = (M, N, K, L) (max-autotune's choice; other problems and configs keep evt's order)."""
     with _lock:
         _orders[(_identity(spec), config, tuple(problem))] = order
+        if (chosen := _configs.get(_identity(spec))) is not None and chosen.label == config:
+            _autotuned[_identity(spec)] = (chosen, tuple(problem))
+
+
+def inherit_tuning(spec: ir.KernelSpec, pruned: ir.KernelSpec) -> None:
+    """max-autotune's config and tile order for `spec`, where it chose them in this process, for
+    `pruned` too: `spec` less the aux stores nothing reads once AOTAutograd has split the graph
+    (`prune_unused_outputs`), the kernel that runs in its place. They were timed with those
+    stores (more written than runs), and a pruned kernel with its own heuristic pick lost
+    max-autotune's choice (session 63). Without one (the default mode) `pruned` keeps its own."""
+    with _lock:
+        tuned = _autotuned.get(_identity(spec))
+        if tuned is None:
+            return
+        config, problem = tuned
+        order = _orders[(_identity(spec), config.label, problem)]
+        _configs[_identity(pruned)] = config
+        _orders[(_identity(pruned), config.label, problem)] = order
+        _autotuned[_identity(pruned)] = tuned
 
 
 def tile_order(spec: ir.KernelSpec, config: str, p: guards.Problem) -> launch.TileOrder:
@@ -416,6 +437,7 @@ def reset() -> None:
         _kernels.clear()
         _configs.clear()
         _orders.clear()
+        _autotuned.clear()
         _ready.clear()
         _builds.clear()
         BUILDING.clear()

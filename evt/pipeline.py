@@ -49,6 +49,7 @@ from evt.graph.sink_views import sink_views
 from evt.graph.sizes_from_inputs import sizes_from_inputs
 from evt.graph.snapshot import Snapshot
 from evt.graph.split_full_means import split_full_means
+from evt.graph.tanh_gelu_to_native import tanh_gelu_to_native
 from evt.graph.unpermute_reductions import unpermute_reductions
 from evt.graph.verify import verify
 from evt.partition import Region, partition, validate
@@ -74,6 +75,7 @@ Pass = Callable[[Graph], Graph]
 # graph: rewrites whose replacement brings its own backward (`before_aot`)
 DYNAMO_PASSES: list[tuple[str, Callable[[GraphModule], object]]] = [
     ("attention_to_sdpa", attention_to_sdpa),
+    ("tanh_gelu_to_native", tanh_gelu_to_native),
 ]
 
 GRAPH_PASSES: list[tuple[str, Pass]] = [

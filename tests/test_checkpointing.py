@@ -166,6 +166,25 @@ def test_the_report_keeps_nothing_for_a_checkpointed_backward():
     assert any(kept[False]) and not any(kept[True]), kept
 
 
+def test_the_report_lists_the_pruned_kernels_a_run_launches():
+    """A checkpointed block's forward fc1 region stores the pre-activation only the backward
+    read; once AOTAutograd has split the graph (the backward recomputing the region) that store
+    is dropped (`prune_unused_outputs`), and `Report.kernels()` lists the pruned kernel, the one
+    the run builds and launches (what the GPU tests' fixtures and `kernel_pack.py` build ahead),
+    in the region's place; every other region's kernel is its own."""
+    torch.manual_seed(0)
+    model, x = Stack(), torch.randn(256, 64)
+    report = evt.explain(lambda x: model(x, True).backward(), x)
+    stores = {r.name: sum(n.kind == "aux_store" for n in r.spec.nodes) for r in report.regions}
+    kernels = dict(zip((r.name for r in report.regions), report.kernels(), strict=True))
+    pruned = sorted(n for g in report.graphs for n in g.pruned)
+    assert len(pruned) == len(model.blocks) and all(n.startswith("evt_f") for n in pruned), pruned
+    for r in report.regions:
+        spec, problem = kernels[r.name]
+        kept = sum(n.kind == "aux_store" for n in spec.nodes)
+        assert problem == r.problem and kept == stores[r.name] - (r.name in pruned), (r.name, kept)
+
+
 def test_selective_checkpointing_trains_like_eager():
     """Selective activation checkpointing (a policy that saves the GEMMs and recomputes the
     rest): a region takes its anchor's MUST_SAVE, and the backward recomputes its epilogue's

@@ -80,7 +80,25 @@ def recompute_inside(graph: Graph, regions: list[Region]) -> list[Region]:
     if not enabled():
         return regions
     taken = {n for r in regions for n in r.nodes}
-    return [_recompute(graph, r, taken) if r.side == "backward" else r for r in regions]
+    regions = [_recompute(graph, r, taken) if r.side == "backward" else r for r in regions]
+    return _drop_unread(graph, regions)
+
+
+def _drop_unread(graph: Graph, regions: list[Region]) -> list[Region]:
+    """Erase the nodes the copies left without a reader, inside regions and out (AOTAutograd's
+    alias and view of a saved value the backward now computes, the forward's 3·x² of GPT-2's
+    GELU): a value read only by such a node would stay a region output, stored for nothing, and
+    max-autotune would time the kernel with that store."""
+    anchors = {r.anchor for r in regions}
+    erased: set[Node] = set()
+    for n in reversed(graph.nodes):
+        if n.op == "call_function" and not n.users and n not in anchors and not n.is_impure():
+            graph.erase_node(n)
+            erased.add(n)
+    if not erased:
+        return regions
+    debug.log(2, f"recompute_inside: erased {len(erased)} nodes left unread")
+    return [Region(r.anchor, tuple(n for n in r.nodes if n not in erased), r.side) for r in regions]
 
 
 def _recompute(graph: Graph, region: Region, taken: set[Node]) -> Region:

@@ -57,8 +57,8 @@ def reported_step(model, inputs, dynamic: bool = True) -> tuple[dict[str, torch.
 
 def captured_dynamic() -> dict[str, list[tuple]]:
     """GPT-2's regions under `dynamic=True`, captured on the CPU at the GPU's sizes: its LM head's
-    dgrad keeps the final norm's backward (`fold_whole_slices`); on the CPU its tanh GELU's
-    backward reads a 0-d tensor (a float Dynamo passes in there), whose kernels CUDA never runs."""
+    dgrad keeps the final norm's backward (`fold_whole_slices`); its tanh GELU is the native one
+    there too (`tanh_gelu_to_native` takes √(2/π) at the value Dynamo traced it with)."""
     model, inputs = make("gpt2", "cpu")
     _, reports = reported_step(model, inputs)
     return {"gpt2_dynamic": [(s, p) for rep in reports for s, p in rep.kernels()
@@ -103,9 +103,9 @@ def test_model_trains_like_fp32_eager(regions, name):
 def test_gpt2_under_dynamic_shapes_fuses_what_static_shapes_do(regions):
     """GPT-2 with `dynamic=True`: a region for each GEMM static shapes fuse, each taking at least
     those ops (the LM head's dgrad keeps the final norm's backward, `fold_whole_slices`; x̂
-    recomputed from bf16 x), each launched, and the step like fp32 eager's. (On CUDA Dynamo keeps
-    the tanh GELU's float a constant, session 58; on the CPU it passes it as a 0-d tensor, which
-    `captured_dynamic`'s kernels read.)"""
+    recomputed from bf16 x), each launched, and the step like fp32 eager's. (Dynamo traces the
+    tanh GELU's math.pi as an input: `tanh_gelu_to_native` takes its value and guards on it,
+    so both compiles fuse the native GELU, session 63.)"""
     model, inputs = make("gpt2", "cuda")
     _, static = reported_step(copy.deepcopy(model), inputs, dynamic=False)
     dispatch.reset()

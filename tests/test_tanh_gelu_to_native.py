@@ -30,7 +30,7 @@ def gelu_methods(x):  # method calls, the factors in another order
     return x * (x.pow(3) * 0.044715 + x).mul(K0).tanh().add(1.0) * 0.5
 
 
-def rewritten(fn, *args) -> tuple[int, object]:
+def rewritten(fn, *args, dynamic: bool | None = None) -> tuple[int, object]:
     """How many GELUs the pass rewrote in `fn`'s Dynamo graph, and the rewritten graph's result."""
     counts = []
 
@@ -39,7 +39,7 @@ def rewritten(fn, *args) -> tuple[int, object]:
         return gm
 
     torch._dynamo.reset()
-    out = torch.compile(fn, backend=backend)(*args)
+    out = torch.compile(fn, backend=backend, dynamic=dynamic)(*args)
     return sum(counts), out
 
 
@@ -96,6 +96,21 @@ def test_a_step_used_elsewhere_keeps_its_value():
     assert done == 1
     torch.testing.assert_close(y, F.gelu(x, approximate="tanh"), rtol=0, atol=0)
     torch.testing.assert_close(t, fn(x)[1], rtol=0, atol=0)
+
+
+def gelu_traced_pi(x):  # as Hugging Face writes it: math.pi read where it runs
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def test_under_dynamic_shapes_a_traced_pi_is_taken_at_its_value():
+    """Under `dynamic=True` Dynamo passes math.pi as an input and computes √(2/π) in the graph
+    (`_sym_sqrt(2 / pi.item())`): the pass takes its traced value, and the graph is still the
+    native GELU at another batch size."""
+    for rows in (64, 40):
+        x = torch.randn(rows, 48, dtype=torch.bfloat16) * 3
+        done, out = rewritten(gelu_traced_pi, x, dynamic=True)
+        assert done == 1
+        torch.testing.assert_close(out, F.gelu(x, approximate="tanh"), rtol=0, atol=0)
 
 
 def test_off_with_the_environment(monkeypatch):

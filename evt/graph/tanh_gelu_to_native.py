@@ -16,7 +16,9 @@ Rewritten only where the result is the same function to within its dtype's round
 - the root is a product whose factors are 0.5 (all number factors together), x once and
   (1 + tanh(u)) once; u a polynomial in x (numbers, x, products, sums, `pow(x, n)` for whole
   n) equal to √(2/π) · x + √(2/π) · 0.044715 · x³, each coefficient within 1e-6 relatively
-  (GPT-2's constants, and `gelu_fast`'s 0.7978845608);
+  (GPT-2's constants, and `gelu_fast`'s 0.7978845608); a number may be a float Dynamo traced
+  as a SymFloat (`math.pi` under `dynamic=True`): the rewrite takes its traced value and guards
+  on it;
 - x is a bf16 or fp16 tensor and every step of the chain keeps its dtype: tanh.approx.f32's
   relative error (2^-11) is a quarter of the result's rounding (2^-9) there, and the native op
   computes in float32 where the written-out chain rounds to 16 bits after every op; a float32
@@ -35,6 +37,7 @@ import os
 import torch
 import torch.nn.functional as F
 from torch.fx import GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import guard_float
 
 from evt import debug
 
@@ -65,6 +68,7 @@ def tanh_gelu_to_native(gm: GraphModule) -> int:
         chain: set[Node] = set()
         if (x := match(node, chain)) is None:
             continue
+        _specialize(chain)
         with gm.graph.inserting_after(node):
             gelu = gm.graph.call_function(F.gelu, (x,), {"approximate": "tanh"})
         gelu.meta.update(node.meta)
@@ -92,8 +96,32 @@ def _val(node):
     return node.meta.get("example_value") if isinstance(node, Node) else None
 
 
-def _number(v) -> float | None:
-    return float(v) if type(v) in (int, float) else None
+def _number(v, chain: set[Node] | None = None) -> float | None:
+    """A Python number's value, or the value a SymFloat node was traced with: under
+    `dynamic=True` Dynamo passes `math.pi`, a module's global, as an input, and √(2/π) is then
+    `_sym_sqrt(2 / pi.item())`. Such a node joins `chain`, and a rewrite guards on its value
+    (`_specialize`), as `attention_to_sdpa` does on a traced scale."""
+    if type(v) in (int, float):
+        return float(v)
+    val = _val(v)
+    if isinstance(val, torch.SymFloat) and val.node.has_hint():
+        if chain is not None:
+            chain.add(v)
+        return float(val.node.hint)
+    return None
+
+
+def _specialize(chain: set[Node]) -> None:
+    """Guard on each traced float the match read (another value recompiles: Dynamo builds its
+    guards after the backend returns), and take the nodes computing it into `chain` (erased
+    with it where nothing else reads them)."""
+    todo = [n for n in chain if isinstance(_val(n), torch.SymFloat)]
+    for n in todo:
+        guard_float(_val(n))
+    while todo:
+        n = todo.pop()
+        chain.add(n)
+        todo += [a for a in n.all_input_nodes if a.op != "placeholder" and a not in chain]
 
 
 def match(root: Node, chain: set[Node] | None = None) -> Node | None:
@@ -128,7 +156,7 @@ def _factors(node: Node, chain: set[Node]) -> tuple[list[float], list[Node] | No
         if len(n.args) != 2 or n.kwargs:
             return numbers, None
         for a in n.args:
-            if (c := _number(a)) is not None:
+            if (c := _number(a, chain)) is not None:
                 numbers.append(c)
             elif _is(a, MULS) and len(a.users) == 1:
                 todo.append(a)  # 0.5 * x inside the product (x itself, read in u too, is not)
@@ -145,7 +173,7 @@ def _tanh_of(node: Node, chain: set[Node] | None = None) -> Node | None:
         return None
     a, b = node.args
     one, t = (a, b) if _number(a) is not None else (b, a)
-    if _number(one) != 1.0 or not _is(t, TANHS) or len(t.args) != 1 or t.kwargs:
+    if _number(one, chain) != 1.0 or not _is(t, TANHS) or len(t.args) != 1 or t.kwargs:
         return None
     if chain is not None:
         chain.update((node, t))
@@ -165,7 +193,7 @@ def _poly(node, x: Node, chain: set[Node], depth: int = 0) -> Poly | None:
         return None
     if node is x:
         return {1: 1.0}
-    if (c := _number(node)) is not None:
+    if (c := _number(node, chain)) is not None:
         return {0: c}
     if not isinstance(node, Node) or len(node.args) != 2 or node.kwargs:
         return None
@@ -175,7 +203,7 @@ def _poly(node, x: Node, chain: set[Node], depth: int = 0) -> Poly | None:
     chain.add(node)
     a, b = node.args
     if _is(node, POWS):
-        base, n = _poly(a, x, chain, depth + 1), _number(b)
+        base, n = _poly(a, x, chain, depth + 1), _number(b, chain)
         if base is None or n is None or n != int(n) or not 1 <= n <= 4:
             return None
         out: Poly = {0: 1.0}

@@ -56,6 +56,9 @@ from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import guard_float, statically_known_true
 
 from evt import debug
+from evt.graph.dynamo_nodes import example_value as _val
+from evt.graph.dynamo_nodes import is_call as _is
+from evt.graph.dynamo_nodes import traced_number as _number
 
 MATMULS = {operator.matmul, torch.matmul, "matmul"}
 SOFTMAXES = {torch.softmax, F.softmax, "softmax"}
@@ -95,18 +98,6 @@ def attention_to_sdpa(gm: GraphModule) -> int:
         gm.graph.lint()
         gm.recompile()
     return done
-
-
-def _is(node, targets) -> bool:
-    if not isinstance(node, Node):
-        return False
-    if node.op == "call_method":
-        return node.target in targets
-    return node.op == "call_function" and node.target in targets
-
-
-def _val(node):
-    return node.meta.get("example_value") if isinstance(node, Node) else None
 
 
 def _only_user(node: Node, user: Node) -> bool:
@@ -202,20 +193,6 @@ def _scaled_input(node: Node) -> tuple[Node, float] | None:
     if not (isinstance(a, Node) and number is not None and 0 < number < math.inf):
         return None
     return (a, 1.0 / number) if _is(node, DIVS) else (a, number)
-
-
-def _number(x) -> float | None:
-    """A Python number's value, or the value a SymFloat node was traced with: under
-    `dynamic=True` Dynamo passes a module's float attributes (LLaMA's `scaling`, its attention
-    dropout's p) as graph inputs, `.item()` of a 0-d tensor. SDPA takes Python floats, so a
-    rewrite that uses one specializes the graph on it (`_replace`), as Dynamo itself does where a
-    program passes such a float to SDPA (Dynamo then traces the frame once more with the value a
-    constant, and this pass rewrites that graph). Not a SymFloat with no traced value (`.item()`
-    of a tensor computed in the graph): that stays written out."""
-    if type(x) in (int, float):
-        return float(x)
-    val = _val(x)
-    return float(val.node.hint) if isinstance(val, torch.SymFloat) and val.node.has_hint() else None
 
 
 def _traced(*args) -> list:

@@ -40,6 +40,9 @@ from torch.fx import GraphModule, Node
 from torch.fx.experimental.symbolic_shapes import guard_float
 
 from evt import debug
+from evt.graph.dynamo_nodes import example_value as _val
+from evt.graph.dynamo_nodes import is_call as _is
+from evt.graph.dynamo_nodes import traced_number
 
 MULS = {operator.mul, torch.mul, "mul"}
 ADDS = {operator.add, torch.add, "add"}
@@ -84,31 +87,13 @@ def tanh_gelu_to_native(gm: GraphModule) -> int:
     return done
 
 
-def _is(node, targets) -> bool:
-    if not isinstance(node, Node):
-        return False
-    if node.op == "call_method":
-        return node.target in targets
-    return node.op == "call_function" and node.target in targets
-
-
-def _val(node):
-    return node.meta.get("example_value") if isinstance(node, Node) else None
-
-
 def _number(v, chain: set[Node] | None = None) -> float | None:
-    """A Python number's value, or the value a SymFloat node was traced with: under
-    `dynamic=True` Dynamo passes `math.pi`, a module's global, as an input, and √(2/π) is then
-    `_sym_sqrt(2 / pi.item())`. Such a node joins `chain`, and a rewrite guards on its value
-    (`_specialize`), as `attention_to_sdpa` does on a traced scale."""
-    if type(v) in (int, float):
-        return float(v)
-    val = _val(v)
-    if isinstance(val, torch.SymFloat) and val.node.has_hint():
-        if chain is not None:
-            chain.add(v)
-        return float(val.node.hint)
-    return None
+    """`traced_number(v)`; a traced SymFloat node (√(2/π) under `dynamic=True` is
+    `_sym_sqrt(2 / pi.item())`) joins `chain`, and a rewrite guards on its value (`_specialize`)."""
+    number = traced_number(v)
+    if number is not None and chain is not None and isinstance(v, Node):
+        chain.add(v)
+    return number
 
 
 def _specialize(chain: set[Node]) -> None:

@@ -41,13 +41,15 @@ def _dump(args: argparse.Namespace) -> int:
         _draw(report, out)
     unrendered = []  # e.g. fp32 epilogues whose shared memory leaves no tile two stages
     launches = []
-    for r in report.regions:
-        (out / f"{r.name}.tree.txt").write_text(ir.format_tree(r.spec))
+    for r, (spec, problem) in zip(report.regions, report.kernels(), strict=True):
+        # the kernel the run launches: the region's, or its form less the stores the
+        # forward/backward split left unread (`prune_unused_outputs`)
+        (out / f"{r.name}.tree.txt").write_text(ir.format_tree(spec))
         try:
             # the config the backend builds at the example's shapes: the heuristic's first at
             # the problem of the first region sharing the kernel (one binary per signature)
-            config = dispatch.config_for(r.spec, r.problem) or default_config(r.spec)
-            source = render(r.spec, config)
+            config = dispatch.config_for(spec, problem) or default_config(spec)
+            source = render(spec, config)
         except EvtError as e:
             unrendered.append(f"no kernel source: {e}")
             continue

@@ -199,9 +199,10 @@ def build_region(region: Region, name: str) -> BuiltRegion:
 
 
 def _needed(region: Region) -> list[Node]:
-    """The epilogue nodes some output of the region needs: a node nothing reads any more (a
-    forward value whose backward readers `recompute_inside` now compute it for themselves, e.g.
-    GPT-2's 3·x² with `EVT_RECOMPUTE_TOGETHER`) is not computed for nothing."""
+    """The epilogue nodes some output of the region needs: a node no output needs is not
+    computed for nothing (the nn catalog's softmin_softplus had a forward exp nothing read;
+    `recompute_inside._drop_unread` erases such nodes from the graph, this covers its being
+    off, `EVT_RECOMPUTE_INSIDE=0`)."""
     inside, needed = set(region.nodes), set(region.outputs())
     for fx in reversed(region.epilogue):
         if fx in needed:

@@ -85,10 +85,10 @@ def recompute_inside(graph: Graph, regions: list[Region]) -> list[Region]:
 
 
 def _drop_unread(graph: Graph, regions: list[Region]) -> list[Region]:
-    """Erase the nodes the copies left without a reader, inside regions and out (AOTAutograd's
-    alias and view of a saved value the backward now computes, the forward's 3·x² of GPT-2's
-    GELU): a value read only by such a node would stay a region output, stored for nothing, and
-    max-autotune would time the kernel with that store."""
+    """Erase every node nothing reads, inside regions and out, the copies' leftovers among them
+    (AOTAutograd's alias and view of a saved value the backward now computes, the forward's 3·x²
+    of GPT-2's written-out GELU): a value read only by such a node would stay a region output,
+    stored for nothing, and max-autotune would time the kernel with that store."""
     anchors = {r.anchor for r in regions}
     erased: set[Node] = set()
     for n in reversed(graph.nodes):

@@ -324,3 +324,25 @@ def test_a_cached_solution_is_an_optimum_of_an_isomorphic_component(steps, rnd):
         anchors = [key[a] for a in comp.anchors]
         fresh = ilp._run_ilp(ilp.Component(twin, anchors, comp.cands), aux, ilp.Stats(), None)
         assert objective(twin, cached, aux) == pytest.approx(objective(twin, fresh, aux), abs=1e-9)
+
+
+def test_the_partitioner_prints_no_solver_banner():
+    """highspy prints a banner at a process's first `Highs` object whatever the options; a
+    training log gets no line from evt's partitioner (`ilp._quiet_banner`). In a fresh process,
+    as the banner comes once per process."""
+    pytest.importorskip("highspy")
+    import os
+    import re
+    import subprocess
+    import sys
+
+    program = ("import torch, evt\n"
+               "from evt.examples import MLP\n"
+               "m = MLP(64, 256)\n"
+               "evt.explain(lambda x: m(x).sum().backward(), torch.randn(32, 64, requires_grad=True))\n"
+               "print('done')\n")  # fmt: skip
+    env = {**os.environ, "EVT_DEBUG": "1"}  # its partition line: the solver did run
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and out.stdout.strip().endswith("done"), out.stderr[-2000:]
+    assert re.search(r"ILP partition: [1-9]\d* components \(0 from the cache", out.stderr), out.stderr[-2000:]
+    assert "HiGHS" not in out.stdout, out.stdout

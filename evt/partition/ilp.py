@@ -6,6 +6,7 @@ solve fails or runs out of time takes the greedy partitioner's regions, with a w
 from __future__ import annotations
 
 import os
+import sys
 import time
 import warnings
 from collections import deque
@@ -176,8 +177,36 @@ def _run_ilp(comp: Component, max_aux: int, stats: Stats, budget: int | None) ->
 
 def _solver() -> pulp.LpSolver:
     if "HiGHS" in pulp.listSolvers(onlyAvailable=True):
+        _quiet_banner()
         return pulp.HiGHS(msg=False, timeLimit=TIME_LIMIT_S, gapRel=0.0)
     return pulp.PULP_CBC_CMD(msg=False, timeLimit=TIME_LIMIT_S, gapRel=0.0)
+
+
+_bannered = False
+
+
+def _quiet_banner() -> None:
+    """highspy prints a banner on stdout ("Running HiGHS 1.16.0 ... Copyright ...") when the
+    process makes its first `Highs` object, whatever pulp's `msg=False` sets after: a line in
+    every training log from evt's partitioner. Make that first object here with the process's
+    stdout (fd 1, where the C++ writes) pointed at /dev/null."""
+    global _bannered
+    if _bannered:
+        return
+    _bannered = True
+    try:
+        import highspy
+    except ImportError:
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _write_lp(model: ilp_model.Model, comp: Component) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -39,6 +41,25 @@ class Report:
         return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def recording(reports: list[GraphReport]) -> Iterator[list[GraphReport]]:
+    """Inside, each graph evt compiles appends its `GraphReport` to `reports` (the backend's
+    listeners), and each kernel the forward/backward split prunes is noted in its graph's
+    report (`prune_unused_outputs.LISTENERS`, `note_pruned`): `explain` and the tests'
+    `compile_reports`."""
+    import evt.graph.prune_unused_outputs as prune
+    from evt import backend
+
+    pruned = note_pruned(reports)
+    backend._listeners.append(reports.append)
+    prune.LISTENERS.append(pruned)
+    try:
+        yield reports
+    finally:
+        backend._listeners.remove(reports.append)
+        prune.LISTENERS.remove(pruned)
+
+
 def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs) -> Report:
     """Compile `fn` with the evt backend (Inductor's and AOTAutograd's caches off, so every graph
     is really captured), call it once on `args`, and return what evt did, forward and backward.
@@ -47,26 +68,19 @@ def explain(fn, *args, options: dict | None = None, draw: bool = False, **kwargs
     backend's (default `{"rest": "eager"}`: the regions do not depend on how the rest runs).
     With `draw`, each graph report carries a pydot picture of its partition (`.drawing`).
     """
-    import evt.graph.prune_unused_outputs as prune
     from evt import backend
 
     report = Report()
-    pruned = note_pruned(report.graphs)
     options = {"rest": "eager", **(options or {})}
     torch._dynamo.reset()
     dispatch.FALLBACKS.clear()  # what this run falls back on, nothing older
-    backend._listeners.append(report.graphs.append)
-    prune.LISTENERS.append(pruned)
     backend.DRAW = draw
     try:
-        with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
-            enable_autograd_cache=False
-        ):
+        with recording(report.graphs), torch._inductor.config.patch(fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):  # fmt: skip
             torch.compile(fn, backend=backend.evt_backend, options=options)(*args, **kwargs)
     finally:
         backend.DRAW = False
-        backend._listeners.remove(report.graphs.append)
-        prune.LISTENERS.remove(pruned)
         torch._dynamo.reset()
     names = {r.name for r in report.regions}
     report.fallbacks = {k: v for k, v in dispatch.FALLBACKS.items() if k in names}

@@ -11,11 +11,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import evt.graph.prune_unused_outputs as prune
-from evt import backend
 from evt.backend import evt_backend
+from evt.explain import recording
 from evt.graph.capture import capture_joint  # noqa: F401  (re-exported for the tests)
-from evt.report import note_pruned
 
 
 class LinearAct(nn.Module):
@@ -215,22 +213,14 @@ def explain_case(name: str, dtype: torch.dtype = torch.bfloat16):
 
 @contextlib.contextmanager
 def compile_reports(fresh: bool = False) -> Iterator[list]:
-    """evt's `GraphReport` of each graph compiled inside (`evt.backend._listeners`). `fresh`:
-    Inductor's FX graph cache and AOTAutograd's cache off, so that each graph compiles (a cache
-    hit reports nothing)."""
-    reports: list = []
-    pruned = note_pruned(reports)
-    backend._listeners.append(reports.append)
-    prune.LISTENERS.append(pruned)
-    try:
-        with contextlib.ExitStack() as stack:
-            if fresh:
-                stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
-                stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-            yield reports
-    finally:
-        backend._listeners.remove(reports.append)
-        prune.LISTENERS.remove(pruned)
+    """evt's `GraphReport` of each graph compiled inside, its pruned kernels noted
+    (`evt.explain.recording`). `fresh`: Inductor's FX graph cache and AOTAutograd's cache off, so
+    that each graph compiles (a cache hit reports nothing)."""
+    with recording([]) as reports, contextlib.ExitStack() as stack:
+        if fresh:
+            stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
+            stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+        yield reports
 
 
 def symbolic_value(make):

@@ -182,6 +182,7 @@ def fuse(
         why[n] = "its epilogue moves fewer bytes in Inductor's kernel with the ops after it"
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     taken = {n for r in regions for n in r.nodes}
+    predicted: dict = {}  # anchor -> profit.Prediction (default mode, static CUDA shapes)
 
     def keep_region(region, built) -> bool:
         if pattern := unfused_by_request(built.spec.name):
@@ -196,7 +197,11 @@ def fuse(
             problem = dispatch.problem_hint(built.spec, vals)
             # the dense copies the graph will make of padded outputs cost what they move
             saved = inductor_savings(region, taken) - sum(copied_outputs(region, built).values())
-            slower = profit.slower_reason(built.spec, problem, saved)
+            predicted[region.anchor] = prediction = profit.predict(built.spec, problem, saved)
+            if prediction:
+                debug.log(2, f"region {built.spec.name}: predicted {prediction.fused_us:.1f} us fused "
+                             f"at {prediction.config.label}, {prediction.unfused_us:.1f} us unfused")  # fmt: skip
+            slower = profit.slower_reason(prediction, problem)
             if slower:
                 why[region.anchor] = slower
                 debug.log(1, f"region {built.spec.name}: {slower}")
@@ -217,9 +222,11 @@ def fuse(
     report.unfused = [(n.name, side(n), why[n]) for n in gemms if n not in fused]
     for region, built in lowered:
         anchor, fused, saved, kept = summaries[region.anchor]
+        prediction = predicted.get(region.anchor)
         report.regions.append(
-            RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec, kept)
-        )
+            RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec, kept,
+                         predicted=prediction and (prediction.fused_us, prediction.unfused_us))
+        )  # fmt: skip
     debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms, report.unfused))
     return report
 

@@ -20,6 +20,9 @@ class RegionReport:
     spec: ir.KernelSpec
     saved_for_backward: int = 0  # bytes of this forward kernel's outputs that the backward reads
     problem: tuple[int, int, int, int] | None = None  # (M, N, K, L) the graph's shapes give, if known
+    # the default mode's profitability check's (fused, unfused) microseconds (evt.codegen.profit),
+    # where it ran: static shapes on CUDA, not max-autotune (which measures)
+    predicted: tuple[float, float] | None = None
 
     @property
     def gemm(self) -> str:

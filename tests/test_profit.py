@@ -19,6 +19,10 @@ LONG_K = (8192, 768, 50304, 1)  # the LM head's dgrad at GPT-2's vocabulary
 FULL_WAVES = (8448, 1024, 4096, 1)  # 66 x 4 (128x256) and 66 x 8 (128x128) tiles: 2 and 4 waves
 
 
+def slower(spec, problem, saved_bytes):
+    return profit.slower_reason(profit.predict(spec, problem, saved_bytes), problem)
+
+
 def region_spec(case: str, side: str, fused_op: str):
     report = explain_case(case)
     return next(r.spec for r in report.regions if r.side == side and fused_op in r.fused)
@@ -29,9 +33,9 @@ def test_layer_norm_backward_at_long_k_is_slower_fused():
     10, spec_ablation)."""
     spec = region_spec("step/lm_head", "backward", "aten.sum")
     assert config.heuristic(spec, *LONG_K)[0].label == "128x128x64_c1x1_pingpong"
-    fused, unfused = profit.times_us(spec, LONG_K, saved_bytes=30 << 20)
+    fused, unfused, _ = profit.predict(spec, LONG_K, saved_bytes=30 << 20)
     assert fused > unfused * (1 + profit.MARGIN), (fused, unfused)
-    reason = profit.slower_reason(spec, LONG_K, 30 << 20)
+    reason = slower(spec, LONG_K, 30 << 20)
     assert reason and "predicted slower fused" in reason and "50304" in reason, reason
 
 
@@ -48,26 +52,28 @@ def test_the_unfused_gemm_spreads_a_partial_wave():
 
 def test_saved_bytes_can_outweigh_the_restriction():
     spec = region_spec("step/lm_head", "backward", "aten.sum")
-    fused, unfused = profit.times_us(spec, LONG_K, saved_bytes=0)
+    fused, unfused, _ = profit.predict(spec, LONG_K, saved_bytes=0)
     enough = int((fused - unfused + 10) * profit.BYTES_PER_US)
-    assert profit.slower_reason(spec, LONG_K, enough) is None
+    assert slower(spec, LONG_K, enough) is None
 
 
 @pytest.mark.parametrize("problem", [FULL_WAVES, (512, 512, 64, 1), (8192, 3072, 768, 1),
                                      (4096, 4096, 4096, 1), (8192, 50304, 768, 1)])  # fmt: skip
 def test_an_unrestricted_epilogue_stays_where_its_tiles_fill_the_waves(problem):
     """GELU with a bias: nothing restricts its tile, and at these shapes the last wave is
-    (nearly) full, so the model never prefers the unfused path, however rough its epilogue
-    costs are."""
+    (nearly) full, so where the fusion saves Inductor's kernel one read of the bf16
+    pre-activation the model keeps it: the GELU's ~20 instructions an element cost the fused
+    kernel less than that pass."""
     spec = region_spec("step/mlp", "forward", "aten.gelu")
-    assert profit.slower_reason(spec, problem, saved_bytes=0) is None
+    m, n, _, _ = problem
+    assert slower(spec, problem, saved_bytes=m * n * 2) is None
 
 
 def test_a_partial_last_wave_can_leave_even_an_activation_unfused():
     """At K = 50304 and N = 768, 128x128 tiles need 3 waves where cuBLAS spreads 128x256's
     1.45: evt has no stream-K scheduler yet, so the GEMM goes to cuBLAS."""
     spec = region_spec("step/mlp", "forward", "aten.gelu")
-    assert profit.slower_reason(spec, LONG_K, saved_bytes=0)
+    assert slower(spec, LONG_K, saved_bytes=0)
 
 
 def test_register_stores_cost_more_and_padded_rows_keep_tma():
@@ -88,13 +94,13 @@ def test_register_stores_cost_more_and_padded_rows_keep_tma():
     slow = config.estimate(spec, config.TileConfig(store_align=1), *vit)
     assert slow > 2 * config.estimate(spec, config.TileConfig(), *vit)
     for shape in (vit, (200, 200, 64, 768)):
-        assert profit.slower_reason(spec, shape, saved_bytes=119 << 20) is None
+        assert slower(spec, shape, saved_bytes=119 << 20) is None
 
 
 def test_off_switch(monkeypatch):
     spec = region_spec("step/lm_head", "backward", "aten.sum")
     monkeypatch.setenv("EVT_PROFIT", "0")
-    assert profit.slower_reason(spec, LONG_K, 0) is None
+    assert slower(spec, LONG_K, 0) is None
 
 
 class Head(nn.Module):
@@ -157,7 +163,7 @@ def test_the_dense_copy_of_a_padded_output_counts_against_the_fusion(monkeypatch
     seen = []
     monkeypatch.setattr(pipeline.guards, "static_cuda", lambda v: isinstance(v, torch.Tensor))
     monkeypatch.setattr(pipeline, "inductor_savings", lambda region, taken: 10_000)
-    monkeypatch.setattr(profit, "slower_reason", lambda spec, problem, saved: seen.append(saved))
+    monkeypatch.setattr(profit, "predict", lambda spec, problem, saved: seen.append(saved))
     with torch.no_grad():
         graph = capture_joint(f, torch.randn(16, 32).bfloat16(), torch.randn(6, 32).bfloat16())
     pipeline.fuse(graph)

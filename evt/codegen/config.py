@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from evt.codegen import wave_traffic
+from evt.codegen import op_costs, wave_traffic
 from evt.errors import CodegenError
 from evt.ir import (
     COMPUTE_OPS,
@@ -373,6 +373,9 @@ _ERF = {op for op, c in COMPUTE_OPS.items() if c.reference in ("gelu", "gelu_bac
 # over the 62 swept cases, 0.944 at worst (0.980 / 0.86 before, over the 60 without attention's).
 _COST = {"load": 4.0, "store": 5.0, "special": 1.1, "reduction": 2.0, "d": 4.0, "tile": 1.0}
 _PINGPONG_EPILOGUE = 3.0
+# The same for the compute nodes' instructions (`epilogue_parts`' `per_instruction`): fitted
+# with `evt.codegen.profit.PER_INSTRUCTION` on `benchmarks/epilogue_arithmetic.py`'s timings
+_PINGPONG_INSTRUCTIONS = 1.0
 # Stream-K, in tiles' time: each tile's work costs `_STREAMK_SLOWER` of the persistent kernel's
 # (its scheduler's bookkeeping), and a grid not whole waves pays `_STREAMK_FIXUP` more (peers'
 # fp32 partials written to and read back from the workspace on the finishing CTAs' critical
@@ -493,12 +496,18 @@ def stage_tier(spec: KernelSpec, cfg: TileConfig) -> int:
 
 
 def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int = 1,
-             balanced: bool = False) -> float:
+             balanced: bool = False, per_instruction: float | None = None) -> float:
     """A relative time of `spec` under `cfg` (the unit: one 128x256x64 k-block of math).
     A persistent kernel runs whole tiles, so a partial last wave costs a whole one; a stream-K
     kernel spreads the tiles' work evenly over the SMs and pays a fixup per tile it cuts;
     `balanced` spreads the work past the first wave at no cost, as cuBLAS's stream-K and
-    split-K kernels do (`evt.codegen.profit`'s model of the unfused GEMM)."""
+    split-K kernels do (`evt.codegen.profit`'s model of the unfused GEMM).
+
+    `per_instruction` (k-blocks a 128x256 tile per instruction an element): the absolute model
+    of `evt.codegen.profit`, where every compute node costs its instructions
+    (`op_costs.epilogue_instructions`), overlapping the epilogue's memory traffic, instead of a
+    special function's flat `_COST["special"]`, so a function written out in many nodes costs
+    what they do. The ranking keeps the flat costs it was fitted with."""
     tiles = math.ceil(M / cfg.tile_m) * math.ceil(N / cfg.tile_n) * max(L, 1)
     area = cfg.tile_m * cfg.tile_n / (128 * 256)
     if balanced:
@@ -508,11 +517,16 @@ def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int =
     else:
         waves = math.ceil(tiles / SM_COUNT)
     mainloop = area * math.ceil(K / cfg.tile_k) / _MAINLOOP[(cfg.tile_m, cfg.tile_n, cfg.schedule)]
-    memory, arithmetic = epilogue_parts(spec, cfg)
+    memory, arithmetic = epilogue_parts(spec, cfg, flat_specials=per_instruction is None)
     memory += _COST["d"] * _bytes(spec.d_dtype) / 2 * register_store_factor(cfg, spec.d_dtype)
     if cfg.store_align:  # the aux stores' extra cost from registers
         memory += sum(_COST["store"] * _bytes(n.dtype) / 2 * (register_store_factor(cfg, n.dtype) - 1)
                       for n in spec.nodes if isinstance(n, AuxStore))  # fmt: skip
+    if per_instruction is not None:
+        # the compute nodes' instructions issue while the epilogue's loads and stores are in
+        # flight: what the tile's traffic leaves unhidden counts
+        slower = _PINGPONG_INSTRUCTIONS if cfg.schedule == "pingpong" else 1.0
+        memory = max(memory, per_instruction * op_costs.epilogue_instructions(spec) * slower)
     if cfg.schedule == "pingpong":
         # The two math warp groups take turns on the SM's tensor cores and, in the same order,
         # on the epilogue (CUTLASS orders both by one barrier): one group's epilogue runs during
@@ -560,7 +574,8 @@ def epilogue_cost(spec: KernelSpec) -> float:
     return sum(epilogue_parts(spec))
 
 
-def epilogue_parts(spec: KernelSpec, cfg: TileConfig | None = None) -> tuple[float, float]:
+def epilogue_parts(spec: KernelSpec, cfg: TileConfig | None = None,
+                   flat_specials: bool = True) -> tuple[float, float]:
     """(memory, arithmetic) of one 128x256 cooperative tile's epilogue beyond storing D, in
     k-blocks of main loop: aux tensors read and written (per 2 bytes an element), then special
     functions (erf, exp, tanh) and reductions. A ping-pong warp group alone runs the arithmetic
@@ -574,7 +589,10 @@ def epilogue_parts(spec: KernelSpec, cfg: TileConfig | None = None) -> tuple[flo
     `config_sweep_reductions_over_m.json`, N >= 256), 256x128 tiles took 0.50-0.96 of 128x256
     ones' time beyond the bare GEMM for such epilogues, 1.04-1.15 for the same epilogue without
     the reduction; up to 1.24x faster in all (BatchNorm's statistics at 131072x256x128).
-    Fitted on `benchmarks/config_sweep.py`."""
+    Fitted on `benchmarks/config_sweep.py`.
+
+    Without `flat_specials` the special functions cost nothing here: `estimate`'s
+    `per_instruction` counts every compute node's instructions instead."""
     memory = arithmetic = 0.0
     for n in spec.nodes:
         if isinstance(n, AuxLoad):
@@ -582,6 +600,8 @@ def epilogue_parts(spec: KernelSpec, cfg: TileConfig | None = None) -> tuple[flo
         elif isinstance(n, AuxStore):
             memory += _COST["store"] * _bytes(n.dtype) / 2
         elif getattr(n, "op", None) in _SPECIAL | _ERF:
+            if not flat_specials:
+                continue
             arithmetic += _COST["special"]
         elif n.kind in OVER_M and cfg is not None:
             arithmetic += _COST["reduction"] * math.sqrt(128 / cfg.tile_m)

@@ -1,0 +1,218 @@
+"""Epilogues of growing arithmetic after one GEMM: evt's fused kernel against torch.compile's
+unfused path (cuBLAS and Inductor's kernel), beside what the default mode's profitability check
+(`evt.codegen.profit`) predicts for each.
+
+Each case is y = f((x @ w.T + b).float()).to(bf16) with bf16 x [M, K], w [N, K], b [N], and f
+one of `EPILOGUES`: from a ReLU to the tanh GELU written out in float32 (libm's tanhf in ~25
+nodes) and chains of tanh. Timed, each under CUDA graphs, median of rotating input sets
+(`evt.bench.measure.graph_time_ms`):
+- `fused`: evt with `EVT_PROFIT=0` (the region fused whatever the check says), at the default
+  mode's tile config;
+- `unfused`: `torch.compile` (Inductor: cuBLAS's addmm, then one Triton kernel for f);
+- `evt`: evt in its default mode (the check on): the fused kernel or the unfused path.
+`predicted` is the check's (fused, unfused) microseconds (`RegionReport.predicted`); `decision`
+whether it fused. The check is right where it fuses exactly the cases whose fused kernel is
+faster (within its margin).
+
+    python benchmarks/epilogue_arithmetic.py [--shapes 8192x4096x1024,...] [--only 'tanh*']
+        [--json out.json]
+    python benchmarks/epilogue_arithmetic.py --prebuild   # no GPU: build the kernels (nvcc)
+    python benchmarks/epilogue_arithmetic.py --score      # no GPU: the check against the
+                                                          # committed runs' measurements
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _horner(u: torch.Tensor, degree: int) -> torch.Tensor:
+    """A polynomial of `degree` in u by Horner's rule: degree multiplies and adds."""
+    y = u * 0.01 + 0.5
+    for i in range(degree - 1):
+        y = y * u + (0.25 - 0.01 * i)
+    return y
+
+
+def _gelu_written(u: torch.Tensor) -> torch.Tensor:  # HF's gelu_new, in float32 here
+    return 0.5 * u * (1.0 + torch.tanh(0.7978845608028654 * (u + 0.044715 * torch.pow(u, 3.0))))
+
+
+EPILOGUES = {
+    "relu": torch.relu,
+    "gelu": F.gelu,  # evt's exact-GELU functor
+    "silu": F.silu,
+    "poly8": lambda u: _horner(u, 8),
+    "poly32": lambda u: _horner(u, 32),
+    "tanh": torch.tanh,  # libm's tanhf
+    "softplus_written": lambda u: torch.log(1.0 + torch.exp(u)),
+    "gelu_written": _gelu_written,
+    "tanh3": lambda u: torch.tanh(torch.tanh(torch.tanh(u))),
+}
+SHAPES = ("8192x4096x256", "8192x4096x1024", "8192x4096x4096")
+
+
+def case_fn(f):
+    def fn(x, w, b):
+        return f(torch.addmm(b, x, w.t()).float()).to(torch.bfloat16)
+
+    return fn
+
+
+def inputs(shape: str, device: str, sets: int = 1) -> list[tuple]:
+    m, n, k = map(int, shape.split("x"))
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def one():
+        x = torch.randn(m, k, generator=g).to(device, torch.bfloat16)
+        w = (torch.randn(n, k, generator=g) / k**0.5).to(device, torch.bfloat16)
+        b = torch.randn(n, generator=g).to(device, torch.bfloat16)
+        return x, w, b
+
+    return [one() for _ in range(sets)]
+
+
+def compiled(fn, profit: bool, example: tuple):
+    """`fn` compiled by evt, with its graph's region reports (`evt.explain.recording`)."""
+    from evt.explain import recording
+
+    os.environ["EVT_PROFIT"] = "1" if profit else "0"
+    torch._dynamo.reset()
+    reports: list = []
+    with recording(reports):
+        c = torch.compile(fn, backend="evt")
+        c(*example)
+    return c, [r for g in reports for r in g.regions]
+
+
+def prebuild(names: list[str], shapes: list[str]) -> None:
+    """Build every case's fused kernel here (meta capture, the default mode's configs)."""
+    import evt
+    from evt.runtime import dispatch
+
+    os.environ["EVT_PROFIT"] = "0"  # the fused kernels, whatever the check would say
+    futures = []
+    for shape in shapes:
+        for name in names:
+            dispatch.reset()
+            with warnings.catch_warnings(), dispatch.reference_only():
+                warnings.simplefilter("ignore")
+                report = evt.explain(case_fn(EPILOGUES[name]), *inputs(shape, "meta")[0])
+            futures += [dispatch.build_for(spec, problem) for spec, problem in report.kernels()]
+    for f in futures:
+        if f is not None:
+            print(f.exception() or "built", flush=True)
+
+
+def judged(name: str, shape: str):
+    """The check's (spec, problem, saved bytes) for a case, captured on "meta" (no GPU): what
+    `evt.pipeline` hands `profit.predict`."""
+    import evt
+    from evt.codegen import profit
+    from evt.runtime import dispatch
+
+    seen = []
+    predict = profit.predict
+    profit.predict = lambda spec, problem, saved: seen.append((spec, problem, saved))
+    try:
+        dispatch.reset()
+        with warnings.catch_warnings(), dispatch.reference_only():
+            warnings.simplefilter("ignore")
+            evt.explain(case_fn(EPILOGUES[name]), *inputs(shape, "meta")[0])
+    finally:
+        profit.predict = predict
+    (case,) = seen
+    return case
+
+
+def committed() -> list[dict]:
+    """Every committed run's rows (benchmarks/results/*/epilogue_arithmetic*.json)."""
+    results = Path(__file__).parent / "results"
+    return [r for f in sorted(results.glob("*/epilogue_arithmetic*.json")) for r in json.loads(f.read_text())]
+
+
+def score(rows: list[dict]) -> list[dict]:
+    """Each measured row with the check's prediction now: `agrees` where the check fuses exactly
+    when the fused kernel was faster, or where the two were within `profit.MARGIN` (a near-tie
+    either way costs little)."""
+    from evt.codegen import profit
+
+    out = []
+    for r in rows:
+        spec, problem, saved = judged(r["case"], r["shape"])
+        p = profit.predict(spec, problem, saved)
+        fuses = p.fused_us <= p.unfused_us * (1 + profit.MARGIN)
+        faster = r["fused_ms"] <= r["unfused_ms"]
+        near = abs(r["fused_ms"] / r["unfused_ms"] - 1) <= profit.MARGIN
+        out.append({**r, "now_us": (p.fused_us, p.unfused_us), "fuses": fuses, "agrees": fuses == faster or near})
+    return out
+
+
+def measure(names: list[str], shapes: list[str]) -> list[dict]:
+    from evt.bench import measure as m
+
+    rows = []
+    for shape in shapes:
+        sets = inputs(shape, "cuda", sets=3)
+        for name in names:
+            fn = case_fn(EPILOGUES[name])
+            row: dict = {"case": name, "shape": shape}
+            want = fn(*sets[0]).float()
+            for label, profit in (("fused", False), ("evt", True)):
+                c, regions = compiled(fn, profit, sets[0])
+                # relative to the output's largest magnitude (the polynomials reach 1e30)
+                err = ((c(*sets[0]).float() - want).abs().max() / want.abs().max()).item()
+                row[f"{label}_ms"] = m.graph_time_ms(c, sets, "cuda")
+                row[f"{label}_err"] = err
+                if label == "fused":
+                    row["regions"] = len(regions)
+                    row["predicted_us"] = regions[0].predicted if regions else None
+                else:
+                    row["decision"] = "fused" if regions else "unfused"
+            torch._dynamo.reset()
+            row["unfused_ms"] = m.graph_time_ms(torch.compile(fn), sets, "cuda")
+            row["fused_vs_unfused"] = row["unfused_ms"] / row["fused_ms"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--only", default="*", help="comma-separated globs over EPILOGUES")
+    p.add_argument("--json")
+    p.add_argument("--prebuild", action="store_true")
+    p.add_argument("--score", action="store_true", help="no GPU: the check against the committed runs")
+    a = p.parse_args()
+    if a.score:
+        rows = score(committed())
+        for r in rows:
+            f, u = r["now_us"]
+            print(f"{r['case']:17} {r['shape']:15} measured fused/unfused {r['fused_ms'] / r['unfused_ms']:.3f}, "
+                  f"predicted {f / u:.3f}: {'fuses' if r['fuses'] else 'unfused'}{'' if r['agrees'] else '  WRONG'}")
+        print(f"{sum(r['agrees'] for r in rows)} of {len(rows)} decisions right (near-ties count either way)")
+        return
+    names = [n for n in EPILOGUES if any(fnmatch.fnmatch(n, g) for g in a.only.split(","))]
+    shapes = a.shapes.split(",")
+    if a.prebuild:
+        prebuild(names, shapes)
+        return
+    rows = measure(names, shapes)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -376,6 +376,11 @@ _PINGPONG_EPILOGUE = 3.0
 # The same for the compute nodes' instructions (`epilogue_parts`' `per_instruction`): fitted
 # with `evt.codegen.profit.PER_INSTRUCTION` on `benchmarks/epilogue_arithmetic.py`'s timings
 _PINGPONG_INSTRUCTIONS = 1.0
+# (k-blocks, exponent): an epilogue's instructions cost their whole `per_instruction` up to that
+# many k-blocks of main loop, (k0 / k) ** exponent of it beyond. Measured (H200, session 64):
+# tanh(tanh(tanh(x))) after 128x256 cooperative tiles took 0.26 k-blocks a tile per instruction
+# beyond the ReLU's at K = 256, 0.07 at K = 2048 and 4096; ping-pong's at K = 768-1024, 0.18-0.21
+_INSTRUCTIONS_EXPOSED = (8, 0.4)
 # Stream-K, in tiles' time: each tile's work costs `_STREAMK_SLOWER` of the persistent kernel's
 # (its scheduler's bookkeeping), and a grid not whole waves pays `_STREAMK_FIXUP` more (peers'
 # fp32 partials written to and read back from the workspace on the finishing CTAs' critical
@@ -524,9 +529,12 @@ def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int =
                       for n in spec.nodes if isinstance(n, AuxStore))  # fmt: skip
     if per_instruction is not None:
         # the compute nodes' instructions issue while the epilogue's loads and stores are in
-        # flight: what the tile's traffic leaves unhidden counts
+        # flight: what the tile's traffic leaves unhidden counts; less of it the longer the
+        # main loop (`_INSTRUCTIONS_EXPOSED`)
         slower = _PINGPONG_INSTRUCTIONS if cfg.schedule == "pingpong" else 1.0
-        memory = max(memory, per_instruction * op_costs.epilogue_instructions(spec) * slower)
+        k_blocks = math.ceil(K / cfg.tile_k)
+        exposed = min(1.0, (_INSTRUCTIONS_EXPOSED[0] / k_blocks) ** _INSTRUCTIONS_EXPOSED[1])
+        memory = max(memory, per_instruction * op_costs.epilogue_instructions(spec) * slower * exposed)
     if cfg.schedule == "pingpong":
         # The two math warp groups take turns on the SM's tensor cores and, in the same order,
         # on the epilogue (CUTLASS orders both by one barrier): one group's epilogue runs during

@@ -11,12 +11,10 @@ Builds run one at a time (a CUTLASS kernel takes about 3.5 GB and a core for a m
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -80,11 +78,9 @@ def sass(binary: Path) -> list[str] | None:
 
 def sass_functions(binary: Path) -> dict[str, list[str]] | None:
     """`sass(binary)` by kernel function (its mangled name, as cuobjdump prints it)."""
-    tool = shutil.which("cuobjdump")
-    with contextlib.suppress(ImportError):
-        import cuda.pathfinder
+    from evt.codegen.op_costs import cuobjdump
 
-        tool = cuda.pathfinder.find_nvidia_binary_utility("cuobjdump") or tool
+    tool = cuobjdump()
     if tool is None:
         return None
     env = {**os.environ, "PATH": f"{os.environ.get('PATH', '')}:{Path(tool).parent}"}  # nvdisasm

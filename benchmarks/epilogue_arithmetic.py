@@ -4,7 +4,7 @@ unfused path (cuBLAS and Inductor's kernel), beside what the default mode's prof
 
 Each case is y = f((x @ w.T + b).float()).to(bf16) with bf16 x [M, K], w [N, K], b [N], and f
 one of `EPILOGUES`: from a ReLU to the tanh GELU written out in float32 (libm's tanhf in ~25
-nodes) and chains of tanh. Timed, each under CUDA graphs, median of rotating input sets
+nodes) and chains of tanh; the `RESIDUAL` ones add a bf16 r [M, N] read in the epilogue. Timed, each under CUDA graphs, median of rotating input sets
 (`evt.bench.measure.graph_time_ms`):
 - `fused`: evt with `EVT_PROFIT=0` (the region fused whatever the check says), at the default
   mode's tile config;
@@ -59,13 +59,22 @@ EPILOGUES = {
     "softplus_written": lambda u: torch.log(1.0 + torch.exp(u)),
     "gelu_written": _gelu_written,
     "tanh3": lambda u: torch.tanh(torch.tanh(torch.tanh(u))),
+    "mish_written": lambda u: u * torch.tanh(torch.log(1.0 + torch.exp(u))),
+    # with a residual r [M, N] loaded in the epilogue: memory the arithmetic can overlap
+    "tanh_residual": lambda u, r: torch.tanh(u) + r.float(),
+    "gelu_written_residual": lambda u, r: _gelu_written(u) + r.float(),
+    "poly32_residual": lambda u, r: _horner(u, 32) + r.float(),
 }
+RESIDUAL = ("tanh_residual", "gelu_written_residual", "poly32_residual")
 SHAPES = ("8192x4096x256", "8192x4096x1024", "8192x4096x4096")
 
 
-def case_fn(f):
-    def fn(x, w, b):
-        return f(torch.addmm(b, x, w.t()).float()).to(torch.bfloat16)
+def case_fn(name: str):
+    f = EPILOGUES[name]
+
+    def fn(x, w, b, r):
+        u = torch.addmm(b, x, w.t()).float()
+        return (f(u, r) if name in RESIDUAL else f(u)).to(torch.bfloat16)
 
     return fn
 
@@ -78,7 +87,7 @@ def inputs(shape: str, device: str, sets: int = 1) -> list[tuple]:
         x = torch.randn(m, k, generator=g).to(device, torch.bfloat16)
         w = (torch.randn(n, k, generator=g) / k**0.5).to(device, torch.bfloat16)
         b = torch.randn(n, generator=g).to(device, torch.bfloat16)
-        return x, w, b
+        return x, w, b, torch.randn(m, n, generator=g).to(device, torch.bfloat16)
 
     return [one() for _ in range(sets)]
 
@@ -108,7 +117,7 @@ def prebuild(names: list[str], shapes: list[str]) -> None:
             dispatch.reset()
             with warnings.catch_warnings(), dispatch.reference_only():
                 warnings.simplefilter("ignore")
-                report = evt.explain(case_fn(EPILOGUES[name]), *inputs(shape, "meta")[0])
+                report = evt.explain(case_fn(name), *inputs(shape, "meta")[0])
             futures += [dispatch.build_for(spec, problem) for spec, problem in report.kernels()]
     for f in futures:
         if f is not None:
@@ -129,7 +138,7 @@ def judged(name: str, shape: str):
         dispatch.reset()
         with warnings.catch_warnings(), dispatch.reference_only():
             warnings.simplefilter("ignore")
-            evt.explain(case_fn(EPILOGUES[name]), *inputs(shape, "meta")[0])
+            evt.explain(case_fn(name), *inputs(shape, "meta")[0])
     finally:
         profit.predict = predict
     (case,) = seen
@@ -166,7 +175,7 @@ def measure(names: list[str], shapes: list[str]) -> list[dict]:
     for shape in shapes:
         sets = inputs(shape, "cuda", sets=3)
         for name in names:
-            fn = case_fn(EPILOGUES[name])
+            fn = case_fn(name)
             row: dict = {"case": name, "shape": shape}
             want = fn(*sets[0]).float()
             for label, profit in (("fused", False), ("evt", True)):

@@ -28,17 +28,9 @@ def test_an_epilogue_costs_its_nodes_and_their_roundings():
     assert op_costs.epilogue_instructions(spec) == op_costs.weighted("tanh") + op_costs.weighted("mul") + 1
 
 
-def _cuobjdump_found() -> bool:
-    try:
-        op_costs._cuobjdump()
-    except FileNotFoundError:
-        return False
-    return True
-
-
 @pytest.mark.nvcc
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found (PATH or $CUDA_HOME/bin)")
-@pytest.mark.skipif(not _cuobjdump_found(), reason="cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+@pytest.mark.skipif(op_costs.cuobjdump() is None, reason="cuobjdump not found: pip install nvidia-cuda-cuobjdump")
 def test_the_table_is_what_the_functors_compile_to():
     """The functors compiled alone (a few seconds): a change to evt_functors.h or CUTLASS that
     moves a count must update the table (python -m evt.codegen.op_costs prints it)."""

@@ -17,6 +17,7 @@ rather than measured at run time: a kernel build must not wait on a second compi
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
 import subprocess
 import tempfile
@@ -71,10 +72,12 @@ def source() -> str:
 
 def measure() -> dict[str, tuple[int, int]]:
     """(ALU, SFU) instructions an element of every compute op, from SASS (needs nvcc and
-    cuobjdump: `evt.codegen.nvcc`, `benchmarks/compile_time.py`'s `sass_functions`)."""
+    cuobjdump, `cuobjdump()`)."""
     from evt.codegen import nvcc
 
-    tool = _cuobjdump()
+    tool = cuobjdump()
+    if tool is None:
+        raise FileNotFoundError("cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
     with tempfile.TemporaryDirectory() as tmp:
         cu, cubin = Path(tmp) / "ops.cu", Path(tmp) / "ops.cubin"
         cu.write_text(source())
@@ -103,20 +106,16 @@ def measure() -> dict[str, tuple[int, int]]:
             for name, op in COMPUTE_OPS.items()}  # fmt: skip
 
 
-def _cuobjdump() -> str:
+def cuobjdump() -> str | None:
+    """cuobjdump's path (nvdisasm beside it): from the nvidia-cuda-cuobjdump wheel, else PATH."""
     import shutil
 
-    tool = shutil.which("cuobjdump")
-    try:
+    with contextlib.suppress(ImportError):
         import cuda.pathfinder
 
-        tool = cuda.pathfinder.find_nvidia_binary_utility("cuobjdump") or tool
-    except ImportError:
-        pass
-    if tool is None:
-        raise FileNotFoundError("cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
-    return tool
-
+        if found := cuda.pathfinder.find_nvidia_binary_utility("cuobjdump"):
+            return found
+    return shutil.which("cuobjdump")
 
 if __name__ == "__main__":
     for op, (alu, sfu) in measure().items():

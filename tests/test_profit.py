@@ -174,11 +174,12 @@ def test_the_dense_copy_of_a_padded_output_counts_against_the_fusion(monkeypatch
 
 def test_the_check_agrees_with_the_committed_measurements():
     """benchmarks/epilogue_arithmetic.py's runs (H200, session 64): epilogues from a ReLU to
-    tanh(tanh(tanh(x))) and the tanh GELU written out in float32, after GEMMs at K = 256 to
-    4096, fused against torch.compile's unfused path. The check fuses where the fused kernel was
-    faster, near-ties aside (within `MARGIN`), in all but one case, and that one (libm's tanh at
-    16384 x 1024 x 256, fused 6% slower) costs less than 10%. Call A's 27 cases fitted the
-    constants; call B's 27, other shapes, were measured after them."""
+    tanh(tanh(tanh(x))), Mish and the tanh GELU written out in float32, some with a residual
+    read in the epilogue, after GEMMs at K = 256 to 4096, fused against torch.compile's unfused
+    path. The check fuses where the fused kernel was faster, near-ties aside (within `MARGIN`),
+    in all but three of 75 cases, each of those costing less than 15%. (Fitted on call A's 27,
+    the constants had 26 of call B's 27 right; refitted on both, 16 of call C's 21; then on
+    all.) Before session 64 the check fused all 75: 13 of them slower, by up to 38%."""
     import sys
     from pathlib import Path
 
@@ -186,19 +187,19 @@ def test_the_check_agrees_with_the_committed_measurements():
     import epilogue_arithmetic
 
     rows = epilogue_arithmetic.score(epilogue_arithmetic.committed())
-    assert len(rows) >= 54
+    assert len(rows) >= 75
     wrong = [(r["case"], r["shape"], r["fused_ms"] / r["unfused_ms"]) for r in rows if not r["agrees"]]
-    assert len(wrong) <= 1, wrong
-    assert all(abs(ratio - 1) < 0.10 for _, _, ratio in wrong), wrong
-    heavy = {(r["case"], r["shape"]): r["fuses"] for r in rows}
-    assert not heavy[("gelu_written", "8192x4096x256")] and heavy[("gelu_written", "8192x4096x1024")]
+    assert len(wrong) <= 3, wrong
+    assert all(abs(ratio - 1) < 0.15 for _, _, ratio in wrong), wrong
+    fuses = {(r["case"], r["shape"]): r["fuses"] for r in rows}
+    assert not fuses[("gelu_written", "8192x4096x256")] and fuses[("gelu_written", "8192x4096x1024")]
 
 
 def test_an_epilogues_instructions_show_less_the_longer_the_main_loop():
-    """`config.estimate`'s `per_instruction`: tanh(tanh(tanh(x))) costs its instructions whole
-    at K = 256 after 128x256 cooperative tiles, (8 / k-blocks) ** 0.4 of them at K = 4096, and
-    the ReLU's few hide under its tile's stores (measured: 0.26 k-blocks a tile per instruction
-    at K = 256, 0.07 at K = 4096)."""
+    """`config.estimate`'s `per_instruction`: tanh(tanh(tanh(x))) after 128x256 cooperative
+    tiles costs (2 / k-blocks) ** 0.5 of its instructions, 0.71 at K = 256, 0.18 at K = 4096,
+    and the ReLU's few hide under its tile's stores (measured: 0.26 k-blocks a tile per
+    instruction beyond the ReLU's at K = 256, 0.07 at K = 4096)."""
     import sys
     from pathlib import Path
 
@@ -215,5 +216,5 @@ def test_an_epilogues_instructions_show_less_the_longer_the_main_loop():
         flat = [config.estimate(s, wide, *problem) for s in (tanh3, relu)]
         assert with_instructions[1] == pytest.approx(flat[1])  # ReLU: under the stores
         extra[k] = with_instructions[0] - with_instructions[1]
-    # (8 / 64) ** 0.4 = 0.44 of the instructions, less the tile's stores they overlap
-    assert 0.2 < extra[4096] / extra[256] < 0.44, extra
+    # 0.18 / 0.71 = 0.25 of the instructions, less the tile's stores they overlap
+    assert 0.1 < extra[4096] / extra[256] < 0.25, extra

@@ -95,9 +95,13 @@ def inputs(shape: str, device: str, sets: int = 1) -> list[tuple]:
 def compiled(fn, profit: bool, example: tuple):
     """`fn` compiled by evt, with its graph's region reports (`evt.explain.recording`)."""
     from evt.explain import recording
+    from evt.runtime import dispatch
 
     os.environ["EVT_PROFIT"] = "1" if profit else "0"
     torch._dynamo.reset()
+    # a kernel's tile config is chosen at the first shape a process runs it at
+    # (`dispatch.config_for`): each case picks its own, as in a fresh process
+    dispatch.reset()
     reports: list = []
     with recording(reports):
         c = torch.compile(fn, backend="evt")

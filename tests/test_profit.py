@@ -173,13 +173,14 @@ def test_the_dense_copy_of_a_padded_output_counts_against_the_fusion(monkeypatch
 
 
 def test_the_check_agrees_with_the_committed_measurements():
-    """benchmarks/epilogue_arithmetic.py's runs (H200, session 64): epilogues from a ReLU to
-    tanh(tanh(tanh(x))), Mish and the tanh GELU written out in float32, some with a residual
-    read in the epilogue, after GEMMs at K = 256 to 4096, fused against torch.compile's unfused
-    path. The check fuses where the fused kernel was faster, near-ties aside (within `MARGIN`),
-    in all but three of 75 cases, each of those costing less than 15%. (Fitted on call A's 27,
-    the constants had 26 of call B's 27 right; refitted on both, 16 of call C's 21; then on
-    all.) Before session 64 the check fused all 75: 13 of them slower, by up to 38%."""
+    """benchmarks/epilogue_arithmetic.py's run (H200, session 64, call G): 13 epilogues from a
+    ReLU to tanh(tanh(tanh(x))), Mish, a degree-32 polynomial and the tanh GELU written out in
+    float32, some with a residual read in the epilogue, after GEMMs at 7 shapes (K = 256 to
+    4096), fused against torch.compile's unfused path. The check fuses where the fused kernel
+    was faster, near-ties aside (within `MARGIN`), in 87 of the 91 cases; the 4 misses (cheap
+    epilogues at K >= 2048, fused 5-11% slower: the main loop, not the arithmetic) cost less
+    than 15%. Fitted on the first 4 shapes, the constants got all but one of the other 3's
+    39 right. Before session 64 the check fused all 91, 16 of them slower, by up to 38%."""
     import sys
     from pathlib import Path
 
@@ -187,19 +188,18 @@ def test_the_check_agrees_with_the_committed_measurements():
     import epilogue_arithmetic
 
     rows = epilogue_arithmetic.score(epilogue_arithmetic.committed())
-    assert len(rows) >= 75
+    assert len(rows) >= 91
     wrong = [(r["case"], r["shape"], r["fused_ms"] / r["unfused_ms"]) for r in rows if not r["agrees"]]
-    assert len(wrong) <= 3, wrong
+    assert len(wrong) <= 4, wrong
     assert all(abs(ratio - 1) < 0.15 for _, _, ratio in wrong), wrong
     fuses = {(r["case"], r["shape"]): r["fuses"] for r in rows}
-    assert not fuses[("gelu_written", "8192x4096x256")] and fuses[("gelu_written", "8192x4096x1024")]
+    assert not fuses[("poly32", "8192x4096x256")] and fuses[("tanh3", "8192x4096x256")]
 
 
 def test_an_epilogues_instructions_show_less_the_longer_the_main_loop():
     """`config.estimate`'s `per_instruction`: tanh(tanh(tanh(x))) after 128x256 cooperative
-    tiles costs (2 / k-blocks) ** 0.5 of its instructions, 0.71 at K = 256, 0.18 at K = 4096,
-    and the ReLU's few hide under its tile's stores (measured: 0.26 k-blocks a tile per
-    instruction beyond the ReLU's at K = 256, 0.07 at K = 4096)."""
+    tiles costs its whole instructions up to 16 k-blocks (K = 1024), (16 / 64) ** 0.3 = 0.66 of
+    them at K = 4096, and the ReLU's few hide under its tile's stores."""
     import sys
     from pathlib import Path
 
@@ -216,5 +216,5 @@ def test_an_epilogues_instructions_show_less_the_longer_the_main_loop():
         flat = [config.estimate(s, wide, *problem) for s in (tanh3, relu)]
         assert with_instructions[1] == pytest.approx(flat[1])  # ReLU: under the stores
         extra[k] = with_instructions[0] - with_instructions[1]
-    # 0.18 / 0.71 = 0.25 of the instructions, less the tile's stores they overlap
-    assert 0.1 < extra[4096] / extra[256] < 0.25, extra
+    # 0.66 of the instructions, less the tile's stores they overlap
+    assert 0.3 < extra[4096] / extra[256] < 0.66, extra

@@ -11,7 +11,7 @@ nodes) and chains of tanh; the `RESIDUAL` ones add a bf16 r [M, N] read in the e
 - `unfused`: `torch.compile` (Inductor: cuBLAS's addmm, then one Triton kernel for f);
 - `evt`: evt in its default mode (the check on): the fused kernel or the unfused path.
 `predicted` is the check's (fused, unfused) microseconds (`RegionReport.predicted`); `decision`
-whether it fused. The check is right where it fuses exactly the cases whose fused kernel is
+whether it fused; `config` the fused kernel's tile config. The check is right where it fuses exactly the cases whose fused kernel is
 faster (within its margin).
 
     python benchmarks/epilogue_arithmetic.py [--shapes 8192x4096x1024,...] [--only 'tanh*']
@@ -160,11 +160,13 @@ def score(rows: list[dict]) -> list[dict]:
     when the fused kernel was faster, or where the two were within `profit.MARGIN` (a near-tie
     either way costs little)."""
     from evt.codegen import profit
+    from evt.codegen.config import TileConfig
 
     out = []
     for r in rows:
         spec, problem, saved = judged(r["case"], r["shape"])
-        p = profit.predict(spec, problem, saved)
+        # at the config the fused kernel ran at, where the run recorded it
+        p = profit.predict(spec, problem, saved, r.get("config") and TileConfig.from_label(r["config"]))
         fuses = p.fused_us <= p.unfused_us * (1 + profit.MARGIN)
         faster = r["fused_ms"] <= r["unfused_ms"]
         near = abs(r["fused_ms"] / r["unfused_ms"] - 1) <= profit.MARGIN
@@ -174,6 +176,7 @@ def score(rows: list[dict]) -> list[dict]:
 
 def measure(names: list[str], shapes: list[str]) -> list[dict]:
     from evt.bench import measure as m
+    from evt.runtime import dispatch
 
     rows = []
     for shape in shapes:
@@ -191,6 +194,8 @@ def measure(names: list[str], shapes: list[str]) -> list[dict]:
                 if label == "fused":
                     row["regions"] = len(regions)
                     row["predicted_us"] = regions[0].predicted if regions else None
+                    config = regions and dispatch.config_for(regions[0].spec, None)
+                    row["config"] = config.label if config else None
                 else:
                     row["decision"] = "fused" if regions else "unfused"
             torch._dynamo.reset()

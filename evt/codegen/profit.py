@@ -70,20 +70,21 @@ def enabled() -> bool:
     return os.environ.get("EVT_PROFIT", "1") != "0"
 
 
-def predict(spec: KernelSpec, problem, saved_bytes: int) -> Prediction | None:
-    """What `spec`'s fused kernel and the unfused path take at `problem` = (M, N, K, L), in
-    microseconds, as the module's doc models them; None where the shape is unknown or no tile
-    fits the epilogue (the build reports that)."""
+def predict(spec: KernelSpec, problem, saved_bytes: int, config: TileConfig | None = None) -> Prediction | None:
+    """What `spec`'s fused kernel (at `config`, else the heuristic's first) and the unfused path
+    take at `problem` = (M, N, K, L), in microseconds, as the module's doc models them; None
+    where the shape is unknown or no tile fits the epilogue (the build reports that)."""
     if problem is None or min(problem) <= 0:
         return None
     ranked = heuristic(spec, *problem)
     if not ranked:
         return None
+    config = config or ranked[0]
     free = min(ranked, key=lambda c: unrestricted_key(spec, c, *problem, balanced=True))
-    fused = estimate(spec, ranked[0], *problem, per_instruction=PER_INSTRUCTION) * UNIT_US
+    fused = estimate(spec, config, *problem, per_instruction=PER_INSTRUCTION) * UNIT_US
     unrestricted = estimate(spec, free, *problem, balanced=True, per_instruction=0.0) * UNIT_US
     excess = inductor_arithmetic_us(spec, problem, saved_bytes)
-    return Prediction(fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US + excess, ranked[0])
+    return Prediction(fused, unrestricted + saved_bytes / BYTES_PER_US + LAUNCH_US + excess, config)
 
 
 def inductor_arithmetic_us(spec: KernelSpec, problem, saved_bytes: int) -> float:

@@ -4,9 +4,11 @@
 kernels: each functor of `evt.ir.COMPUTE_OPS` compiled alone, in float, with the kernels' nvcc
 flags, its instructions counted from the cubin's SASS less those of the identity's (the loads, the
 store, the index). MUFU.* (EX2, RCP, RSQ, TANH) are the SFU's, everything else the ALU's. The
-counts are what `evt.codegen.config.epilogue_parts` weighs an epilogue's arithmetic by: a
-function written out in ops (the tanh GELU as 25 nodes, with libm's tanhf) costs what its nodes
-cost, not one "special function" whatever its length.
+counts are what an epilogue's arithmetic is weighed by, so that a function written out in ops
+(the tanh GELU as 25 nodes, with libm's tanhf) costs what its nodes cost, not one "special
+function" whatever its length: the default mode's profitability check
+(`evt.codegen.profit`, through `config.estimate`'s `per_instruction`) and, for the ops that
+are not special functions, the tile-config ranking (`config._COST["instruction"]`).
 
 `measure()` recomputes the table (`python -m evt.codegen.op_costs` prints it;
 tests/test_op_costs.py checks it against the committed one where nvcc and cuobjdump are here).
@@ -117,6 +119,7 @@ def cuobjdump() -> str | None:
         if found := cuda.pathfinder.find_nvidia_binary_utility("cuobjdump"):
             return found
     return shutil.which("cuobjdump")
+
 
 if __name__ == "__main__":
     for op, (alu, sfu) in measure().items():

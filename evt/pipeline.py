@@ -197,7 +197,9 @@ def fuse(
             problem = dispatch.problem_hint(built.spec, vals)
             # the dense copies the graph will make of padded outputs cost what they move
             saved = inductor_savings(region, taken) - sum(copied_outputs(region, built).values())
-            predicted[region.anchor] = prediction = profit.predict(built.spec, problem, saved)
+            # at the config its kernel already has in this process, if another shape chose one
+            chosen = dispatch.chosen_config(built.spec)
+            predicted[region.anchor] = prediction = profit.predict(built.spec, problem, saved, chosen)
             if prediction:
                 debug.log(2, f"region {built.spec.name}: predicted {prediction.fused_us:.1f} us fused "
                              f"at {prediction.config.label}, {prediction.unfused_us:.1f} us unfused")  # fmt: skip

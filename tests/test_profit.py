@@ -238,3 +238,36 @@ def test_many_plain_instructions_rank_cooperative_tiles_first(case, shape):
     first = config.heuristic(spec, *problem)[0]
     assert (first.tile_m, first.tile_n, first.schedule) == (128, 256, "cooperative"), first.label
     assert slower(spec, problem, saved) is None  # a near-tie: it stays fused
+
+
+def test_the_check_judges_the_config_the_kernel_already_has():
+    """A kernel's tile config is chosen once per process, at the first shape it runs
+    (`dispatch.config_for`): a later shape's region is judged at that config, not at the one
+    the ranking would pick for it. The polynomial at K = 256 in the 128x128 ping-pong tiles a
+    K = 1024 run would have chosen ran at 0.62 of the unfused path's speed (H200, session 64),
+    against level in 128x256 cooperative ones."""
+    import sys
+    from pathlib import Path
+
+    from evt.runtime import dispatch
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import epilogue_arithmetic
+
+    fn, inputs = epilogue_arithmetic.case_fn("poly32"), epilogue_arithmetic.inputs("8192x4096x256", "meta")[0]
+
+    def explain():
+        with warnings.catch_warnings(), dispatch.reference_only():
+            warnings.simplefilter("ignore")
+            return evt.explain(fn, *inputs)
+
+    dispatch.reset()
+    try:
+        (fresh,) = explain().regions
+        dispatch.set_config(fresh.spec, config.TileConfig.from_label("128x128x64_c1x1_pingpong"))
+        report = explain()
+    finally:
+        dispatch.reset()
+    assert report.regions == [], str(report)
+    ((_, _, why),) = report.unfused
+    assert why.startswith("predicted slower fused") and "pingpong" in why, why

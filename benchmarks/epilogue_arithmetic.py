@@ -137,7 +137,7 @@ def judged(name: str, shape: str):
 
     seen = []
     predict = profit.predict
-    profit.predict = lambda spec, problem, saved: seen.append((spec, problem, saved))
+    profit.predict = lambda spec, problem, saved, config=None: seen.append((spec, problem, saved))
     try:
         dispatch.reset()
         with warnings.catch_warnings(), dispatch.reference_only():

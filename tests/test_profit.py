@@ -165,7 +165,7 @@ def test_the_dense_copy_of_a_padded_output_counts_against_the_fusion(monkeypatch
     seen = []
     monkeypatch.setattr(pipeline.guards, "static_cuda", lambda v: isinstance(v, torch.Tensor))
     monkeypatch.setattr(pipeline, "inductor_savings", lambda region, taken: 10_000)
-    monkeypatch.setattr(profit, "predict", lambda spec, problem, saved: seen.append(saved))
+    monkeypatch.setattr(profit, "predict", lambda spec, problem, saved, config: seen.append(saved))
     with torch.no_grad():
         graph = capture_joint(f, torch.randn(16, 32).bfloat16(), torch.randn(6, 32).bfloat16())
     pipeline.fuse(graph)

@@ -422,7 +422,7 @@ def heuristic(spec: KernelSpec, M: int, N: int, K: int, L: int = 1) -> list[Tile
         candidates = [any_row_length(spec, c) for c in CANDIDATES]
     candidates = [epilogue_subtile(spec, c, K) for c in candidates]
     fitting = [source_stages(spec, c) for c in candidates if fits(spec, c)]
-    size = _bytes(spec.gemm.dtype)
+    size = element_bytes(spec.gemm.dtype)
     return sorted(fitting, key=lambda c: (stage_tier(spec, c),
                                           wave_traffic.outruns(c, M, N, K, L, SM_COUNT, size),
                                           *unrestricted_key(spec, c, M, N, K, L)))  # fmt: skip
@@ -531,9 +531,9 @@ def estimate(spec: KernelSpec, cfg: TileConfig, M: int, N: int, K: int, L: int =
         waves = math.ceil(tiles / SM_COUNT)
     mainloop = area * math.ceil(K / cfg.tile_k) / _MAINLOOP[(cfg.tile_m, cfg.tile_n, cfg.schedule)]
     memory, arithmetic = epilogue_parts(spec, cfg, flat_specials=per_instruction is None)
-    memory += _COST["d"] * _bytes(spec.d_dtype) / 2 * register_store_factor(cfg, spec.d_dtype)
+    memory += _COST["d"] * element_bytes(spec.d_dtype) / 2 * register_store_factor(cfg, spec.d_dtype)
     if cfg.store_align:  # the aux stores' extra cost from registers
-        memory += sum(_COST["store"] * _bytes(n.dtype) / 2 * (register_store_factor(cfg, n.dtype) - 1)
+        memory += sum(_COST["store"] * element_bytes(n.dtype) / 2 * (register_store_factor(cfg, n.dtype) - 1)
                       for n in spec.nodes if isinstance(n, AuxStore))  # fmt: skip
     if per_instruction is not None:
         # the compute nodes' instructions issue while the epilogue's loads and stores are in
@@ -576,7 +576,7 @@ def register_store_factor(cfg: TileConfig, dtype: str) -> float:
     pre-activation stored at 0.51-0.80 of the bare GEMM against 0.73-0.91 through TMA."""
     if not cfg.store_align:
         return 1.0
-    size = _bytes(dtype)
+    size = element_bytes(dtype)
     return 16 / (min(cfg.store_align, _ACCUMULATOR_RUN, 16 // size) * size)
 
 
@@ -612,9 +612,9 @@ def epilogue_parts(spec: KernelSpec, cfg: TileConfig | None = None,
     memory = arithmetic = 0.0
     for n in spec.nodes:
         if isinstance(n, AuxLoad):
-            memory += _COST["load"] * _bytes(n.dtype) / 2
+            memory += _COST["load"] * element_bytes(n.dtype) / 2
         elif isinstance(n, AuxStore):
-            memory += _COST["store"] * _bytes(n.dtype) / 2
+            memory += _COST["store"] * element_bytes(n.dtype) / 2
         elif getattr(n, "op", None) in _SPECIAL | _ERF:
             if not flat_specials:
                 continue
@@ -640,19 +640,20 @@ def mainloop_stages(spec: KernelSpec, cfg: TileConfig) -> int:
     # D's stages: CUTLASS's collective keeps them for a void D too (in the root's element type),
     # so a D stored from registers (`store_align`) takes them as well, and staged stores take
     # them beside the root's own (`evt::Sm90AuxStoreStaged`); aux stores from registers take none
-    epi_bytes = epi_m * epi_n * stages_d * _bytes(spec.d_dtype) * (2 if cfg.staged_stores else 1)
+    epi_bytes = epi_m * epi_n * stages_d * element_bytes(spec.d_dtype) * (2 if cfg.staged_stores else 1)
     for n in spec.nodes:
         if isinstance(n, AuxLoad) and not cfg.register_loads:
-            epi_bytes += epi_m * epi_n * stages_c * _bytes(n.dtype)
+            epi_bytes += epi_m * epi_n * stages_c * element_bytes(n.dtype)
         elif isinstance(n, AuxStore) and not (cfg.direct_aux or cfg.store_align):
-            epi_bytes += epi_m * epi_n * stages_d * _bytes(n.dtype)
+            epi_bytes += epi_m * epi_n * stages_d * element_bytes(n.dtype)
         elif isinstance(n, RowBroadcast):
-            epi_bytes += cfg.tile_n * _bytes(n.dtype)
+            epi_bytes += cfg.tile_n * element_bytes(n.dtype)
         elif isinstance(n, ColumnWelfordStats):  # its warps' partials: 8 x tile N x 16 bytes
             epi_bytes += 8 * cfg.tile_n * 16
-    stage_bytes = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * _bytes(spec.gemm.dtype) + 32
+    stage_bytes = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * element_bytes(spec.gemm.dtype) + 32
     return (SMEM_BYTES - epi_bytes - 1024) // stage_bytes
 
 
-def _bytes(dtype: str) -> int:
+def element_bytes(dtype: str) -> int:
+    """The bytes of one element of an IR dtype ("bf16", "f16", "f32", "b8")."""
     return {"bf16": 2, "f16": 2, "f32": 4, "b8": 1}[dtype]

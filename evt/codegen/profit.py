@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from evt.codegen.config import TileConfig, estimate, heuristic, unrestricted_key
+from evt.codegen.config import TileConfig, element_bytes, estimate, heuristic, unrestricted_key
 from evt.codegen.op_costs import epilogue_instructions
 from evt.ir import AuxLoad, AuxStore, KernelSpec
 
@@ -94,12 +94,10 @@ def inductor_arithmetic_us(spec: KernelSpec, problem, saved_bytes: int) -> float
     the fusion saves, and the outputs and aux tensors both paths move): 0 where memory-bound."""
     m, n, _, batch = problem
     elements = m * n * max(batch, 1)
-    sizes = [_BYTES[spec.d_dtype]] + [_BYTES[x.dtype] for x in spec.nodes if isinstance(x, AuxLoad | AuxStore)]
+    sizes = [element_bytes(spec.d_dtype)] + [element_bytes(x.dtype) for x in spec.nodes
+                                             if isinstance(x, AuxLoad | AuxStore)]  # fmt: skip
     memory = (saved_bytes + elements * sum(sizes)) / BYTES_PER_US
     return max(elements * epilogue_instructions(spec) / INDUCTOR_INSTRUCTIONS_PER_US - memory, 0.0)
-
-
-_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "b8": 1}
 
 
 def slower_reason(prediction: Prediction | None, problem) -> str | None:

@@ -30,6 +30,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -130,23 +131,16 @@ def prebuild(names: list[str], shapes: list[str]) -> None:
 
 def judged(name: str, shape: str):
     """The check's (spec, problem, saved bytes) for a case, captured on "meta" (no GPU): what
-    `evt.pipeline` hands `profit.predict`."""
+    `evt.pipeline` handed `profit.predict` (`RegionReport.judged_on`; the check off, so that
+    the region is lowered and reported whatever it predicts)."""
     import evt
-    from evt.codegen import profit
     from evt.runtime import dispatch
 
-    seen = []
-    predict = profit.predict
-    profit.predict = lambda spec, problem, saved, config=None: seen.append((spec, problem, saved))
-    try:
-        dispatch.reset()
-        with warnings.catch_warnings(), dispatch.reference_only():
-            warnings.simplefilter("ignore")
-            evt.explain(case_fn(name), *inputs(shape, "meta")[0])
-    finally:
-        profit.predict = predict
-    (case,) = seen
-    return case
+    dispatch.reset()
+    with warnings.catch_warnings(), dispatch.reference_only(), mock.patch.dict(os.environ, EVT_PROFIT="0"):
+        warnings.simplefilter("ignore")
+        (region,) = evt.explain(case_fn(name), *inputs(shape, "meta")[0]).regions
+    return (region.spec, *region.judged_on)
 
 
 def committed() -> list[dict]:

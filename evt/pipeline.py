@@ -183,6 +183,7 @@ def fuse(
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     taken = {n for r in regions for n in r.nodes}
     predicted: dict = {}  # anchor -> profit.Prediction (default mode, static CUDA shapes)
+    judged_on: dict = {}  # anchor -> (problem, saved bytes): the prediction's inputs
 
     def keep_region(region, built) -> bool:
         if pattern := unfused_by_request(built.spec.name):
@@ -199,6 +200,7 @@ def fuse(
             saved = inductor_savings(region, taken) - sum(copied_outputs(region, built).values())
             # at the config its kernel already has in this process, if another shape chose one
             chosen = dispatch.chosen_config(built.spec)
+            judged_on[region.anchor] = (problem, saved)
             predicted[region.anchor] = prediction = profit.predict(built.spec, problem, saved, chosen)
             if prediction:
                 debug.log(2, f"region {built.spec.name}: predicted {prediction.fused_us:.1f} us fused "
@@ -227,7 +229,8 @@ def fuse(
         prediction = predicted.get(region.anchor)
         report.regions.append(
             RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec, kept,
-                         predicted=prediction and (prediction.fused_us, prediction.unfused_us))
+                         predicted=prediction and (prediction.fused_us, prediction.unfused_us),
+                         judged_on=judged_on.get(region.anchor))
         )  # fmt: skip
     debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms, report.unfused))
     return report

@@ -23,6 +23,9 @@ class RegionReport:
     # the default mode's profitability check's (fused, unfused) microseconds (evt.codegen.profit),
     # where it ran: static shapes on CUDA, not max-autotune (which measures)
     predicted: tuple[float, float] | None = None
+    # what the check predicted from: ((M, N, K, L), the global-memory bytes the fusion saves
+    # against Inductor's kernels less the dense copies of padded outputs), where it ran
+    judged_on: tuple[tuple[int, int, int, int] | None, int] | None = None
 
     @property
     def gemm(self) -> str:

@@ -5,7 +5,7 @@ unfused path (cuBLAS and Inductor's kernel), beside what the default mode's prof
 Each case is y = f((x @ w.T + b).float()).to(bf16) with bf16 x [M, K], w [N, K], b [N], and f
 one of `EPILOGUES`: from a ReLU to the tanh GELU written out in float32 (libm's tanhf in ~25
 nodes) and chains of tanh; the `RESIDUAL` ones add a bf16 r [M, N] read in the epilogue. Timed, each under CUDA graphs, median of rotating input sets
-(`evt.bench.measure.graph_time_ms`):
+(`evt.bench.measure.time_ms` of a `graph_replay`), the three in turn `--rounds` times:
 - `fused`: evt with `EVT_PROFIT=0` (the region fused whatever the check says), at the default
   mode's tile config;
 - `unfused`: `torch.compile` (Inductor: cuBLAS's addmm, then one Triton kernel for f);
@@ -15,7 +15,7 @@ whether it fused; `config` the fused kernel's tile config. The check is right wh
 faster (within its margin).
 
     python benchmarks/epilogue_arithmetic.py [--shapes 8192x4096x1024,...] [--only 'tanh*']
-        [--json out.json]
+        [--json out.json] [--rounds 7]   (the three ways in turn, medians kept)
     python benchmarks/epilogue_arithmetic.py --prebuild   # no GPU: build the kernels (nvcc)
     python benchmarks/epilogue_arithmetic.py --score      # no GPU: the check against the
                                                           # committed runs' measurements
@@ -27,6 +27,7 @@ import argparse
 import fnmatch
 import json
 import os
+import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -168,7 +169,10 @@ def score(rows: list[dict]) -> list[dict]:
     return out
 
 
-def measure(names: list[str], shapes: list[str]) -> list[dict]:
+def measure(names: list[str], shapes: list[str], rounds: int = 1) -> list[dict]:
+    """Each case's three ways timed in turn, `rounds` times (fused, evt, unfused; each from
+    CUDA graphs captured once, after its compile), the medians kept: a drift of the GPU's clocks
+    over the run touches all three."""
     from evt.bench import measure as m
     from evt.runtime import dispatch
 
@@ -179,11 +183,12 @@ def measure(names: list[str], shapes: list[str]) -> list[dict]:
             fn = case_fn(name)
             row: dict = {"case": name, "shape": shape}
             want = fn(*sets[0]).float()
+            replays = {}
             for label, profit in (("fused", False), ("evt", True)):
                 c, regions = compiled(fn, profit, sets[0])
                 # relative to the output's largest magnitude (the polynomials reach 1e30)
                 err = ((c(*sets[0]).float() - want).abs().max() / want.abs().max()).item()
-                row[f"{label}_ms"] = m.graph_time_ms(c, sets, "cuda")
+                replays[label] = m.graph_replay(c, sets)
                 row[f"{label}_err"] = err
                 if label == "fused":
                     row["regions"] = len(regions)
@@ -193,8 +198,16 @@ def measure(names: list[str], shapes: list[str]) -> list[dict]:
                 else:
                     row["decision"] = "fused" if regions else "unfused"
             torch._dynamo.reset()
-            row["unfused_ms"] = m.graph_time_ms(torch.compile(fn), sets, "cuda")
+            replays["unfused"] = m.graph_replay(torch.compile(fn), sets)
+            times: dict[str, list[float]] = {label: [] for label in replays}
+            for _ in range(rounds):
+                for label, replay in replays.items():
+                    times[label].append(m.time_ms(replay, "cuda"))
+            row.update({f"{label}_ms": statistics.median(t) for label, t in times.items()})
             row["fused_vs_unfused"] = row["unfused_ms"] / row["fused_ms"]
+            if rounds > 1:
+                row["rounds_ms"] = times
+                row["fused_faster_rounds"] = sum(f < u for f, u in zip(times["fused"], times["unfused"]))
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
@@ -205,6 +218,8 @@ def main() -> None:
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--only", default="*", help="comma-separated globs over EPILOGUES")
     p.add_argument("--json")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time the three ways in turn this many times, keep the medians")
     p.add_argument("--prebuild", action="store_true")
     p.add_argument("--score", action="store_true", help="no GPU: the check against the committed runs")
     a = p.parse_args()
@@ -221,7 +236,7 @@ def main() -> None:
     if a.prebuild:
         prebuild(names, shapes)
         return
-    rows = measure(names, shapes)
+    rows = measure(names, shapes, a.rounds)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 

@@ -3,7 +3,9 @@ pattern, region, shape), the config `evt.codegen.config.heuristic` ranks first a
 that sweep timed, and its speed as a fraction of the measured best. No GPU: the sweeps are
 `benchmarks/results/*/config_sweep*.json` (written by benchmarks/config_sweep.py; left out: rows
 that timed another functor (--functor) or another raster order / swizzle than evt launches
-(--tile-orders; sweeps before session 15 timed CUTLASS's, which evt launched then), sweeps
+(--tile-orders; sweeps before session 15 timed CUTLASS's, which evt launched then; since
+session 65 evt launches the other raster order where its waves read less, `wave_traffic.
+raster_order`, and rows of that order count where it is what evt launches), sweeps
 of an epilogue with an exp or erf taken before those functors went straight to the SFU in
 session 13 (`SFU_SINCE`), and rows of 128-wide ping-pong tiles on wide grids at K > 1024 from
 before session 31 launched them with swizzle 2: `PINGPONG_SWIZZLE_SINCE`), the specs are
@@ -44,13 +46,27 @@ def _wide_pingpong(row: dict) -> bool:
 
 
 def _launched(row: dict) -> str:
-    """The order evt launches `row`'s config in at its shape now, for a row timed in evt's order
-    (0:0; `sweeps` leaves the others out): `launch.Kernel.resolve`'s rule, 0 the kernel's
-    compiled choice."""
+    """The order evt launches `row`'s config in at its shape now, asked for its own (0:0):
+    `launch.Kernel.resolve`'s rule, 0 the kernel's compiled choice."""
     from evt.codegen import wave_traffic
 
     cfg = cfgs.TileConfig.from_label(row["config"])
-    return f"0:{wave_traffic.swizzle(cfg, row['m'], row['n'], row['k'], row.get('l', 1), cfgs.SM_COUNT)}"
+    r, s, _ = wave_traffic.launch_order(cfg, row["m"], row["n"], row["k"], row.get("l", 1), cfgs.SM_COUNT)
+    return f"{r}:{s}"
+
+
+def _timed_as_launched(row: dict, folder: str) -> bool:
+    """Whether `row` timed its config in the order evt launches it in now. A row of evt's own
+    order (0:0) by the order the sweep recorded as launched (since session 31), else where evt
+    now launches neither another raster order (session 65) nor, from before session 31, a wide
+    ping-pong grid's swizzle 2; a row of an explicit order (`--tile-orders`) only where that is
+    the raster order evt now takes instead of CUTLASS's and what it launches."""
+    ours = _launched(row)
+    if row.get("tile_order", "0:0") != "0:0":
+        return not ours.startswith("0:") and row.get("launched") == ours
+    if "launched" in row:
+        return row["launched"] == ours
+    return ours.startswith("0:") and not (folder < PINGPONG_SWIZZLE_SINCE and _wide_pingpong(row))
 
 
 def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
@@ -64,14 +80,10 @@ def sweeps() -> dict[tuple[str, str, str, str], list[dict]]:
                 continue  # a region's GEMM without its epilogue (`--bare`), not a region
             if r.get("l2_window", "-") != "-":
                 continue  # timed with L2 keeping an operand (`--l2-window`), not as evt runs
-            if r.get("tile_order", "0:0") != "0:0":
-                continue  # another raster order / swizzle than the one evt launches
             if r["pattern"] in SFU_PATTERNS and f.parent.name < SFU_SINCE:
                 continue  # the functors of an earlier session
-            if f.parent.name < PINGPONG_SWIZZLE_SINCE and _wide_pingpong(r):
-                continue  # timed in another order than evt launches it in now
-            if "launched" in r and r["launched"] != _launched(r):
-                continue  # likewise, by the order the sweep recorded (since session 31)
+            if not _timed_as_launched(r, f.parent.name):
+                continue  # another raster order / swizzle than the one evt launches now
             groups.setdefault((f.parent.name, r["pattern"], r["region"], r["shape"]), []).append(r)
     return groups
 

@@ -77,9 +77,8 @@ def _launch_line(region, config) -> str:
         return f"  {region.name:14} {config.label:34} (no static shape: chosen at its first call)"
     m, n, k, batch = region.problem
     size = ir.torch_dtype(region.spec.gemm.dtype).itemsize
-    s = wave_traffic.swizzle(config, m, n, k, batch, cfgs.SM_COUNT, 0, size)
-    why = wave_traffic.reason(config, m, n, s, cfgs.SM_COUNT, 0, size) if s else ""
-    order = f"swizzle {s}: {why}" if s else "CUTLASS's raster, the kernel's own swizzle"
+    _, _, why = wave_traffic.launch_order(config, m, n, k, batch, cfgs.SM_COUNT, 0, size)
+    order = why or "CUTLASS's raster, the kernel's own swizzle"
     return f"  {region.name:14} {config.label:34} {'x'.join(map(str, region.problem)):22} {order}"
 
 

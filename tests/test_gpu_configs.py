@@ -154,6 +154,21 @@ def test_a_wide_grid_launches_with_the_wave_traffic_swizzle(kernels):
     check(kernel, inputs, reference.run(spec, inputs), "wide grid, evt's order")
 
 
+# 32 x 32 tiles of 128x256 at K = 2048: CUTLASS walks them along N, each wave reading all of B;
+# evt launches them along M, where its waves read 0.6 of that (`wave_traffic.raster_order`)
+OTHER_RASTER_GRID = (4096, 8192, 2048)
+
+
+def test_a_grid_whose_other_raster_order_reads_less_launches_in_it(kernels):
+    """evt's order for a 128x256 cooperative kernel at that grid is 1:0, in the launch plan,
+    and computes the reference's result."""
+    spec = specs.ALL["mlp_fc1_forward"]()
+    kernel = kernels[("mlp_fc1_forward", "128x256x64_c1x1_cooperative")]
+    inputs = make_inputs(spec, *OTHER_RASTER_GRID, seed=8, device="cuda")
+    assert kernel.plan(kernel.guard(inputs)).tile_order == launch.TileOrder(1, 0).code
+    check(kernel, inputs, reference.run(spec, inputs), "along M, evt's order")
+
+
 # The LLaMA step's attention-output grid: 64 x 16 tiles of 128x128 at K = 2048, which evt
 # launches with swizzle 2 in ping-pong kernels (`wave_traffic.wide_pingpong`), under the DRAM limit
 WIDE_PINGPONG_GRID = (8192, 2048, 2048)

@@ -1,4 +1,4 @@
-"""The swizzle for grids whose waves read more operand bytes than DRAM serves.
+"""The swizzle and raster order for grids whose waves read more operand bytes than they need.
 
 CUTLASS's persistent scheduler walks the output tiles along its raster order's major mode
 (`PersistentTileSchedulerSm90`: along N where the grid has at least as many tiles along M as
@@ -56,6 +56,19 @@ faster with it (2.3% on average, six cases; on an H200, session 50, `config_swee
 --tile-orders`, three runs at GPT-J's, one at LLaMA's), and 8 gained as much; the up projections
 (K = 4096) vary too much between orders for a rule beyond the traffic one (swizzle 8 gained 1-2%
 at GPT-J's 64 x 64 tiles and lost 3-4% at LLaMA's 64 x 43).
+
+CUTLASS's raster heuristic counts tiles, not bytes: at 4096 x 8192 in 128x256 tiles (32 x 32)
+it walks along N, and each wave reads all of B (8192 columns) where along M it would read all
+of A (4096 rows): 2.1e-3 bytes per FLOP against 1.3e-3, both under `LIMIT`. On an H200
+(session 65, `benchmarks/results/2026-12-01-H200-session65/`, K = 2048) along M ran 3-9%
+faster, bare or with bias and ReLU, with or without a 2x1 or 1x2 cluster; where the other order
+reads more (8192 x 4096 x 4096: along M 2.1e-3 against 1.3e-3) CUTLASS's ran 2-6% faster; where
+both read the same (256x128 tiles there) they were within 1%. So `raster_order` takes the other
+order for cooperative kernels at K > 1024 where its waves, without a swizzle, read less than
+`RASTER_SHARE` of what CUTLASS's read at the swizzle this module gives them (session 15's walk
+along M at 8192 x 768 x 3072 in 128x256 tiles, 2.9e-3 against 2.0e-3, ran 14-16% slower on the
+H100; with swizzle 4 this count gives it 1.7e-3, not measured, so a swizzle does not count for
+it). Ping-pong kernels keep CUTLASS's: no flip of theirs was measured.
 """
 
 from __future__ import annotations
@@ -74,6 +87,9 @@ PINGPONG_COLUMNS = 16
 # cooperative 128x256 tiles take swizzle 4 at K >= this on grids of that many tile columns
 LONG_K = 8192
 SWIZZLES = (2, 4, 8)
+# evt launches the raster order CUTLASS does not choose where that order's waves read less than
+# this share of the bytes CUTLASS's read (`raster_order`)
+RASTER_SHARE = 0.9
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -105,6 +121,52 @@ def traffic(cfg: TileConfig, M: int, N: int, swizzle: int, sm_count: int, raster
     span = (min(minor, _ceil_div(wave, s * major) * s) * minor_size
             + min(major, _ceil_div(wave, s)) * major_size)  # fmt: skip
     return _waves(blocks_m, blocks_n, sm_count) * span * elem_bytes / (2 * M * N)
+
+
+def cutlass_along_n(cfg: TileConfig, M: int, N: int) -> bool:
+    """Whether CUTLASS's raster heuristic walks `cfg`'s grid at M x N along N: where it has at
+    least as many tiles along M as along N."""
+    _, blocks_m, blocks_n = _grid(cfg, M, N, 1)
+    return not blocks_n > blocks_m
+
+
+def _launched_traffic(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int,
+                      elem_bytes: int) -> float:  # fmt: skip
+    """`traffic` in raster order `raster` at the swizzle `swizzle` launches it with."""
+    s = swizzle(cfg, M, N, K, L, sm_count, raster, elem_bytes) or 1  # K > 1024: compiled 1
+    return traffic(cfg, M, N, s, sm_count, raster, elem_bytes)
+
+
+def raster_order(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,
+                 elem_bytes: int = 2) -> int:
+    """The raster order evt launches `cfg`'s kernel in at (M, N, K, L) when asked for its own
+    choice: 0 (CUTLASS's heuristic) unless the other order's waves, without a swizzle, read less
+    than `RASTER_SHARE` of what CUTLASS's do at the swizzle `swizzle` gives them (module doc);
+    then that order, 1 (along M) or 2 (along N). Cooperative kernels only: what ping-pong ones
+    gain was not measured."""
+    if not _applies(cfg, M, N, K, L, sm_count) or cfg.schedule != "cooperative":
+        return 0
+    other = 1 if cutlass_along_n(cfg, M, N) else 2
+    cutlass = _launched_traffic(cfg, M, N, K, L, sm_count, 0, elem_bytes)
+    return other if traffic(cfg, M, N, 1, sm_count, other, elem_bytes) < RASTER_SHARE * cutlass else 0
+
+
+def launch_order(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
+                 elem_bytes: int = 2) -> tuple[int, int, str]:  # fmt: skip
+    """(raster, swizzle, why) of a launch of `cfg`'s kernel at (M, N, K, L) asked for in raster
+    order `raster` (0: evt's choice, `raster_order`) and evt's swizzle (`swizzle`, with the
+    raster order taken); 0 for what the kernel's compiled choice is, `why` empty where both are."""
+    r = raster or raster_order(cfg, M, N, K, L, sm_count, elem_bytes)
+    s = swizzle(cfg, M, N, K, L, sm_count, r, elem_bytes)
+    why = []
+    if r and not raster:
+        cutlass = _launched_traffic(cfg, M, N, K, L, sm_count, 0, elem_bytes)
+        ours = _launched_traffic(cfg, M, N, K, L, sm_count, r, elem_bytes)
+        why.append(f"raster along {'M' if r == 1 else 'N'}: its waves read {ours:.1e} operand "
+                   f"bytes per FLOP from DRAM, {cutlass:.1e} in CUTLASS's order")  # fmt: skip
+    if s:
+        why.append(f"swizzle {s}: {reason(cfg, M, N, s, sm_count, r, elem_bytes)}")
+    return r, s, "; ".join(why)
 
 
 def _waves(blocks_m: int, blocks_n: int, sm_count: int) -> int:
@@ -185,8 +247,8 @@ def outruns(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,
     order (call 1) and 683 with swizzle 4 (call 7)."""
     if not _applies(cfg, M, N, K, L, sm_count):
         return False
-    launched = swizzle(cfg, M, N, K, L, sm_count, 0, elem_bytes) or 1  # K > 1024: compiled 1
-    return traffic(cfg, M, N, launched, sm_count, 0, elem_bytes) > LIMIT
+    raster = raster_order(cfg, M, N, K, L, sm_count, elem_bytes)
+    return _launched_traffic(cfg, M, N, K, L, sm_count, raster, elem_bytes) > LIMIT
 
 
 def _applies(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int) -> bool:

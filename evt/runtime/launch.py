@@ -299,19 +299,19 @@ class Kernel:
         return [(p, plan) for (p, _), plan in self._plans.items()]
 
     def resolve(self, order: TileOrder, p: guards.Problem) -> TileOrder:
-        """`order` with its swizzle 0 (evt's choice) made explicit where the waves' operand
-        traffic calls for one (`wave_traffic`); else as it is (the kernel's `auto_swizzle`)."""
+        """`order` with evt's choices made explicit where the waves' operand traffic calls for
+        them (`wave_traffic.launch_order`): its swizzle 0 (evt's choice), and in evt's own order
+        (0:0) the raster order too; else as it is (the kernel's `auto_swizzle`, CUTLASS's
+        raster heuristic)."""
         if order.swizzle or self.library.config is None or self.spec.gemm.nested:
             return order
         cfg, size = self.library.config, ir.torch_dtype(self.spec.gemm.dtype).itemsize
-        sms = sm_count()
-        s = wave_traffic.swizzle(cfg, p.M, p.N, p.K, p.L, sms, order.raster, size)
-        if not s:
+        r, s, why = wave_traffic.launch_order(cfg, p.M, p.N, p.K, p.L, sm_count(), order.raster, size)
+        if (r, s) == (order.raster, 0):
             return order
-        why = wave_traffic.reason(cfg, p.M, p.N, s, sms, order.raster, size)
-        debug.log(1, f"region {self.spec.name}: swizzle {s} at (M, N, K, L) = "
+        debug.log(1, f"region {self.spec.name}: tile order {r}:{s} at (M, N, K, L) = "
                      f"{(p.M, p.N, p.K, p.L)}: {why} (evt.codegen.wave_traffic)")  # fmt: skip
-        return replace(order, swizzle=s)
+        return TileOrder(r, s)
 
     def _plan(self, p: guards.Problem, key: tuple) -> LaunchPlan:
         if self.library.nested != self.spec.gemm.nested:

@@ -145,9 +145,13 @@ def judged(name: str, shape: str):
 
 
 def committed() -> list[dict]:
-    """Every committed run's rows (benchmarks/results/*/epilogue_arithmetic*.json)."""
+    """The committed runs' rows (benchmarks/results/*/epilogue_arithmetic*.json), each case
+    (epilogue, shape) at its latest run (folders and files in name order): a later run timed it
+    at the code of its day, and since session 65 in turn (`--rounds`)."""
     results = Path(__file__).parent / "results"
-    return [r for f in sorted(results.glob("*/epilogue_arithmetic*.json")) for r in json.loads(f.read_text())]
+    latest = {(r["case"], r["shape"]): r for f in sorted(results.glob("*/epilogue_arithmetic*.json"))
+              for r in json.loads(f.read_text())}  # fmt: skip
+    return list(latest.values())
 
 
 def score(rows: list[dict]) -> list[dict]:

@@ -387,7 +387,8 @@ _PINGPONG_INSTRUCTIONS = 1.5
 # many k-blocks of main loop, (k0 / k) ** exponent of it beyond: at K >= 2048 the arithmetic of
 # tanh(tanh(tanh(x))) and of a degree-32 polynomial cost 128x256 cooperative tiles no more
 # than a few percent over the ReLU's (H200, session 64). Fitted with `PER_INSTRUCTION`
-# (`benchmarks/epilogue_arithmetic.py --score`: 87 of 91 timed decisions right)
+# (`benchmarks/epilogue_arithmetic.py --score`: 87 of 91 timed decisions right; 91 of 91 since
+# session 65 timed its K >= 2048 cases again, in turn)
 _INSTRUCTIONS_EXPOSED = (16, 0.3)
 # Stream-K, in tiles' time: each tile's work costs `_STREAMK_SLOWER` of the persistent kernel's
 # (its scheduler's bookkeeping), and a grid not whole waves pays `_STREAMK_FIXUP` more (peers'

@@ -29,7 +29,9 @@ warps. The tanh GELU written out in ~25 nodes with libm's tanhf (GPT-2's `gelu_n
 fused at 0.88x the unfused path at 8192 x 4096 x 1024 (session 63) where the native one ran at
 1.27x. `benchmarks/epilogue_arithmetic.py` times such epilogues (13 of them at 7 shapes on an
 H200, session 64): the constants below and `config._INSTRUCTIONS_EXPOSED` make 87 of its 91
-decisions right (`--score`; the old check fused all 91, 26 of them slower).
+decisions right (`--score`; the old check fused all 91, 26 of them slower), all 91 with the
+K >= 2048 cases timed again in turn (session 65: the four misses, timed once each, had read
+5-11% slower fused; in turn they were level or faster).
 The region stays unfused where the fused kernel is predicted slower by more than `MARGIN`.
 max-autotune measures instead (`evt.runtime.autotune`). `EVT_PROFIT=0` turns the check off;
 `RegionReport.predicted` keeps each fused region's prediction either way.

@@ -60,10 +60,12 @@ at GPT-J's 64 x 64 tiles and lost 3-4% at LLaMA's 64 x 43).
 CUTLASS's raster heuristic counts tiles, not bytes: at 4096 x 8192 in 128x256 tiles (32 x 32)
 it walks along N, and each wave reads all of B (8192 columns) where along M it would read all
 of A (4096 rows): 2.1e-3 bytes per FLOP against 1.3e-3, both under `LIMIT`. On an H200
-(session 65, `benchmarks/results/2026-12-01-H200-session65/`, K = 2048) along M ran 3-9%
-faster, bare or with bias and ReLU, with or without a 2x1 or 1x2 cluster; where the other order
-reads more (8192 x 4096 x 4096: along M 2.1e-3 against 1.3e-3) CUTLASS's ran 2-6% faster; where
-both read the same (256x128 tiles there) they were within 1%. So `raster_order` takes the other
+(session 65, `benchmarks/results/2026-12-01-H200-session65/`) along M ran 5-9% faster there,
+bare or with bias and ReLU, with or without a 2x1 or 1x2 cluster; where the other order reads
+more (8192 x 4096 x 4096: along M 2.1e-3 against 1.3e-3) CUTLASS's ran 2-6% faster; where both
+read the same (256x128 tiles at 4096 x 8192) they were within 1%. Timed in turn at five shapes
+(K = 2048 and 4096), all 26 kernels this rule sends the other way ran 1.01-1.10x faster (1.05x
+in geomean), the others 0.98-1.03x between the same two runs. So `raster_order` takes the other
 order for cooperative kernels at K > 1024 where its waves, without a swizzle, read less than
 `RASTER_SHARE` of what CUTLASS's read at the swizzle this module gives them (session 15's walk
 along M at 8192 x 768 x 3072 in 128x256 tiles, 2.9e-3 against 2.0e-3, ran 14-16% slower on the

@@ -70,7 +70,9 @@ order for cooperative kernels at K > 1024 where its waves, without a swizzle, re
 `RASTER_SHARE` of what CUTLASS's read at the swizzle this module gives them (session 15's walk
 along M at 8192 x 768 x 3072 in 128x256 tiles, 2.9e-3 against 2.0e-3, ran 14-16% slower on the
 H100; with swizzle 4 this count gives it 1.7e-3, not measured, so a swizzle does not count for
-it). Ping-pong kernels keep CUTLASS's: no flip of theirs was measured.
+it). Ping-pong kernels keep CUTLASS's: no flip of theirs was measured. At K <= 1024 the other
+order ran within 2% either way (4096 x 8192 and 6144 x 8192, K = 768 and 1024): a wave's
+operands stay in L2, and the rule, as the swizzle's, keeps to K > 1024 (`_applies`).
 """
 
 from __future__ import annotations

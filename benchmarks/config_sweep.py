@@ -15,7 +15,8 @@ put the measured winner.
         [--epilogue-tiles 64,128]   (epilogue subtile N: not a candidate)
         [--source-stages 2,3]   (aux loads' shared-memory stages, fewer than CUTLASS's)
         [--tile-orders 0:0,0:1,1:1,2:1,0:4,...]   (raster:swizzle, runtime arguments of one binary)
-        [--rounds 5]   (a kernel's tile orders timed in turn 5 times at each shape, medians kept)
+        [--rounds 5]   (cuBLAS's GEMM and a kernel's tile orders timed in turn 5 times at each
+                        shape, medians kept)
         [--functor gelu=cutlass::epilogue::thread::GELU,...]   (another functor for an op: A/B;
                                     variants separated by ';', an empty one is evt's own)
         [--build-only]   (build the kernels and stop: no GPU needed; scripts/kernel_pack.py pack
@@ -49,7 +50,7 @@ import torch
 
 from evt import ir
 from evt.bench import ops
-from evt.bench.measure import profile_once
+from evt.bench.measure import in_turn, profile_once
 from evt.bench.workload import tiny
 from evt.codegen import config as cfgs
 from evt.runtime import build, launch, reference
@@ -183,7 +184,8 @@ def main() -> None:
                    help="comma-separated training steps (e.g. step/llama) whose own regions are "
                         "swept at their problems, instead of --patterns")
     p.add_argument("--rounds", type=int, default=1,
-                   help="time a kernel's tile orders in turn this many times, keep each one's median")
+                   help="time cuBLAS's GEMM and a kernel's tile orders in turn this many times, "
+                        "keep each one's median")
     p.add_argument("--bare", action="store_true",
                    help="also each region's GEMM with no epilogue (D = acc), same configs")
     p.add_argument("--regions", default="",
@@ -288,23 +290,21 @@ def main() -> None:
                           f"profiled  err {err:.1e}", flush=True)  # fmt: skip
                 continue
             rank = [c.label for c in cfgs.heuristic(spec, m, n, k, L)]
-            mms = {}  # cuBLAS's time per L2 window, once per shape
-            # each window's orders timed in turn, `--rounds` times, each keeping its median
-            samples: dict[tuple[str, str], list[float]] = {}
-            for _, window, (tile_order, ordered, _) in itertools.product(range(a.rounds), a.l2_window, checks):
+            # per L2 window, cuBLAS's GEMM and each order timed in turn, `--rounds` times
+            runs = {"mm": bare_mm(spec, timed)}
+            runs.update({o.label: lambda ordered=ordered, timed=timed: ordered(timed) for o, ordered, _ in checks})
+            medians = {}
+            for window in a.l2_window:
                 with l2_window(timed, spec, window):
-                    samples.setdefault((window, tile_order.label), []).append(
-                        time_ms(lambda ordered=ordered, timed=timed: ordered(timed)))
+                    times = in_turn(runs, a.rounds, "cuda")
+                medians[window] = {label: statistics.median(t) for label, t in times.items()}
             for window, (tile_order, _, err) in itertools.product(a.l2_window, checks):
-                if window not in mms:
-                    with l2_window(timed, spec, window):
-                        mms[window] = time_ms(bare_mm(spec, timed))
-                mm = mms[window]
+                mm = medians[window]["mm"]
                 # the order as launched: evt's raster order and swizzle made explicit where its
                 # launch plan picks them (`wave_traffic`); 0 left: CUTLASS's raster heuristic,
                 # the kernel's compiled `auto_swizzle`
                 launched = kernel.resolve(tile_order, kernel.guard(timed)).label
-                ms = statistics.median(samples[(window, tile_order.label)])
+                ms = medians[window][tile_order.label]
                 order = tile_order.label
                 row = dict(pattern=name, region=region, shape=shape, m=m, n=n, k=k, l=L, config=cfg.label,
                            tile_order=order, launched=launched, functors=variant, ms=ms, mm_ms=mm,

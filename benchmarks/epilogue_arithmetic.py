@@ -203,10 +203,7 @@ def measure(names: list[str], shapes: list[str], rounds: int = 1) -> list[dict]:
                     row["decision"] = "fused" if regions else "unfused"
             torch._dynamo.reset()
             replays["unfused"] = m.graph_replay(torch.compile(fn), sets)
-            times: dict[str, list[float]] = {label: [] for label in replays}
-            for _ in range(rounds):
-                for label, replay in replays.items():
-                    times[label].append(m.time_ms(replay, "cuda"))
+            times = m.in_turn(replays, rounds, "cuda")
             row.update({f"{label}_ms": statistics.median(t) for label, t in times.items()})
             row["fused_vs_unfused"] = row["unfused_ms"] / row["fused_ms"]
             if rounds > 1:

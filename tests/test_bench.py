@@ -467,6 +467,16 @@ def test_a_failing_baseline_is_na_with_its_exception_text(monkeypatch):
     assert len(timed) == 1
 
 
+def test_in_turn_times_every_call_once_a_round(monkeypatch):
+    """`measure.in_turn` (config_sweep's and epilogue_arithmetic's `--rounds`): each round times
+    every call once, in the order given, and each name keeps one timing per round."""
+    order = []
+    monkeypatch.setattr(measure, "time_ms", lambda fn, device: fn() or len(order))
+    times = measure.in_turn({"mm": lambda: order.append("mm"), "0:0": lambda: order.append("0:0")}, 3, "cpu")
+    assert order == ["mm", "0:0"] * 3
+    assert times == {"mm": [1, 3, 5], "0:0": [2, 4, 6]}
+
+
 def test_input_sets_rotate_when_they_fit_in_l2():
     l2 = 50 * 2**20
     assert measure.input_set_count(60 * 2**20, l2) == 1

@@ -58,6 +58,16 @@ def time_ms(fn: Callable[[], object], device: str) -> float:
     return _wallclock_ms(fn)
 
 
+def in_turn(runs: dict[str, Callable[[], object]], rounds: int, device: str) -> dict[str, list[float]]:
+    """name -> `rounds` timings (`time_ms`) of `runs[name]`, each round timing every call once,
+    in order: a drift of the GPU's clocks over the rounds touches all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            times[name].append(time_ms(run, device))
+    return times
+
+
 def profile_once(fn: Callable[[], object]) -> None:
     """One call of `fn` between cudaProfilerStart and Stop, for `ncu --profile-from-start off`:
     only its kernels are profiled."""

@@ -182,8 +182,9 @@ def fuse(
         why[n] = "its epilogue moves fewer bytes in Inductor's kernel with the ops after it"
     summaries = {r.anchor: _summary(r) for r in regions}  # before lowering erases the nodes
     taken = {n for r in regions for n in r.nodes}
-    predicted: dict = {}  # anchor -> profit.Prediction (default mode, static CUDA shapes)
-    judged_on: dict = {}  # anchor -> (problem, saved bytes): the prediction's inputs
+    # anchor -> (profit.Prediction, its inputs: problem, saved bytes), in the default mode at
+    # static CUDA shapes
+    judged: dict = {}
 
     def keep_region(region, built) -> bool:
         if pattern := unfused_by_request(built.spec.name):
@@ -199,9 +200,9 @@ def fuse(
             # the dense copies the graph will make of padded outputs cost what they move
             saved = inductor_savings(region, taken) - sum(copied_outputs(region, built).values())
             # at the config its kernel already has in this process, if another shape chose one
-            chosen = dispatch.chosen_config(built.spec)
-            judged_on[region.anchor] = (problem, saved)
-            predicted[region.anchor] = prediction = profit.predict(built.spec, problem, saved, chosen)
+            chosen = dispatch.config_for(built.spec, None)
+            prediction = profit.predict(built.spec, problem, saved, chosen)
+            judged[region.anchor] = (prediction, (problem, saved))
             if prediction:
                 debug.log(2, f"region {built.spec.name}: predicted {prediction.fused_us:.1f} us fused "
                              f"at {prediction.config.label}, {prediction.unfused_us:.1f} us unfused")  # fmt: skip
@@ -226,11 +227,11 @@ def fuse(
     report.unfused = [(n.name, side(n), why[n]) for n in gemms if n not in fused]
     for region, built in lowered:
         anchor, fused, saved, kept = summaries[region.anchor]
-        prediction = predicted.get(region.anchor)
+        prediction, judged_on = judged.get(region.anchor, (None, None))
         report.regions.append(
             RegionReport(built.spec.name, region.side, anchor, fused, saved, built.spec, kept,
                          predicted=prediction and (prediction.fused_us, prediction.unfused_us),
-                         judged_on=judged_on.get(region.anchor))
+                         judged_on=judged_on)
         )  # fmt: skip
     debug.log(1, "\n" + format_table(report.regions, report.unfused_gemms, report.unfused))
     return report

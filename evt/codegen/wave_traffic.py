@@ -165,7 +165,7 @@ def launch_order(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int,
     why = []
     if r and not raster:
         cutlass = _launched_traffic(cfg, M, N, K, L, sm_count, 0, elem_bytes)
-        ours = _launched_traffic(cfg, M, N, K, L, sm_count, r, elem_bytes)
+        ours = traffic(cfg, M, N, s or 1, sm_count, r, elem_bytes)  # at the swizzle taken
         why.append(f"raster along {'M' if r == 1 else 'N'}: its waves read {ours:.1e} operand "
                    f"bytes per FLOP from DRAM, {cutlass:.1e} in CUTLASS's order")  # fmt: skip
     if s:

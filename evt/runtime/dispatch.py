@@ -155,13 +155,6 @@ def config_for(spec: ir.KernelSpec, problem: tuple[int, int, int, int] | None) -
         return _configs.get(sig)
 
 
-def chosen_config(spec: ir.KernelSpec) -> TileConfig | None:
-    """The tile config this process already builds `spec`'s kernel with (`config_for`: chosen
-    at the first shape it saw, or max-autotune's), None while none is chosen."""
-    with _lock:
-        return _configs.get(_identity(spec))
-
-
 def _tuned(spec: ir.KernelSpec, problem) -> TileConfig | None:
     """max-autotune's cached choice for `spec` at `problem`, if a run measured one."""
     from evt.runtime import autotune

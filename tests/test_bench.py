@@ -1216,3 +1216,23 @@ def test_timing_waits_for_evts_kernel_builds(monkeypatch):
         threading.Timer(0.2, finish).start()
         timer(lambda: first_call.append(time.perf_counter()), "cpu")
         assert first_call and first_call[0] >= ended[-1]
+
+
+def test_host_time_table_counts_the_calls_the_host_paces():
+    """The GEMM cases' host time per call (us) by baseline, and per baseline how many cases'
+    host time exceeds their CUDA-graph time (as run, those measure the host)."""
+
+    def rec(case, baseline, host, graph):
+        r = _rec(case, baseline, ms=max(host, graph))
+        r.update(host_ms=host, graph_ms=graph)
+        return r
+
+    results = [rec("a/x", "mm", 0.02, 0.10), rec("a/x", "evt", 0.12, 0.09),
+               rec("b/x", "mm", 0.03, 1.00), rec("b/x", "evt", 0.05, 0.95)]  # fmt: skip
+    md = markdown.host_table(results)
+    assert md.startswith("## GEMM+epilogue suite: host time per call (us)")
+    assert "exceeds their GPU time: mm 0 of 2, evt 1 of 2." in md
+    assert "| a/x | 8×8×8 | 20.0 | 120.0 |" in md and "| b/x | 8×8×8 | 30.0 | 50.0 |" in md
+    assert markdown.host_table([_rec("a/x", "evt", ms=0.1)]) == ""  # no host time recorded
+    assert "host time per call (us)" in markdown.render(
+        {"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": results})

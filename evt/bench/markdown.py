@@ -398,6 +398,32 @@ def held_table(results: list[dict]) -> str:
     return "## Timed as run, slower than their host and GPU times explain\n\n" + text + "\n\n" + table(head, rows)
 
 
+def host_paced(r: dict) -> bool:
+    """Whether `r`'s host time per call is above its CUDA-graph time: as run, the host sets its pace."""
+    host, graph = r.get("host_ms"), r.get("graph_ms")
+    return bool(r["status"] == "ok" and host and graph and host > graph)
+
+
+def host_table(results: list[dict], wanted: frozenset = frozenset()) -> str:
+    """Each GEMM case's host time per call by baseline, and per baseline the cases whose host
+    time exceeds their GPU time (session 66: as run, evt's small kernels waited on a host that
+    read 2.5x a later process's; under CUDA graphs they were where they had been)."""
+    body = per_case(results, "op", "host_ms", "GEMM+epilogue suite: host time per call (us)", 1,
+                    1e3, wanted=wanted)  # fmt: skip
+    if not body:
+        return ""
+    ops = [r for r in results if r["kind"] == "op" and r.get("host_ms") and r.get("graph_ms")]
+    counts = {b: (sum(host_paced(r) for r in ops if r["baseline"] == b),
+                  sum(r["baseline"] == b for r in ops)) for b in R.baselines_in(results, "op")}  # fmt: skip
+    paced = ", ".join(f"{b} {n} of {total}" for b, (n, total) in counts.items() if total)
+    title, rest = body.split("\n\n", 1)
+    text = ("The host's time per call, calls enqueued back to back (`measure.host_ms`). Where it "
+            "is above the call's CUDA-graph time, the as-run time measures the host, not the "
+            "kernels; host times also move between machines and processes (session 66). Cases "
+            f"whose host time exceeds their GPU time: {paced}.")  # fmt: skip
+    return f"{title}\n\n{text}\n\n{rest}"
+
+
 def problem_list(results: list[dict]) -> str:
     items = [
         f"- **{r['case']} / {r['baseline']}**: {R.not_timed(r)}: "
@@ -508,6 +534,7 @@ def render(data: dict) -> str:
                  "GEMM+epilogue suite under CUDA graphs: median SM clock while timed (MHz)", 0,
                  wanted=wanted),
         clock_table(res),
+        host_table(res, wanted),
         held_table(res),
         compile_table(data),
         evt_notes(res),

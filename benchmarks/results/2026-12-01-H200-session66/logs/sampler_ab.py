@@ -1,10 +1,15 @@
 """Session 66: does the bench's background nvidia-smi sampler (evt.bench.clocks, -lms 20) slow
 the host? host_ms and as-run time_ms of evt's and mm's calls, with the sampler running and not,
 alternated over rounds in one process."""
-import json, statistics, sys, time
+
+import statistics
+import sys
+import time
+
 import torch
+
+from evt.bench import baselines, clocks, measure, runner
 from evt.bench.plan import make_plan
-from evt.bench import runner, measure, baselines, clocks
 
 impls = {}
 for case in make_plan(only=sys.argv[1], baselines="evt", device="cuda").cases:
@@ -15,7 +20,7 @@ for case in make_plan(only=sys.argv[1], baselines="evt", device="cuda").cases:
         impls[(case.name, name)] = measure.rotating(impl, s.input_sets)
 torch.cuda.synchronize()
 res = {}
-for r in range(5):
+for _r in range(5):
     for mode in ("quiet", "sampled"):
         smp = clocks.Sampler(0) if mode == "sampled" else None
         if smp:
@@ -25,7 +30,11 @@ for r in range(5):
             t = measure.time_ms(call, "cuda")
             res.setdefault((*key, mode), []).append((h, t))
         if smp:
-            smp.close(); smp.proc.wait()
+            smp.close()
+            smp.proc.wait()
 for (case, b, mode), v in sorted(res.items()):
-    print(f"{case:24} {b:8} {mode:8} host_us {statistics.median(x[0] for x in v)*1e3:7.1f}"
-          f"  as_run_us {statistics.median(x[1] for x in v)*1e3:7.1f}", flush=True)
+    print(
+        f"{case:24} {b:8} {mode:8} host_us {statistics.median(x[0] for x in v) * 1e3:7.1f}"
+        f"  as_run_us {statistics.median(x[1] for x in v) * 1e3:7.1f}",
+        flush=True,
+    )

@@ -412,7 +412,8 @@ def host_table(results: list[dict], wanted: frozenset = frozenset()) -> str:
                     1e3, wanted=wanted)  # fmt: skip
     if not body:
         return ""
-    ops = [r for r in results if r["kind"] == "op" and r.get("host_ms") and r.get("graph_ms")]
+    ops = [r for r in results
+           if r["kind"] == "op" and r["status"] == "ok" and r.get("host_ms") and r.get("graph_ms")]  # fmt: skip
     counts = {b: (sum(host_paced(r) for r in ops if r["baseline"] == b),
                   sum(r["baseline"] == b for r in ops)) for b in R.baselines_in(results, "op")}  # fmt: skip
     paced = ", ".join(f"{b} {n} of {total}" for b, (n, total) in counts.items() if total)

@@ -1236,3 +1236,27 @@ def test_host_time_table_counts_the_calls_the_host_paces():
     assert markdown.host_table([_rec("a/x", "evt", ms=0.1)]) == ""  # no host time recorded
     assert "host time per call (us)" in markdown.render(
         {"config": {"dtype": "bf16", "device": "cuda"}, "env": {}, "results": results})
+
+
+def test_each_stage_records_the_host_probe_at_its_start_and_end(monkeypatch):
+    """A stage's run records its process's host time per small launch before and after its
+    items (`measure.host_probe_us`), and the stages table shows both: host times of runs whose
+    probes differ are not comparable (session 66)."""
+    from evt.bench import coverage
+
+    probes = iter([7.0, 9.5])
+    monkeypatch.setattr(measure, "host_probe_us", lambda device: next(probes))
+    store = Store(Path("unused.json"), {"results": []})
+    monkeypatch.setattr(Store, "save", lambda self: None)
+    runner.run_stage(small_plan("bias/gpt2", "eager"), "eager", store, "cpu", torch.bfloat16,
+                     log=lambda s: None)  # fmt: skip
+    assert [r["status"] for r in store.results] == ["ok"]
+    (run,) = store.data["stages"]["eager"]["runs"]
+    assert run["host_probe_us"] == 7.0 and run["host_probe_end_us"] == 9.5
+    md = coverage.stages_table(store.data, markdown.table)
+    assert "host probe (us): start / end" in md and "| 7.0 / 9.5 |" in md
+
+
+def test_the_host_probe_times_a_small_launch_on_this_device():
+    us = measure.host_probe_us("cpu", readings=3)
+    assert 0 < us < 10_000  # one in-place add of one element, dispatched from Python

@@ -60,6 +60,7 @@ def stages_table(data: dict, table) -> str:
                     item_limits(run),
                     R.fmt(run.get("wall_s"), 0),
                     str(run.get("left", "?")),
+                    f"{R.fmt(run.get('host_probe_us'), 1)} / {R.fmt(run.get('host_probe_end_us'), 1)}",
                 ]
             )
     if not rows:
@@ -67,8 +68,11 @@ def stages_table(data: dict, table) -> str:
     head = ["stage", "session", "started", "time limit (s)", "per-item limit (s)", "wall (s)"]
     return (
         "## Stages\n\nEach run of a stage: its share of the time (`--stage-timeout` within "
-        "`--time-budget`), the per-item limit (`--item-timeout`), and how many of its items "
-        "were left unmeasured.\n\n" + table(head + ["left"], rows)
+        "`--time-budget`), the per-item limit (`--item-timeout`), how many of its items "
+        "were left unmeasured, and the host probe at its start and end (`measure.host_probe_us`: "
+        "one small in-place add's host time per call in the stage's process; host times of "
+        "runs whose probes differ are not comparable).\n\n"
+        + table(head + ["left", "host probe (us): start / end"], rows)
     )
 
 

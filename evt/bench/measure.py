@@ -131,6 +131,16 @@ def host_ms(fn: Callable[[], object], device: str, n: int = 50) -> float:
     return host
 
 
+def host_probe_us(device: str, readings: int = 5) -> float:
+    """This process's host time per call of one small in-place add on `device`, in us (median of
+    `readings`): how fast the host runs torch's dispatch and a launch here and now. Session 66's
+    bench read every baseline's host time 1.1-2.6x a later call's process, and nothing recorded
+    whether that call's machine or the bench's process was the slower; each stage records this
+    at its start and end (`runner.run_stage`), so a report can tell."""
+    x = torch.zeros(1, device=device)
+    return statistics.median(host_ms(lambda: x.add_(1), device, n=1000) for _ in range(readings)) * 1e3
+
+
 def rotating(fn: Callable, input_sets: list[tuple]) -> Callable[[], object]:
     """A no-argument call that runs `fn` on the next input set each time."""
     cycle = itertools.cycle(input_sets)

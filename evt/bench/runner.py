@@ -185,6 +185,17 @@ def run_stage(
     is left than they ran then: the others are recorded "skipped" (needs more time than was
     left) and the stage ends sooner."""
     todo = pending(plan, store.results, stage)
+    if not todo:
+        return
+    store.stage_run(stage, host_probe_us=round(measure.host_probe_us(device), 2))
+    try:
+        measure_stage(plan, stage, store, device, dtype, todo, log, beat, deadline)
+    finally:  # the same probe after the stage's items: did this process's host slow down?
+        store.stage_run(stage, host_probe_end_us=round(measure.host_probe_us(device), 2))
+
+
+def measure_stage(plan: Plan, stage: str, store: Store, device: str, dtype: torch.dtype,
+                  todo: list[Item], log, beat, deadline: float | None) -> None:  # fmt: skip
     if stage in ("evt", "in-turn") and device.startswith("cuda"):
         beat("prebuild")
         prebuild_all(todo, store, dtype, log, device, stage)

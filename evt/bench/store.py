@@ -224,7 +224,7 @@ class Store:
 
     def stage_run(self, stage: str, **info) -> None:
         """Start (or, called again in the same session, update) this session's run of a stage."""
-        runs = self.data["stages"].setdefault(stage, {}).setdefault("runs", [])
+        runs = self.data.setdefault("stages", {}).setdefault(stage, {}).setdefault("runs", [])
         if not runs or runs[-1].get("session") != self.session:
             runs.append({"session": self.session})
         runs[-1].update(info)

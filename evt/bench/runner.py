@@ -187,15 +187,24 @@ def run_stage(
     todo = pending(plan, store.results, stage)
     if not todo:
         return
-    store.stage_run(stage, host_probe_us=round(measure.host_probe_us(device), 2))
+    probe(store, stage, "host_probe_us", device)
     try:
         measure_stage(plan, stage, store, device, dtype, todo, log, beat, deadline)
     finally:  # the same probe after the stage's items: did this process's host slow down?
-        store.stage_run(stage, host_probe_end_us=round(measure.host_probe_us(device), 2))
+        probe(store, stage, "host_probe_end_us", device)
+
+
+def probe(store: Store, stage: str, field: str, device: str) -> None:
+    """Record this process's host probe (`measure.host_probe_us`) as the stage run's `field`
+    (a child restarted after a crash records its own); a probe that fails records nothing and
+    never hides the stage's own error."""
+    with contextlib.suppress(Exception):  # a broken CUDA context: the stage's items report it
+        store.stage_run(stage, **{field: round(measure.host_probe_us(device), 2)})
 
 
 def measure_stage(plan: Plan, stage: str, store: Store, device: str, dtype: torch.dtype,
                   todo: list[Item], log, beat, deadline: float | None) -> None:  # fmt: skip
+    """`run_stage`'s pending items `todo`, measured case by case (its doc)."""
     if stage in ("evt", "in-turn") and device.startswith("cuda"):
         beat("prebuild")
         prebuild_all(todo, store, dtype, log, device, stage)

@@ -6,6 +6,7 @@ by path (`evt.codegen.nvcc.key_flags`), so an entry built here is found there wh
 and evt's headers are the same; an entry whose key differs is simply built again there.
 
     python scripts/kernel_pack.py build --only 'bias*,dgrad*'   # plan (meta capture) and build
+    python scripts/kernel_pack.py build --only '*' --dry-run    # which a device call would build
     python scripts/kernel_pack.py build --tests node_coverage   # a GPU test module's kernels
     python scripts/kernel_pack.py build --tests fuzz            # the fuzzer's seeds (28 kernels)
     python scripts/kernel_pack.py build --tests configs         # every candidate config (52)
@@ -41,6 +42,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACK = ROOT / ".kpack"
 ARCHIVE = PACK / "kernels.tar.xz"
+
+
+def plan_only(only: str, dtype_name: str, capture: str = "meta") -> dict[str, list[str]]:
+    """`build --dry-run`: the selected cases' kernels at the configs their runs pick, none built:
+    prints how many the carried archives (.kpack) hold, how many only the local cache holds
+    (`pack --new` carries them) and which neither holds (a device call would build them, about a
+    minute each there), and returns cache key -> the cases that need it."""
+    import torch
+
+    from evt.bench.plan import make_plan
+    from evt.bench.prebuild import jobs
+    from evt.runtime import cache
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    cases = make_plan(only=only, baselines="evt", device="meta").cases
+    if not cases:
+        sys.exit(f"kernel_pack: no case matches --only {only!r}")
+    needed: dict[str, list[str]] = {}
+    for case, job in jobs(cases, dtype, print, device=capture):
+        needed.setdefault(job.key, []).append(case)
+    carried = carried_keys()
+    local = {k for k in needed if k not in carried and cache.read_meta(k) is not None}
+    missing = {k: v for k, v in needed.items() if k not in carried and k not in local}
+    print(f"{len(cases)} cases need {len(needed)} kernels: {len(needed) - len(local) - len(missing)} "
+          f"in .kpack, {len(local)} only in {cache.root()} (pack --new carries them), "
+          f"{len(missing)} in neither")  # fmt: skip
+    for key, names in missing.items():
+        shown = list(dict.fromkeys(names))
+        print(f"  to build: {key[:16]}  {', '.join(shown[:4])}{' ...' if len(shown) > 4 else ''}")
+    return needed
 
 
 def build(
@@ -253,6 +284,9 @@ def main() -> None:
                         "tests/test_gpu_NAME.py) whose kernels to build")  # fmt: skip
     b.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     b.add_argument("--configs", default="", help="comma-separated tile-config labels to add")
+    b.add_argument("--dry-run", action="store_true",
+                   help="build nothing: say how many of the --only cases' kernels .kpack and the "
+                        "local cache hold, and which a device call would still build")  # fmt: skip
     b.add_argument(
         "--autotune",
         action="store_true",
@@ -280,6 +314,12 @@ def main() -> None:
     if args.cmd == "build":
         if not (args.only or args.tests):
             ap.error("build needs --only (bench cases) or --tests (GPU test modules)")
+        if args.dry_run:
+            if args.tests or args.configs or args.autotune:
+                ap.error("--dry-run takes --only cases at their own configs (no --tests, "
+                         "--configs or --autotune)")  # fmt: skip
+            plan_only(args.only, args.dtype, args.capture)
+            return
         if args.only:
             configs = [c for c in args.configs.split(",") if c]
             build(args.only, args.dtype, configs, args.autotune, args.capture)

@@ -214,3 +214,30 @@ def test_build_tests_names_the_modules_that_list_their_kernels():
     usage = subprocess.run([sys.executable, "scripts/kernel_pack.py", "build", "--help"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert all(name in usage for name in names)
+
+
+def test_build_dry_run_says_which_kernels_a_device_call_would_build(machines, monkeypatch, capsys):
+    """`build --dry-run`: each kernel the selected cases need is counted as carried (.kpack), only
+    in the local cache (`pack --new` carries it) or in neither, and the last are listed with
+    the cases that need them; nothing is built."""
+    from types import SimpleNamespace
+
+    from evt.bench import prebuild
+
+    local = build.build(fc1_spec(), compile_fn=fake_compile).parent.name  # finished here
+    carried, missing = "c" * 64, "m" * 64
+    with tarfile.open(machines / "kpack" / "kernels.tar.xz", "w:xz") as tar:
+        info = tarfile.TarInfo(f"{carried}/{cache.SO}")
+        tar.addfile(info)
+    fake = [("bias/gpt2", carried), ("bias/gpt2", local), ("bias/bert", missing),
+            ("step/mlp", missing), ("bias/bert", carried)]  # fmt: skip
+    monkeypatch.setattr(prebuild, "jobs", lambda cases, dtype, log, device: (
+        (case, SimpleNamespace(key=key)) for case, key in fake))  # fmt: skip
+    calls = build._futures.copy()
+    needed = kernel_pack.plan_only("bias/gpt2,bias/bert,step/mlp", "bf16")
+    assert build._futures == calls  # nothing submitted
+    out = capsys.readouterr().out
+    assert "3 cases need 3 kernels: 1 in .kpack, 1 only in" in out and "1 in neither" in out
+    assert f"to build: {missing[:16]}  bias/bert, step/mlp" in out
+    assert needed == {carried: ["bias/gpt2", "bias/bert"], local: ["bias/gpt2"],
+                      missing: ["bias/bert", "step/mlp"]}  # fmt: skip

@@ -20,7 +20,7 @@ GPU's layouts): their GEMMs' kernels are built by the CUDA capture, or from a CP
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
@@ -28,23 +28,22 @@ from evt.bench import ops, steps
 from evt.bench.workload import Case
 
 
-def prebuild(
+def jobs(
     cases: Iterable[Case],
     dtype: torch.dtype,
     log: Callable[[str], None],
     device: str = "meta",
     configs: Callable | None = None,
-) -> int:
-    """Start (and wait for) every kernel build, each case captured on `device` ("cuda": the
-    run's own graphs; "meta": shapes only); returns how many distinct kernels were asked.
+) -> Iterator[tuple[str, object]]:
+    """(case name, `build.Job`) for every kernel the cases' regions need, each case captured on
+    `device` as it comes (no compiler runs here): `prebuild` submits them as they are yielded.
     `configs(spec, problem)`: the tile configs to build each region at (default: the one the
-    run picks, `dispatch.config_for`; scripts/kernel_pack.py asks for others); a config a region
-    cannot take is skipped with a line in the log."""
+    run picks, `dispatch.config_for`); a config a region cannot take is skipped with a line in
+    the log."""
     import evt
     from evt.errors import CodegenError
     from evt.runtime import build, dispatch
 
-    futures = {}
     for case in cases:
         try:
             w = (ops if case.kind == "op" else steps).build(case, dtype, device)
@@ -59,12 +58,27 @@ def prebuild(
         for spec, problem in report.kernels():
             for config in configs(spec, problem) if configs else [dispatch.config_for(spec, problem)]:
                 try:
-                    job = build.plan(spec, config)
+                    yield case.name, build.plan(spec, config)
                 except CodegenError as e:
                     log(f"[evt] prebuild: {case.name} at {config.label}: {str(e).splitlines()[0][:160]}")
-                    continue
-                futures.setdefault(job.key, build.submit(job))
     dispatch.reset()
+
+
+def prebuild(
+    cases: Iterable[Case],
+    dtype: torch.dtype,
+    log: Callable[[str], None],
+    device: str = "meta",
+    configs: Callable | None = None,
+) -> int:
+    """Start (and wait for) every kernel build, each case captured on `device` ("cuda": the
+    run's own graphs; "meta": shapes only); returns how many distinct kernels were asked.
+    `configs`: as `jobs` takes it (scripts/kernel_pack.py asks for other configs)."""
+    from evt.runtime import build
+
+    futures = {}
+    for _, job in jobs(cases, dtype, log, device, configs):
+        futures.setdefault(job.key, build.submit(job))  # builds start while later cases capture
     log(f"[evt] prebuilding {len(futures)} kernels in parallel")
     for f in futures.values():
         try:

@@ -44,21 +44,28 @@ PACK = ROOT / ".kpack"
 ARCHIVE = PACK / "kernels.tar.xz"
 
 
-def plan_only(only: str, dtype_name: str, capture: str = "meta") -> dict[str, list[str]]:
-    """`build --dry-run`: the selected cases' kernels at the configs their runs pick, none built:
-    prints how many the carried archives (.kpack) hold, how many only the local cache holds
-    (`pack --new` carries them) and which neither holds (a device call would build them, about a
-    minute each there), and returns cache key -> the cases that need it."""
+def selected(only: str, dtype_name: str) -> tuple[list, object]:
+    """The bench cases `--only` selects (exits when none does) and the torch dtype named."""
     import torch
 
     from evt.bench.plan import make_plan
-    from evt.bench.prebuild import jobs
-    from evt.runtime import cache
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     cases = make_plan(only=only, baselines="evt", device="meta").cases
     if not cases:
         sys.exit(f"kernel_pack: no case matches --only {only!r}")
+    return cases, dtype
+
+
+def plan_only(only: str, dtype_name: str, capture: str = "meta") -> dict[str, list[str]]:
+    """`build --dry-run`: the selected cases' kernels at the configs their runs pick, none built:
+    prints how many the carried archives (.kpack) hold, how many only the local cache holds
+    (`pack --new` carries them) and which neither holds (a device call would build them, about a
+    minute each there), and returns cache key -> the cases that need it."""
+    from evt.bench.prebuild import jobs
+    from evt.runtime import cache
+
+    cases, dtype = selected(only, dtype_name)
     needed: dict[str, list[str]] = {}
     for case, job in jobs(cases, dtype, print, device=capture):
         needed.setdefault(job.key, []).append(case)
@@ -77,17 +84,12 @@ def plan_only(only: str, dtype_name: str, capture: str = "meta") -> dict[str, li
 def build(
     only: str, dtype_name: str, configs: list[str], autotune: bool, capture: str = "meta"
 ) -> None:
-    import torch
-
     from evt.bench.plan import make_plan
     from evt.bench.prebuild import prebuild
     from evt.codegen.config import TileConfig
     from evt.runtime import cache
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
-    cases = make_plan(only=only, baselines="evt", device="meta").cases
-    if not cases:
-        sys.exit(f"kernel_pack: no case matches --only {only!r}")
+    cases, dtype = selected(only, dtype_name)
     print(f"{len(cases)} cases: {', '.join(c.name for c in cases)}")
     if autotune:
         from evt.runtime.autotune import shortlist

@@ -140,17 +140,17 @@ def test_every_tile_order_matches_the_reference(kernels, shape):
 
 
 # GPT-J's MLP up projection: 64 x 64 tiles of 128x256, which CUTLASS walks along N, one wave
-# reading all of B (`evt.codegen.wave_traffic`): evt launches it with swizzle 4
+# reading all of B (`evt.codegen.wave_traffic`): evt launches it with swizzle 8
 WIDE_GRID = (8192, 16384, 4096)
 
 
 def test_a_wide_grid_launches_with_the_wave_traffic_swizzle(kernels):
-    """evt's order at a grid whose waves would outrun DRAM is 0:4, made explicit in the launch
+    """evt's order at a grid whose waves would outrun DRAM is 0:8, made explicit in the launch
     plan (the C++ launch path takes the same plan), and computes the reference's result."""
     spec = specs.ALL["mlp_fc1_forward"]()
     kernel = kernels[("mlp_fc1_forward", "128x256x64_c1x1_cooperative")]
     inputs = make_inputs(spec, *WIDE_GRID, seed=7, device="cuda")
-    assert kernel.plan(kernel.guard(inputs)).tile_order == launch.TileOrder(0, 4).code
+    assert kernel.plan(kernel.guard(inputs)).tile_order == launch.TileOrder(0, 8).code
     check(kernel, inputs, reference.run(spec, inputs), "wide grid, evt's order")
 
 

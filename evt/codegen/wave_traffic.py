@@ -24,11 +24,22 @@ ping-pong tiles (2.9e-3) ran at 0.70 of cuBLAS, with swizzle 4 (2.3e-3) at 0.81,
 
 `swizzle` returns 0 (evt's compiled choice, `auto_swizzle` in evt/templates/evt_launch.h: 2 for
 one GEMM at K <= 1024, else 1) except where K > 1024 and the compiled choice's traffic is past
-`LIMIT`: there the swizzle of 2, 4, 8 that brings it under with the fewest waves, the smallest
-of those (CUTLASS rounds both tile counts up to a multiple of swizzle x cluster, which may add
-waves: at most `EXTRA_WAVES` of them are taken. Until session 31 none was: 128x128 ping-pong at
-LLaMA-7B's up projection, 4.0e-3 in 42 waves, ran at 0.60 of cuBLAS in CUTLASS's order and
-0.79 with swizzle 4 in 43, the dgrad at 0.58 and 0.76). Stream-K kernels (their scheduler
+`LIMIT`: there the swizzle of 2, 4, 8 that brings it under with the fewest waves, the one that
+reads least of those (CUTLASS rounds both tile counts up to a multiple of swizzle x cluster, which
+may add waves: at most `EXTRA_WAVES` of them are taken. Until session 31 none was: 128x128
+ping-pong at LLaMA-7B's up projection, 4.0e-3 in 42 waves, ran at 0.60 of cuBLAS in CUTLASS's
+order and 0.79 with swizzle 4 in 43, the dgrad at 0.58 and 0.76). Until session 67 the smallest
+was taken. On an H200 (`benchmarks/results/2026-12-01-H200-session67/`) swizzle 8, in the same
+waves as 4 and reading less (1.3e-3 against 2.1e-3 bytes per FLOP at GPT-J's up projection in
+128x256 tiles, 1.5e-3 against 2.2e-3 at LLaMA-7B's and LLaMA-3's in 128x128 ping-pong ones), ran
+0.4-3.9% faster than 4 in 10 of 10 comparisons timed in turn over 11 rounds (the up projections
+with bias + ReLU, bias + GELU with its pre-activation stored, SwiGLU and its dgrad, fused and
+bare), and in another call over 5 rounds 1.4-2.9% faster in four of six, within 0.4% in two. In the same
+sweeps a raster order named outright (along M or N, swizzle 1-8) took 0.982-1.020x the time of
+CUTLASS's own order at its best swizzle, over 22 kernels and problems (GPT-J's, the LLaMAs', the
+projection head's, fused and bare), though this count gives the other order 0.47-0.81 of the
+bytes at six of them: under `LIMIT` the waves' reads are served either way, so the raster rule
+below still takes no swizzle into account. Stream-K kernels (their scheduler
 decomposes K, not this walk) and batched GEMMs keep 0. Where no swizzle can (`outruns`), the
 tile-config heuristic ranks the config after those whose waves do not outrun DRAM.
 
@@ -185,17 +196,18 @@ def _swizzled_waves(cfg: TileConfig, M: int, N: int, swizzle: int, sm_count: int
 def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, raster: int = 0,
             elem_bytes: int = 2) -> int:
     """The swizzle evt launches `cfg`'s kernel with at (M, N, K, L): 0 (the compiled choice)
-    unless the waves' traffic says otherwise, or a wide ping-pong grid takes 2 (module doc)."""
+    unless the waves' traffic says otherwise (of the swizzles that bring it under `LIMIT`, the
+    fewest waves, then the least traffic), or a wide ping-pong grid takes 2 (module doc)."""
     if not _applies(cfg, M, N, K, L, sm_count):
         return 0
     waves = _swizzled_waves(cfg, M, N, 1, sm_count)
     if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) > LIMIT:
-        fixes = [(_swizzled_waves(cfg, M, N, s, sm_count), s) for s in SWIZZLES
-                 if traffic(cfg, M, N, s, sm_count, raster, elem_bytes) <= LIMIT]
-        # the fewest waves, then the smallest swizzle; rounding the grid up may add a few
-        fixes = [(w, s) for w, s in fixes if w <= waves * (1 + EXTRA_WAVES)]
+        fixes = [(_swizzled_waves(cfg, M, N, s, sm_count), t, s) for s in SWIZZLES
+                 if (t := traffic(cfg, M, N, s, sm_count, raster, elem_bytes)) <= LIMIT]
+        # the fewest waves, then the least traffic; rounding the grid up may add a few
+        fixes = [fix for fix in fixes if fix[0] <= waves * (1 + EXTRA_WAVES)]
         if fixes:
-            return min(fixes)[1]
+            return min(fixes)[2]
     if long_k(cfg, M, N, K, L, sm_count):
         return 4
     return 2 if wide_pingpong(cfg, M, N, K, L, sm_count) else 0

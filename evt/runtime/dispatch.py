@@ -303,7 +303,7 @@ def launches() -> collections.Counter:
 
 def planned() -> dict[tuple[str, tuple[int, int, int, int]], str]:
     """(kernel signature, problem) -> what its launches there take, e.g. `evt_f0_addmm:
-    128x256x64_c1x1_cooperative 0:4 at 8192x16384x4096x1` (the first region of the kernel, its
+    128x256x64_c1x1_cooperative 0:8 at 8192x16384x4096x1` (the first region of the kernel, its
     tile config, the tile order of its launch plan: `launch.Kernel.resolve`), for every problem
     a loaded kernel planned a launch for since `reset()`."""
     with _lock:

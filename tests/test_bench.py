@@ -1262,6 +1262,18 @@ def test_the_host_probe_times_a_small_launch_on_this_device():
     assert 0 < us < 10_000  # one in-place add of one element, dispatched from Python
 
 
+def test_an_op_cases_host_time_is_the_median_of_its_readings(monkeypatch):
+    """One slow reading (a stall of the host's) does not become the case's host time; a step,
+    whose 50 calls take seconds, is read once."""
+    readings = iter([0.040, 0.041, 0.300, 0.039, 0.042])
+    monkeypatch.setattr(measure, "host_ms", lambda fn, device, n=50: next(readings))
+    assert measure.host_ms_median(lambda: None, "cpu", runner.HOST_READINGS) == 0.041
+    calls = []
+    monkeypatch.setattr(measure, "host_ms", lambda fn, device, n=50: calls.append(n) or 1.0)
+    assert measure.host_ms_median(lambda: None, "cpu", 1) == 1.0 and calls == [50]
+    assert measure.host_ms_median(lambda: None, "cpu", 0) == 1.0 and len(calls) == 2
+
+
 def test_a_failing_host_probe_records_nothing_and_the_stage_runs(monkeypatch):
     def broken(device):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

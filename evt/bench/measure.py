@@ -131,6 +131,14 @@ def host_ms(fn: Callable[[], object], device: str, n: int = 50) -> float:
     return host
 
 
+def host_ms_median(fn: Callable[[], object], device: str, readings: int, n: int = 50) -> float:
+    """The median of `readings` readings of `host_ms`: one reading can take a stall of the
+    host's (a process woken, a page fault, a collection) for the call's pace. Session 67 read
+    torch.compile's host time at one of bias_gelu/bert's seven readings 64 us and at their
+    median 86."""
+    return statistics.median(host_ms(fn, device, n) for _ in range(max(1, readings)))
+
+
 def host_probe_us(device: str, readings: int = 5) -> float:
     """This process's host time per call of one small in-place add on `device`, in us (median of
     `readings`): how fast the host runs torch's dispatch and a launch here and now. Session 66's

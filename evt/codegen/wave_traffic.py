@@ -25,7 +25,7 @@ ping-pong tiles (2.9e-3) ran at 0.70 of cuBLAS, with swizzle 4 (2.3e-3) at 0.81,
 `swizzle` returns 0 (evt's compiled choice, `auto_swizzle` in evt/templates/evt_launch.h: 2 for
 one GEMM at K <= 1024, else 1) except where K > 1024 and the compiled choice's traffic is past
 `LIMIT`: there the swizzle of 2, 4, 8 that brings it under with the fewest waves, the one that
-reads least of those (CUTLASS rounds both tile counts up to a multiple of swizzle x cluster, which
+reads least of those, the largest where two read the same (CUTLASS rounds both tile counts up to a multiple of swizzle x cluster, which
 may add waves: at most `EXTRA_WAVES` of them are taken. Until session 31 none was: 128x128
 ping-pong at LLaMA-7B's up projection, 4.0e-3 in 42 waves, ran at 0.60 of cuBLAS in CUTLASS's
 order and 0.79 with swizzle 4 in 43, the dgrad at 0.58 and 0.76). Until session 67 the smallest
@@ -39,7 +39,11 @@ sweeps a raster order named outright (along M or N, swizzle 1-8) took 0.982-1.02
 CUTLASS's own order at its best swizzle, over 22 kernels and problems (GPT-J's, the LLaMAs', the
 projection head's, fused and bare), though this count gives the other order 0.47-0.81 of the
 bytes at six of them: under `LIMIT` the waves' reads are served either way, so the raster rule
-below still takes no swizzle into account. Stream-K kernels (their scheduler
+below still takes no swizzle into account. Where two swizzles read the same (a wave of 66
+clusters of 1x2 128x128 ping-pong tiles spans 17 tile rows and 8 columns at 4, 9 and 16 at 8),
+session 68 timed 8 faster than 4 in 5 of 6 (+0.1 to +2.6% at GPT-J's up projection with four
+epilogues and LLaMA-3's SwiGLU, 7 rounds in turn; its dgrad 0.2% slower), so the larger is
+taken. Stream-K kernels (their scheduler
 decomposes K, not this walk) and batched GEMMs keep 0. Where no swizzle can (`outruns`), the
 tile-config heuristic ranks the config after those whose waves do not outrun DRAM.
 
@@ -197,17 +201,19 @@ def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, rast
             elem_bytes: int = 2) -> int:
     """The swizzle evt launches `cfg`'s kernel with at (M, N, K, L): 0 (the compiled choice)
     unless the waves' traffic says otherwise (of the swizzles that bring it under `LIMIT`, the
-    fewest waves, then the least traffic), or a wide ping-pong grid takes 2 (module doc)."""
+    fewest waves, then the least traffic, then the largest), or a wide ping-pong grid takes 2
+    (module doc)."""
     if not _applies(cfg, M, N, K, L, sm_count):
         return 0
     waves = _swizzled_waves(cfg, M, N, 1, sm_count)
     if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) > LIMIT:
-        fixes = [(_swizzled_waves(cfg, M, N, s, sm_count), t, s) for s in SWIZZLES
+        fixes = [(_swizzled_waves(cfg, M, N, s, sm_count), t, -s) for s in SWIZZLES
                  if (t := traffic(cfg, M, N, s, sm_count, raster, elem_bytes)) <= LIMIT]
-        # the fewest waves, then the least traffic; rounding the grid up may add a few
+        # the fewest waves, then the least traffic, then the largest swizzle; rounding the grid
+        # up may add a few waves
         fixes = [fix for fix in fixes if fix[0] <= waves * (1 + EXTRA_WAVES)]
         if fixes:
-            return min(fixes)[2]
+            return -min(fixes)[2]
     if long_k(cfg, M, N, K, L, sm_count):
         return 4
     return 2 if wide_pingpong(cfg, M, N, K, L, sm_count) else 0

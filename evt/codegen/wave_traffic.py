@@ -25,8 +25,8 @@ ping-pong tiles (2.9e-3) ran at 0.70 of cuBLAS, with swizzle 4 (2.3e-3) at 0.81,
 `swizzle` returns 0 (evt's compiled choice, `auto_swizzle` in evt/templates/evt_launch.h: 2 for
 one GEMM at K <= 1024, else 1) except where K > 1024 and the compiled choice's traffic is past
 `LIMIT`: there the swizzle of 2, 4, 8 that brings it under with the fewest waves, the one that
-reads least of those, the largest where two read the same (CUTLASS rounds both tile counts up to a multiple of swizzle x cluster, which
-may add waves: at most `EXTRA_WAVES` of them are taken. Until session 31 none was: 128x128
+reads least of those, the largest where two read the same (CUTLASS rounds both tile counts up
+to a multiple of swizzle x cluster, which may add waves: at most `EXTRA_WAVES` of them are taken. Until session 31 none was: 128x128
 ping-pong at LLaMA-7B's up projection, 4.0e-3 in 42 waves, ran at 0.60 of cuBLAS in CUTLASS's
 order and 0.79 with swizzle 4 in 43, the dgrad at 0.58 and 0.76). Until session 67 the smallest
 was taken. On an H200 (`benchmarks/results/2026-12-01-H200-session67/`) swizzle 8, in the same
@@ -207,13 +207,12 @@ def swizzle(cfg: TileConfig, M: int, N: int, K: int, L: int, sm_count: int, rast
         return 0
     waves = _swizzled_waves(cfg, M, N, 1, sm_count)
     if traffic(cfg, M, N, 1, sm_count, raster, elem_bytes) > LIMIT:
-        fixes = [(_swizzled_waves(cfg, M, N, s, sm_count), t, -s) for s in SWIZZLES
+        fixes = [(_swizzled_waves(cfg, M, N, s, sm_count), t, s) for s in SWIZZLES
                  if (t := traffic(cfg, M, N, s, sm_count, raster, elem_bytes)) <= LIMIT]
-        # the fewest waves, then the least traffic, then the largest swizzle; rounding the grid
-        # up may add a few waves
+        # rounding the grid up may add a few waves
         fixes = [fix for fix in fixes if fix[0] <= waves * (1 + EXTRA_WAVES)]
-        if fixes:
-            return -min(fixes)[2]
+        if fixes:  # the fewest waves, then the least traffic, then the largest swizzle
+            return min(fixes, key=lambda fix: (fix[0], fix[1], -fix[2]))[2]
     if long_k(cfg, M, N, K, L, sm_count):
         return 4
     return 2 if wide_pingpong(cfg, M, N, K, L, sm_count) else 0
